@@ -1,0 +1,104 @@
+"""Every configurable default, in one place, with the reason for its value.
+
+The values come from the seed design and OpenClaw 2026.5.6 (``shared/docs/spec-openclaw.md``); where we chose
+differently the comment says why. Algorithm constants that are not configurable live beside their algorithm.
+"""
+
+from __future__ import annotations
+
+# --- token accounting -------------------------------------------------------------------------------------
+# Estimates (chars/4) are compared against hard limits only after this margin: chars/4 under-counts code, CJK
+# and JSON, and an under-estimate is the failure that loses a turn (seed SAFETY_MARGIN, spec §2).
+SAFETY_MARGIN = 1.2
+# pi's estimateTokens divisor: the ledger must equal pi's own figure, so this is not tunable.
+CHARS_PER_TOKEN = 4
+
+# --- context window ---------------------------------------------------------------------------------------
+# When neither the config nor the transcript names a window, assume the common frontier size (spec §3).
+DEFAULT_CONTEXT_TOKENS = 200_000
+# Below this a session cannot hold a prompt plus a reply: skip it with a warning instead of compacting forever.
+GUARD_HARD_MIN_TOKENS = 16_000
+# Below this compaction will fire often; warn once so the operator can pick a larger model.
+GUARD_WARN_BELOW_TOKENS = 32_000
+
+# --- compaction budget ------------------------------------------------------------------------------------
+# Headroom kept free for the next reply and tool output (OpenClaw raises pi's 16,384 to this floor).
+RESERVE_TOKENS = 20_000
+# The prompt always keeps at least min(8,000, window × 0.5) tokens, so a 16k Ollama model keeps 8,000 tokens
+# of prompt instead of compacting in a loop (spec §4).
+MIN_PROMPT_BUDGET_TOKENS = 8_000
+MIN_PROMPT_BUDGET_RATIO = 0.5
+# pi's own keep-recent bound: the tail kept verbatim is at most about this many tokens.
+KEEP_RECENT_TOKENS = 20_000
+# Recent turns kept verbatim (seed; OpenClaw recentTurnsPreserve allows 0-12).
+KEEP_RECENT_TURNS = 3
+MAX_KEEP_RECENT_TURNS = 12
+# How the result is committed: a rotation survives an agent that keeps appending from its in-memory leaf.
+COMMIT_MODE = "rotate"
+# A session is touched only after this much quiet, so a live agent's file is never rewritten under it.
+IDLE_SECONDS = 30.0
+# Archives (``*.jsonl.bak.<ts>``) kept per session, and for how long, before retention removes them.
+ARCHIVE_KEEP_COUNT = 5
+ARCHIVE_KEEP_DAYS = 30.0
+
+# --- tool results -----------------------------------------------------------------------------------------
+# One tool result may take at most this share of the window (spec §6.1) ...
+TOOL_RESULT_CONTEXT_SHARE = 0.3
+# ... and never more than this many characters, whatever the window.
+TOOL_RESULT_MAX_CHARS = 16_000
+# Truncation keeps at least this much of a result so it stays useful (spec §6 MIN_KEEP_CHARS).
+TOOL_RESULT_MIN_KEEP_CHARS = 2_000
+
+# --- summary ----------------------------------------------------------------------------------------------
+# "strict": every identifier kept literally (the most common complaint about peers' summaries).
+IDENTIFIER_POLICY = "strict"
+# Identifiers ranked and guaranteed in the summary; those the user wrote are never dropped by the cap.
+IDENTIFIER_CAP = 64
+QUALITY_GUARD_ENABLED = True
+QUALITY_GUARD_RETRIES = 1
+QUALITY_GUARD_MAX_RETRIES = 3
+# The committed summary (body + augmentation) is capped here, keeping the suffix (spec §11 step 13).
+SUMMARY_MAX_CHARS = 16_000
+# Secrets are redacted before anything is sent to a model.
+REDACT_SECRETS = True
+
+# --- AGENTS.md re-injection -------------------------------------------------------------------------------
+POST_COMPACTION_SECTIONS = ("Session Startup", "Red Lines")
+POST_COMPACTION_MAX_CHARS = 1_800
+
+# --- memory flush -----------------------------------------------------------------------------------------
+MEMORY_FLUSH_ENABLED = True
+# Flush this many tokens before the compaction threshold, so memories are saved before history is summarized.
+MEMORY_FLUSH_SOFT_THRESHOLD_TOKENS = 4_000
+# A transcript this large is flushed whatever its token estimate (OpenClaw forceFlushTranscriptBytes).
+MEMORY_FLUSH_FORCE_BYTES = 2 * 1024 * 1024
+MEMORY_HOOK_TIMEOUT_SECONDS = 30.0
+
+# --- summarizer endpoint ----------------------------------------------------------------------------------
+# A small local summarizer often has much less room than the agent's model; chunks are sized to this.
+SUMMARIZER_CONTEXT_TOKENS = 32_768
+# Local CPU servers can take minutes on long prompts.
+SUMMARIZER_TIMEOUT_SECONDS = 300.0
+# A local Ollama serves one request at a time; parallel calls only time out together.
+SUMMARIZER_MAX_CONCURRENCY = 1
+SUMMARIZER_MAX_OUTPUT_TOKENS = 4_096
+SUMMARIZER_RETRY_ATTEMPTS = 3
+SUMMARIZER_RETRY_BASE_SECONDS = 0.5
+SUMMARIZER_RETRY_MAX_SECONDS = 5.0
+SUMMARIZER_RETRY_JITTER = 0.2
+
+# --- service ----------------------------------------------------------------------------------------------
+SESSION_ROOTS = ("~/.openclaw/agents/*/sessions", "~/.pi/agent/sessions/*")
+# A full rescan catches what inotify drops silently (queue overflow).
+RESCAN_SECONDS = 60.0
+# watchfiles' defaults give ~820 ms append→ledger; debounce 50 / step 10 gave 31 ms here.
+WATCH_DEBOUNCE_MS = 50
+WATCH_STEP_MS = 10
+STATUS_REFRESH_SECONDS = 5.0
+# Back-off after a failed or ineffective compaction: doubles from the base up to the cap.
+BACKOFF_BASE_SECONDS = 60.0
+BACKOFF_MAX_SECONDS = 6 * 3600.0
+# OpenClaw reclaims a session lock older than this (spec-pi-session-format §11).
+LOCK_STALE_SECONDS = 30 * 60.0
+# After a rotation the old inode is read this long for late appends (engineering.md §2.3: ≥ 250 ms).
+ROTATE_GRACE_SECONDS = 0.5

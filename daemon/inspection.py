@@ -1,0 +1,43 @@
+"""What ``compactd inspect`` and ``compactd validate`` report about one transcript file."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from daemon.ledger import SessionLedger
+from daemon.transcript.reader import FATAL_KINDS, Transcript, read_transcript
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_UNUSABLE = 0, 1, 2
+
+
+def inspect_transcript(path: str | os.PathLike[str], transcript: Transcript | None = None) -> dict[str, Any]:
+    transcript = transcript if transcript is not None else read_transcript(path)
+    ledger = SessionLedger.from_transcript(transcript)
+    figures = ledger.figures()
+    return {
+        "path": os.fspath(path),
+        "session_id": transcript.session_id,
+        "version": transcript.version,
+        "entries": len(transcript.entries),
+        "leaf_id": transcript.leaf_id,
+        "context_messages": figures["messages"],
+        "context_tokens": figures["tokens"],
+        "estimated_with_margin": ledger.estimate.with_margin,
+        "tokens_source": figures["tokens_source"],
+        "usage_tokens": figures["usage_tokens"],
+        "trailing_tokens": figures["trailing_tokens"],
+        "by_role": figures["by_role"],
+        "tool_result_chars": figures["tool_result_chars"],
+        "provider": figures["provider"],
+        "model": figures["model"],
+        "bytes": transcript.size,
+        "problems": [p.as_json() for p in transcript.problems],
+    }
+
+
+def validation_exit_code(transcript: Transcript) -> int:
+    """0: an agent loads every line; 1: it loads with problems; 2: unusable (no header) or unreadable."""
+    if any(p.kind in FATAL_KINDS for p in transcript.problems):
+        return EXIT_UNUSABLE
+    return EXIT_PROBLEMS if transcript.problems else EXIT_OK

@@ -1,0 +1,221 @@
+"""One session's compaction job: load → budget → engine → (commit). Shared by ``compact``, ``once`` and ``run``.
+
+The model call happens here with no lock held; the commit re-validates against the file as it is then.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from daemon.config import Config
+from daemon.planning import budget_for, prune_plan
+from daemon.summarize.engine import CompactionEngine, EngineResult, EngineSettings
+from daemon.transcript.reader import Transcript, read_transcript
+
+log = logging.getLogger(__name__)
+
+
+def engine_settings(config: Config) -> EngineSettings:
+    c = config.compaction
+    return EngineSettings(
+        keep_recent_turns=c.keep_recent_turns,
+        keep_recent_tokens=c.keep_recent_tokens,
+        identifier_policy=c.identifier_policy,
+        identifier_instructions=c.identifier_instructions,
+        identifier_cap=c.identifier_cap,
+        quality_guard=c.quality_guard.enabled,
+        quality_retries=c.quality_guard.max_retries,
+        summary_max_chars=c.summary_max_chars,
+        redact=c.redact_secrets,
+        post_compaction_sections=c.post_compaction_sections,
+        post_compaction_max_chars=c.post_compaction_max_chars,
+        summarizer_window=config.summarizer.context_tokens,
+        max_output_tokens=config.summarizer.max_output_tokens,
+    )
+
+
+def make_client(config: Config, limiter: anyio.CapacityLimiter | None = None) -> Any:
+    """The summarizer client, or None when no endpoint is configured (the digest is used)."""
+    s = config.summarizer
+    if not s.enabled or s.base_url is None:
+        return None
+    from daemon.summarize.llm import RetryPolicy, SummarizerClient
+
+    return SummarizerClient(
+        base_url=s.base_url,
+        model=s.model or "default",
+        api_key=s.api_key() or "sk-local",
+        timeout_seconds=s.timeout_seconds,
+        context_tokens=s.context_tokens,
+        max_output_tokens=s.max_output_tokens,
+        temperature=s.temperature,
+        ollama_num_ctx=s.num_ctx(),
+        max_concurrency=s.max_concurrency,
+        limiter=limiter,
+        retry=RetryPolicy(
+            attempts=s.retry.attempts,
+            base_seconds=s.retry.base_seconds,
+            max_seconds=s.retry.max_seconds,
+            jitter=s.retry.jitter,
+        ),
+    )
+
+
+def workspace_for(config: Config, path: str | os.PathLike[str], transcript: Transcript) -> Path | None:
+    """Where AGENTS.md and memory/ live: the configured workspace, else the session header's ``cwd``."""
+    configured = config.agents.workspace_for(path)
+    if configured is not None:
+        return configured
+    cwd = (transcript.header or {}).get("cwd")
+    return Path(cwd) if isinstance(cwd, str) and cwd and os.path.isabs(cwd) else None
+
+
+def snapshot_size(transcript: Transcript) -> int:
+    """Bytes of complete lines the plan was made from (a torn tail is not part of the snapshot)."""
+    if not transcript.spans:
+        return transcript.header_span[1] + 1 if transcript.header_span else 0
+    return transcript.spans[-1][1] + 1
+
+
+@dataclass
+class JobResult:
+    path: str
+    route: str
+    engine: EngineResult | None = None
+    committed: bool = False
+    mode: str | None = None
+    archive: str | None = None
+    reason: str | None = None
+    pruned: int = 0
+    chars_saved: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "route": self.route}
+        e = self.engine
+        if e is not None:
+            out.update(
+                {
+                    "first_kept_entry_id": e.first_kept_entry_id,
+                    "tokens_before": e.tokens_before,
+                    "tokens_after": e.tokens_after,
+                    "summary_level": e.level,
+                    "identifiers_total": e.identifiers.total,
+                    "identifiers_kept_by_model": e.identifiers.kept_by_model,
+                    "identifiers_in_summary": e.identifiers.in_summary,
+                    "quality": e.quality,
+                    "summarizer_calls": e.calls,
+                    "summary": e.summary,
+                    "entries": [x for x in (e.compaction, e.post_message) if x is not None],
+                }
+            )
+        out.update(
+            {
+                "committed": self.committed,
+                "mode": self.mode,
+                "archive": self.archive,
+                "reason": self.reason,
+                "pruned_results": self.pruned,
+                "chars_saved": self.chars_saved,
+            }
+        )
+        out.update(self.extra)
+        return out
+
+
+async def compact_file(
+    path: str,
+    config: Config,
+    *,
+    client: Any = None,
+    dry_run: bool = False,
+    mode: str | None = None,
+    force: bool = False,
+    route: str | None = None,
+    now: datetime | None = None,
+) -> JobResult:
+    """Run the engine on one transcript and, unless ``dry_run``, commit its result."""
+    transcript = await anyio.to_thread.run_sync(read_transcript, path)
+    if not transcript.usable:
+        reason = "; ".join(p.message for p in transcript.problems)
+        return JobResult(path, "none", reason=f"unusable transcript: {reason}")
+    budget = budget_for(config, transcript)
+    chosen = route or budget.route
+    if chosen == "fits":
+        chosen = "compact_only"  # asked for explicitly: compact even though it fits
+    commit_mode = mode or config.compaction.commit
+    result = JobResult(path, chosen, mode=commit_mode)
+    replacements: dict[str, dict[str, Any]] = {}
+    if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
+        plan = prune_plan(config, transcript, budget, note=f"full text in the archive of {os.path.basename(path)}")
+        replacements = {edit.entry_id: edit.new_message for edit in plan.edits}
+        result.pruned, result.chars_saved = len(plan.edits), plan.chars_saved
+    if chosen != "truncate_tool_results_only":
+        engine = CompactionEngine(engine_settings(config), client)
+        result.engine = await engine.compact(transcript, workspace=workspace_for(config, path, transcript), now=now)
+        if result.engine is None and not replacements:
+            result.reason = "nothing to compact: the whole branch is within the kept recent turns"
+            return result
+    if dry_run:
+        result.reason = "dry run"
+        return result
+    return await anyio.to_thread.run_sync(
+        lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
+    )
+
+
+def _commit(
+    path: str,
+    config: Config,
+    transcript: Transcript,
+    result: JobResult,
+    replacements: dict[str, dict[str, Any]],
+    mode: str,
+    force: bool,
+) -> JobResult:
+    from daemon.commit.commit import CompactionEntries, commit
+
+    engine = result.engine
+    entries = None
+    if engine is not None:
+        entries = CompactionEntries(
+            compaction=engine.compaction,
+            post_message=engine.post_message,
+            snapshot_size=snapshot_size(transcript),
+            snapshot_leaf_id=transcript.leaf_id or "",
+            replacements={},
+        )
+    outcome = commit(
+        path,
+        entries,
+        prune=_prune_entries(transcript, replacements),
+        mode=mode,  # type: ignore[arg-type]
+        state_dir=config.state_dir,
+        idle_seconds=config.sessions.idle_seconds,
+        force=force,
+        grace_seconds=config.compaction.rotate_grace_seconds,
+        archive_keep_count=config.compaction.archives.keep_count,
+        archive_keep_days=config.compaction.archives.keep_days,
+    )
+    result.committed = outcome.committed
+    result.archive = outcome.archive
+    result.reason = outcome.reason
+    return result
+
+
+def _prune_entries(transcript: Transcript, replacements: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Entry id → the whole replacement entry (the message swapped for its truncated copy)."""
+    index = transcript.by_id()
+    out: dict[str, dict[str, Any]] = {}
+    for entry_id, message in replacements.items():
+        entry = index.get(entry_id)
+        if entry is not None:
+            out[entry_id] = {**entry, "message": message}
+    return out

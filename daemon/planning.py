@@ -1,0 +1,90 @@
+"""The plan step (pure): a session's figures plus the config → what compactd should do to it now.
+
+The ledger is enough to know that nothing is due; the entries of the branch are loaded only when something is,
+and then the exact budget (with the reducible tool-result characters) decides the route.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from daemon.budget import Budget, compute_budget, resolve_window, tool_result_max_chars
+from daemon.config import Config
+from daemon.prune import PrunePlan, plan_pruning, reducible_chars
+from daemon.tokens import estimate_for_planning
+from daemon.transcript.context import build_context, context_entries, entry_to_message
+from daemon.transcript.messages import llm_visible, role_of, strip_for_llm
+from daemon.transcript.reader import Transcript
+
+Action = Literal["none", "flush", "prune", "compact", "compact_then_prune", "skip"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    flush: bool
+    budget: Budget | None
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "flush": self.flush,
+            "reason": self.reason,
+            **(self.budget.as_json() if self.budget else {}),
+        }
+
+
+def tool_result_items(transcript: Transcript) -> list[tuple[str, dict[str, Any]]]:
+    """(entry id, message) of every tool result in the current context, oldest first."""
+    items: list[tuple[str, dict[str, Any]]] = []
+    for entry in context_entries(transcript.branch()):
+        message = entry_to_message(entry)
+        entry_id = entry.get("id")
+        if message is not None and role_of(message) == "toolResult" and isinstance(entry_id, str):
+            items.append((entry_id, strip_for_llm(message)))
+    return items
+
+
+def budget_for(config: Config, transcript: Transcript) -> Budget:
+    """The exact budget of a loaded transcript (what ``inspect`` prints and ``decide`` acts on)."""
+    context = build_context(transcript)
+    model = context.model or {}
+    provider = model.get("provider") if isinstance(model.get("provider"), str) else None
+    model_id = model.get("modelId") if isinstance(model.get("modelId"), str) else None
+    estimate = estimate_for_planning(list(llm_visible(context.messages)))
+    window, _ = resolve_window(config, provider, model_id)
+    reducible = reducible_chars(tool_result_items(transcript), tool_result_max_chars(config, window))
+    return compute_budget(config, provider=provider, model=model_id, estimated_tokens=estimate.tokens, reducible_chars=reducible)
+
+
+def quick_budget(config: Config, *, provider: str | None, model: str | None, tokens: int) -> Budget:
+    """A budget from ledger figures alone (reducible characters unknown): enough to tell that nothing is due."""
+    return compute_budget(config, provider=provider, model=model, estimated_tokens=tokens, reducible_chars=0)
+
+
+def decide(config: Config, budget: Budget, *, transcript_bytes: int, flushed_this_cycle: bool) -> Decision:
+    """Nothing, a memory flush, a pruning, a compaction, or both, for a session with this budget."""
+    if budget.guard == "block":
+        return Decision("skip", False, budget, f"context window {budget.context_window} is below the hard minimum")
+    flush_cfg = config.memory_flush
+    wants_flush = flush_cfg.enabled and (
+        budget.over_flush_threshold or (flush_cfg.force_bytes > 0 and transcript_bytes >= flush_cfg.force_bytes)
+    )
+    flush = wants_flush and not flushed_this_cycle
+    route = budget.route
+    if route == "fits":
+        return Decision("flush" if flush else "none", flush, budget, "within budget")
+    action: Action = {
+        "truncate_tool_results_only": "prune",
+        "compact_only": "compact",
+        "compact_then_truncate": "compact_then_prune",
+    }[route]  # type: ignore[assignment]
+    return Decision(action, flush, budget, f"{budget.estimated_with_margin} > {budget.compact_threshold} tokens")
+
+
+def prune_plan(config: Config, transcript: Transcript, budget: Budget, note: str | None = None) -> PrunePlan:
+    """The tool-result truncations for this session (recovery plan: minimum keep 0, as OpenClaw)."""
+    max_chars = tool_result_max_chars(config, budget.context_window)
+    return plan_pruning(tool_result_items(transcript), max_chars, note_for=(lambda _id: note) if note else None)

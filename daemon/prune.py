@@ -1,0 +1,425 @@
+"""Tool-result pruning, planned only: OpenClaw's tool-result truncation (spec-openclaw §6), sans IO.
+
+Lengths are JavaScript lengths (UTF-16 code units, spec §0) because the budgets and the route compare them
+with OpenClaw's own figures. Internally a text holding astral characters is processed as a string of UTF-16
+code units (each astral character as its two surrogates), so every cut point and count equals JavaScript's; a
+cut that would split a surrogate pair moves by one unit, so a result never carries a lone surrogate.
+
+Deliberate differences from OpenClaw 2026.5.6, both about the suffix and the important tail:
+- the suffix's number is the count of original characters left out (OpenClaw measures the kept text with the
+  middle marker in it, so its figure is short by the marker's length);
+- when the suffix does not fit, head-and-tail texts lose characters from the end of the head, not from the end
+  of the tail (OpenClaw trims the end, which is the very tail it meant to keep).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.defaults import TOOL_RESULT_CONTEXT_SHARE, TOOL_RESULT_MAX_CHARS, TOOL_RESULT_MIN_KEEP_CHARS
+from daemon.tokens import js_len
+from daemon.transcript.messages import Message, role_of
+
+# Placed between head and tail (OpenClaw MIDDLE_OMISSION_MARKER), so the model knows the middle is gone.
+MIDDLE_MARKER = "\n\n⚠️ [... middle content omitted — showing head and tail ...]\n\n"
+# Session rewrites cut results down to nothing but the suffix if that is what the budget needs (spec §6.4).
+RECOVERY_MIN_KEEP_CHARS = 0
+# hasImportantTail looks at this many trailing characters only.
+IMPORTANT_TAIL_WINDOW = 2_000
+# Head-and-tail split: the tail gets this share of the budget, at most TAIL_MAX_CHARS.
+TAIL_SHARE = 0.3
+TAIL_MAX_CHARS = 4_000
+# A cut moves back to a newline when the newline lies beyond this share of the head ...
+HEAD_NEWLINE_SHARE = 0.8
+# ... and the tail starts after a newline found within this share of its length.
+TAIL_NEWLINE_SHARE = 0.2
+# pi and OpenClaw estimate a token as 4 characters when turning the window share into characters.
+CHARS_PER_TOKEN_ESTIMATE = 4
+
+_ERROR_WORDS = re.compile(
+    r"\b(error|exception|failed|fatal|traceback|panic|stack trace|errno|exit code)\b", re.ASCII
+)
+_SUMMARY_WORDS = re.compile(r"\b(total|summary|result|complete|finished|done)\b", re.ASCII)
+# JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator); differs from str.strip()'s.
+_JS_WHITESPACE = (
+    "\t\n\v\f\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# --- UTF-16 code units --------------------------------------------------------------------------------------
+
+
+def _pair(match: re.Match[str]) -> str:
+    code = ord(match.group()) - 0x10000
+    return chr(0xD800 + (code >> 10)) + chr(0xDC00 + (code & 0x3FF))
+
+
+def _to_units(text: str) -> str:
+    """The text as JavaScript sees it: one Python character per UTF-16 code unit."""
+    if text.isascii() or _ASTRAL.search(text) is None:
+        return text
+    return _ASTRAL.sub(_pair, text)
+
+
+def _from_units(units: str) -> str:
+    if units.isascii() or _SURROGATE.search(units) is None:
+        return units
+    return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def _is_high(ch: str) -> bool:
+    return "\ud800" <= ch <= "\udbff"
+
+
+def _is_low(ch: str) -> bool:
+    return "\udc00" <= ch <= "\udfff"
+
+
+def _safe_end(units: str, end: int) -> int:
+    """A prefix end that does not split a surrogate pair (moved back by one when it would)."""
+    if 0 < end < len(units) and _is_high(units[end - 1]) and _is_low(units[end]):
+        return end - 1
+    return end
+
+
+def _safe_start(units: str, start: int) -> int:
+    """A suffix start that does not split a surrogate pair (moved forward by one when it would)."""
+    if 0 < start < len(units) and _is_high(units[start - 1]) and _is_low(units[start]):
+        return start + 1
+    return start
+
+
+# --- single text --------------------------------------------------------------------------------------------
+
+Suffix = Callable[[int], str]
+
+
+def truncation_suffix(omitted: int, note: str | None = None) -> str:
+    """OpenClaw's notice; ``note`` (where the full text is kept) goes inside the bracket, after the count."""
+    count = max(1, math.floor(omitted))
+    detail = f"; {note}" if note else ""
+    return f"[... {count} more characters truncated{detail}]"
+
+
+def _suffix_factory(note: str | None) -> Suffix:
+    return lambda omitted: _to_units(truncation_suffix(omitted, note))
+
+
+def _effective_min_keep(max_chars: int, min_keep: int, suffix: Suffix) -> int:
+    return max(0, min(min_keep, max(0, max_chars - len(suffix(1)))))
+
+
+def has_important_tail(text: str) -> bool:
+    """Whether the last 2,000 characters hold an error, a closing ``}`` or a summary line (spec §6.2)."""
+    return _important_tail(_to_units(text))
+
+
+def _important_tail(units: str) -> bool:
+    tail = units[-IMPORTANT_TAIL_WINDOW:].lower()
+    return (
+        _ERROR_WORDS.search(tail) is not None
+        or tail.rstrip(_JS_WHITESPACE).endswith("}")
+        or _SUMMARY_WORDS.search(tail) is not None
+    )
+
+
+def truncate_text(
+    text: str, max_chars: int, min_keep: int = TOOL_RESULT_MIN_KEEP_CHARS, *, note: str | None = None
+) -> str:
+    """``truncateToolResultText``: at most ``max_chars`` long, suffix included; never longer than ``text``.
+
+    Keeps head and tail around the middle marker when the tail is important and the budget allows it, else the
+    head; cuts at a newline when one is close. The suffix counts the original characters left out and carries
+    ``note`` when given.
+    """
+    return _truncate(text, max_chars, min_keep, note, compat=False)
+
+
+def _truncate(text: str, max_chars: int, min_keep: int, note: str | None, *, compat: bool) -> str:
+    """``compat`` reproduces OpenClaw to the character (its count, end trim, split pairs) for its figures."""
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    if js_len(text) <= max_chars:
+        return text
+    suffix = _suffix_factory(note)
+    units = _to_units(text)
+    length = len(units)
+    safe_end = _keep if compat else _safe_end
+    safe_start = _keep if compat else _safe_start
+    eff_min_keep = _effective_min_keep(max_chars, min_keep, suffix)
+    budget = max(eff_min_keep, max_chars - len(suffix(max(1, length - max_chars))))
+
+    if _important_tail(units) and budget > eff_min_keep * 2:
+        tail_budget = min(math.floor(budget * TAIL_SHARE), TAIL_MAX_CHARS)
+        head_budget = budget - tail_budget - len(MIDDLE_MARKER)
+        if head_budget > eff_min_keep:
+            head_cut = head_budget
+            newline = units.rfind("\n", 0, head_budget + 1)
+            if newline > head_budget * HEAD_NEWLINE_SHARE:
+                head_cut = newline
+            tail_start = length - tail_budget
+            newline = units.find("\n", tail_start)
+            if newline != -1 and newline < tail_start + tail_budget * TAIL_NEWLINE_SHARE:
+                tail_start = newline + 1
+            head = units[: safe_end(units, head_cut)]
+            tail = units[safe_start(units, tail_start) :]
+            if compat:
+                return _from_units(_bounded_openclaw(head + MIDDLE_MARKER + tail, length, max_chars, suffix))
+            return _from_units(_bounded(head, MIDDLE_MARKER, tail, length, max_chars, suffix))
+
+    cut = budget
+    newline = units.rfind("\n", 0, budget + 1)
+    if newline > budget * HEAD_NEWLINE_SHARE:
+        cut = newline
+    head = units[: safe_end(units, cut)]
+    if compat:
+        return _from_units(_bounded_openclaw(head, length, max_chars, suffix))
+    return _from_units(_bounded(head, "", "", length, max_chars, suffix))
+
+
+def _keep(_units: str, index: int) -> int:
+    return index
+
+
+def _bounded(head: str, marker: str, tail: str, length: int, max_chars: int, suffix: Suffix) -> str:
+    """Append the suffix, shrinking the head (then the tail from its start) until the whole fits."""
+    while True:
+        final = head + marker + tail + suffix(max(1, length - len(head) - len(tail)))
+        if len(final) <= max_chars:
+            return final
+        overflow = len(final) - max_chars
+        if head:
+            end = _safe_end(head, max(0, len(head) - overflow))
+            head = head[: end if end < len(head) else len(head) - 1]
+        elif tail:
+            start = _safe_start(tail, min(len(tail), overflow))
+            tail = tail[start if start > 0 else 1 :]
+        elif marker:
+            marker = ""
+        else:
+            return final[: _safe_end(final, max_chars)]
+
+
+def _bounded_openclaw(kept: str, length: int, max_chars: int, suffix: Suffix) -> str:
+    """OpenClaw's ``appendBoundedTruncationSuffix``: counts the marker as kept and trims the end."""
+    while True:
+        final = kept + suffix(max(1, length - len(kept)))
+        if len(final) <= max_chars:
+            return final
+        if not kept:
+            return final[:max_chars]
+        kept = kept[: max(0, len(kept) - (len(final) - max_chars))]
+
+
+# --- one tool result ----------------------------------------------------------------------------------------
+
+
+def max_tool_result_chars(context_window: int, hard_cap: int = TOOL_RESULT_MAX_CHARS) -> int:
+    """Per-result cap: min(⌊window × 0.3⌋ × 4, hard cap) characters (spec §6.1)."""
+    share_chars = math.floor(context_window * TOOL_RESULT_CONTEXT_SHARE) * CHARS_PER_TOKEN_ESTIMATE
+    return min(share_chars, max(1, hard_cap))
+
+
+def _is_text_block(block: object) -> bool:
+    return isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+
+
+def _text_blocks(message: Message) -> Iterable[dict[str, Any]]:
+    content = message.get("content")
+    return (b for b in content if _is_text_block(b)) if isinstance(content, list) else ()
+
+
+def tool_result_text_chars(message: Message) -> int:
+    """Characters of a toolResult's text blocks (``getToolResultTextLength``); 0 for any other message."""
+    if role_of(message) != "toolResult":
+        return 0
+    return sum(js_len(block["text"]) for block in _text_blocks(message))
+
+
+def truncate_tool_result(
+    message: Message, max_chars: int, min_keep: int = TOOL_RESULT_MIN_KEEP_CHARS, *, note: str | None = None
+) -> Message:
+    """``truncateToolResultMessage``: the text blocks share ``max_chars`` in proportion to their length.
+
+    Returns a new dict when something is cut (images, other blocks and every other field kept), else the
+    message itself; the input is never mutated. Each block keeps at least the minimum plus the suffix, so a
+    result with many blocks can stay above ``max_chars``, as in OpenClaw.
+    """
+    return _truncate_message(message, max_chars, min_keep, note, compat=False)
+
+
+def _truncate_message(
+    message: Message, max_chars: int, min_keep: int, note: str | None, *, compat: bool
+) -> Message:
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    total = tool_result_text_chars(message) if role_of(message) == "toolResult" else 0
+    if total <= max_chars:
+        return message
+    suffix = _suffix_factory(note)
+    eff_min_keep = _effective_min_keep(max_chars, min_keep, suffix)
+    new_content: list[Any] = []
+    for block in content:
+        if not _is_text_block(block):
+            new_content.append(block)
+            continue
+        text: str = block["text"]
+        length = js_len(text)
+        proportional = math.floor(max_chars * (length / total))
+        floor_chars = eff_min_keep + len(suffix(max(1, length - proportional)))
+        block_budget = max(1, min(max_chars, max(floor_chars, proportional)))
+        new_text = _truncate(text, block_budget, eff_min_keep, note, compat=compat)
+        new_content.append(block if new_text is text else {**block, "text": new_text})
+    return {**message, "content": new_content}
+
+
+# --- the plan -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PruneEdit:
+    """One toolResult entry whose text is cut; ``new_message`` derives from the message the plan was given."""
+
+    entry_id: str
+    new_message: Message
+    chars_before: int
+    chars_after: int
+
+    @property
+    def saved(self) -> int:
+        return self.chars_before - self.chars_after
+
+
+@dataclass(frozen=True, slots=True)
+class PrunePlan:
+    """Which entries change and how.
+
+    ``chars_saved`` is what these edits remove; ``max_reducible_chars`` is OpenClaw's routing figure for the
+    same items (minimum kept 0, no notes, OpenClaw's own cuts), so the two can differ by a few characters.
+    """
+
+    edits: tuple[PruneEdit, ...]
+    chars_saved: int
+    max_reducible_chars: int
+
+    def __bool__(self) -> bool:
+        return bool(self.edits)
+
+    def apply(self, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A copy of ``entries`` with each edited entry's message content replaced; never changed in place.
+
+        Only ``content`` is taken from the edit, so fields the planner never saw (``details``) stay as stored.
+        """
+        by_id = {edit.entry_id: edit for edit in self.edits}
+        out: list[dict[str, Any]] = []
+        for entry in entries:
+            entry_id, message = entry.get("id"), entry.get("message")
+            edit = by_id.get(entry_id) if isinstance(entry_id, str) else None
+            if edit is None or entry.get("type") != "message" or not isinstance(message, dict):
+                out.append(entry)
+                continue
+            out.append({**entry, "message": {**message, "content": edit.new_message.get("content")}})
+        return out
+
+
+@dataclass(slots=True)
+class _Candidate:
+    index: int
+    entry_id: str
+    original: Message
+    message: Message
+    chars_before: int
+    chars: int
+
+
+def _plan(
+    items: Sequence[tuple[str, Message]],
+    max_chars: int,
+    min_keep: int,
+    note_for: Callable[[str], str | None] | None,
+    *,
+    compat: bool,
+) -> dict[int, _Candidate]:
+    """``buildToolResultReplacementPlan``: (a) each result over the cap, then (b) the aggregate budget."""
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    candidates: list[_Candidate] = []
+    for index, (entry_id, message) in enumerate(items):
+        if role_of(message) != "toolResult":
+            continue
+        chars = tool_result_text_chars(message)
+        candidates.append(_Candidate(index, entry_id, message, message, chars, chars))
+
+    changed: dict[int, _Candidate] = {}
+    # (a) every result above the per-result cap is cut to it.
+    for cand in candidates:
+        if cand.chars > max_chars:
+            note = note_for(cand.entry_id) if note_for else None
+            cand.message = _truncate_message(cand.message, max_chars, min_keep, note, compat=compat)
+            cand.chars = tool_result_text_chars(cand.message)
+            changed[cand.index] = cand
+
+    # (b) all results together must fit the same budget: cut the newest first (larger first on ties).
+    live = [c for c in candidates if c.chars > 0]
+    total = sum(c.chars for c in live)
+    if len(live) < 2 or total <= max_chars:
+        return changed
+    remaining = total - max_chars
+    for cand in sorted(live, key=lambda c: (-c.index, -c.chars)):
+        if remaining <= 0:
+            break
+        note = note_for(cand.entry_id) if note_for else None
+        floor_chars = min_keep + len(_to_units(truncation_suffix(1, note)))
+        reducible = max(0, cand.chars - floor_chars)
+        if reducible <= 0:
+            continue
+        target = max(floor_chars, cand.chars - min(reducible, remaining))
+        # We cut the original, not the result of (a): a cut of a cut text would count its suffix against the
+        # first cut instead of the original (OpenClaw does that; compat keeps it for OpenClaw's figure).
+        source = cand.message if compat else cand.original
+        message = _truncate_message(source, target, min_keep, note, compat=compat)
+        chars = tool_result_text_chars(message)
+        if cand.chars - chars <= 0:
+            continue
+        remaining -= cand.chars - chars
+        cand.message, cand.chars = message, chars
+        changed[cand.index] = cand
+    return changed
+
+
+def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int:
+    """OpenClaw's ``maxReducibleChars`` to the character: what its recovery rewrite (minimum 0) removes.
+
+    The route compares it with OpenClaw's thresholds, so it follows OpenClaw's own cuts, not our plan's (which
+    may differ by a few characters: see the module docstring).
+    """
+    changed = _plan(items, max_chars, RECOVERY_MIN_KEEP_CHARS, None, compat=True)
+    return sum(c.chars_before - c.chars for c in changed.values())
+
+
+def plan_pruning(
+    items: Sequence[tuple[str, Message]],
+    max_chars: int,
+    *,
+    min_keep: int = RECOVERY_MIN_KEEP_CHARS,
+    note_for: Callable[[str], str | None] | None = None,
+) -> PrunePlan:
+    """Plan the truncations for the current branch's ``(entry_id, message)`` pairs, in branch order.
+
+    ``note_for(entry_id)`` names where the full text stays (archive, original entry), put in the suffix.
+    """
+    changed = _plan(items, max_chars, min_keep, note_for, compat=False)
+    edits = tuple(
+        PruneEdit(c.entry_id, c.message, c.chars_before, c.chars) for _, c in sorted(changed.items())
+    )
+    return PrunePlan(edits, sum(edit.saved for edit in edits), reducible_chars(items, max_chars))

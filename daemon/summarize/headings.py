@@ -1,0 +1,45 @@
+"""The five section headings every committed summary carries (seed; spec-openclaw §11 step 5).
+
+They are exact lines, in this order: the quality check, the identifier repair, the digest and the prompts all
+match them character for character, so they are defined here once.
+"""
+
+from __future__ import annotations
+
+import re
+
+DECISIONS = "## Decisions"
+OPEN_TODOS = "## Open TODOs"
+CONSTRAINTS = "## Constraints/Rules"
+PENDING_ASKS = "## Pending user asks"
+EXACT_IDENTIFIERS = "## Exact identifiers"
+
+REQUIRED_HEADINGS: tuple[str, ...] = (DECISIONS, OPEN_TODOS, CONSTRAINTS, PENDING_ASKS, EXACT_IDENTIFIERS)
+
+# A markdown heading of level 1 or 2 ends a section; level 3+ stays inside it (pi's "### Done" under
+# "## Progress").
+SECTION_BREAK = re.compile(r"^#{1,2}\s")
+
+
+def is_heading_line(line: str, heading: str) -> bool:
+    """A heading counts only as a whole line; surrounding spaces are forgiven, anything else is not."""
+    return line.strip() == heading
+
+
+def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(lines before the first heading, [(heading line stripped, body lines), ...]) in document order.
+
+    Lines inside fenced code blocks never start a section, so a quoted ``## x`` in code stays body text.
+    """
+    preamble: list[str] = []
+    sections: list[tuple[str, list[str]]] = []
+    in_fence = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            in_fence = not in_fence
+        elif not in_fence and SECTION_BREAK.match(stripped):
+            sections.append((stripped, []))
+            continue
+        (sections[-1][1] if sections else preamble).append(line)
+    return preamble, sections

@@ -1,0 +1,212 @@
+"""pi's token estimate, to the token (``dist/core/compaction/compaction.js`` of pi 0.73.1).
+
+Lengths are JavaScript string lengths (UTF-16 code units), and a tool call's arguments count as the length of
+``JSON.stringify(arguments)``; both are reproduced exactly, because the differential test against pi's own
+``estimateContextTokens`` is the judge.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from daemon.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
+from daemon.transcript.messages import Message
+
+IMAGE_CHARS = 4800  # pi counts an image in a tool result or custom message as 4,800 characters.
+
+
+def js_len(text: str) -> int:
+    """``text.length`` in JavaScript: astral characters count twice."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _js_number(value: float) -> str:
+    """ECMAScript Number::toString for a finite double."""
+    if value != value or value in (math.inf, -math.inf):
+        return "null"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exp_text = repr(abs(value)).partition("e")
+    int_part, _, frac_part = mantissa.partition(".")
+    digits = (int_part + frac_part).lstrip("0")
+    point = len(int_part.lstrip("0")) if int_part.strip("0") else -(len(frac_part) - len(frac_part.lstrip("0")))
+    point += int(exp_text or 0)
+    digits = digits.rstrip("0") or "0"
+    k, n = len(digits), point
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * (-n) + digits
+    exp = n - 1
+    exp_str = f"e{'+' if exp >= 0 else '-'}{abs(exp)}"
+    if k == 1:
+        return sign + digits + exp_str
+    return sign + digits[0] + "." + digits[1:] + exp_str
+
+
+def js_json_len(value: Any) -> int:
+    """``JSON.stringify(value).length``; 0 where JavaScript would give ``undefined``."""
+    if value is None:
+        return 4
+    if value is True:
+        return 4
+    if value is False:
+        return 5
+    if isinstance(value, int):
+        return len(str(value))
+    if isinstance(value, float):
+        return len(_js_number(value))
+    if isinstance(value, str):
+        try:
+            return js_len(orjson.dumps(value).decode())
+        except TypeError:  # lone surrogates: JavaScript escapes each as \udxxx
+            lone = sum(1 for c in value if 0xD800 <= ord(c) <= 0xDFFF)
+            clean = "".join(c for c in value if not 0xD800 <= ord(c) <= 0xDFFF)
+            return js_len(orjson.dumps(clean).decode()) + 6 * lone
+    if isinstance(value, list):
+        return 2 + max(0, len(value) - 1) + sum(js_json_len(v) or 4 for v in value)
+    if isinstance(value, dict):
+        return 2 + max(0, len(value) - 1) + sum(js_json_len(str(k)) + 1 + js_json_len(v) for k, v in value.items())
+    return 0
+
+
+def _text_chars(content: Any, *, images: bool) -> int:
+    if isinstance(content, str):
+        return js_len(content)
+    chars = 0
+    if isinstance(content, list):
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            text = block.get("text")
+            if kind == "text" and isinstance(text, str) and text:
+                chars += js_len(text)
+            if images and kind == "image":
+                chars += IMAGE_CHARS
+    return chars
+
+
+def message_chars(message: Message) -> int:
+    """The characters pi's ``estimateTokens`` counts for one message (0 for roles it does not count)."""
+    role = message.get("role")
+    if role == "user":
+        return _text_chars(message.get("content"), images=False)
+    if role in ("toolResult", "custom"):
+        return _text_chars(message.get("content"), images=True)
+    if role == "assistant":
+        chars = 0
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text" and isinstance(block.get("text"), str):
+                chars += js_len(block["text"])
+            elif kind == "thinking" and isinstance(block.get("thinking"), str):
+                chars += js_len(block["thinking"])
+            elif kind == "toolCall":
+                name = block.get("name")
+                chars += (js_len(name) if isinstance(name, str) else 0) + js_json_len(block.get("arguments"))
+        return chars
+    if role == "bashExecution":
+        return sum(js_len(v) for v in (message.get("command"), message.get("output")) if isinstance(v, str))
+    if role in ("branchSummary", "compactionSummary"):
+        summary = message.get("summary")
+        return js_len(summary) if isinstance(summary, str) else 0
+    return 0
+
+
+def estimate_tokens(message: Message) -> int:
+    """pi's ``estimateTokens``: counted characters / 4, rounded up."""
+    return -(-message_chars(message) // CHARS_PER_TOKEN)
+
+
+def usage_tokens(message: Message) -> int | None:
+    """pi's ``calculateContextTokens`` for an assistant message that may anchor the count, else None.
+
+    Aborted and error turns never anchor (as in pi). Deliberate difference from pi: a usage that adds up to
+    zero never anchors either, so OpenClaw's delivery-mirror messages do not reset the count to about 0.
+    """
+    if message.get("role") != "assistant" or message.get("stopReason") in ("aborted", "error"):
+        return None
+    usage = message.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    total = _num(usage.get("totalTokens"))
+    if not total:
+        total = sum(_num(usage.get(k)) for k in ("input", "output", "cacheRead", "cacheWrite"))
+    return int(total) if total > 0 else None
+
+
+def _num(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ContextEstimate:
+    """pi's ``estimateContextTokens`` result; ``tokens`` is the raw figure, ``with_margin`` for limits."""
+
+    tokens: int
+    usage_tokens: int
+    trailing_tokens: int
+    last_usage_index: int | None
+
+    @property
+    def source(self) -> str:
+        return "estimate" if self.last_usage_index is None else "usage"
+
+    @property
+    def with_margin(self) -> int:
+        return math.ceil(self.tokens * SAFETY_MARGIN)
+
+
+def estimate_context_tokens(messages: Sequence[Message]) -> ContextEstimate:
+    """Usage of the last anchoring assistant message plus the estimate of every message after it."""
+    for index in range(len(messages) - 1, -1, -1):
+        anchor = usage_tokens(messages[index])
+        if anchor is not None:
+            trailing = sum(estimate_tokens(m) for m in messages[index + 1 :])
+            return ContextEstimate(anchor + trailing, anchor, trailing, index)
+    total = sum(estimate_tokens(m) for m in messages)
+    return ContextEstimate(total, 0, total, None)
+
+
+def estimate_for_planning(messages: Sequence[Message]) -> ContextEstimate:
+    """``estimate_context_tokens`` without usage figures older than the context's compaction summary.
+
+    After a compaction the kept assistant messages still carry the usage of the long context they were answered
+    in; anchoring on them would report the session as full right after it was compacted and loop. pi avoids
+    this in its trigger (it skips usage not newer than the latest compaction); we do the same here.
+    """
+    summary_ts = None
+    if messages and messages[0].get("role") == "compactionSummary":
+        summary_ts = messages[0].get("timestamp")
+    if not isinstance(summary_ts, int | float):
+        return estimate_context_tokens(messages)
+    fresh = next(
+        (
+            i
+            for i in range(len(messages) - 1, 0, -1)
+            if usage_tokens(messages[i]) is not None
+            and isinstance(messages[i].get("timestamp"), int | float)
+            and messages[i]["timestamp"] > summary_ts
+        ),
+        None,
+    )
+    if fresh is None:
+        total = sum(estimate_tokens(m) for m in messages)
+        return ContextEstimate(total, 0, total, None)
+    anchor = usage_tokens(messages[fresh]) or 0
+    trailing = sum(estimate_tokens(m) for m in messages[fresh + 1 :])
+    return ContextEstimate(anchor + trailing, anchor, trailing, fresh)

@@ -1,0 +1,92 @@
+"""Views over pi's AgentMessage dicts (spec-pi-session-format §6).
+
+Messages stay the raw dicts read from the transcript, so unknown fields round-trip untouched; these helpers
+are the one place that knows where text, tool calls and images live inside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+Message = dict[str, Any]
+
+RUNTIME_CONTEXT_TYPE = "openclaw.runtime-context"
+TOOL_CALL_BLOCK_TYPES = frozenset({"toolCall", "toolUse", "functionCall"})
+
+
+def role_of(message: Message) -> str:
+    role = message.get("role")
+    return role if isinstance(role, str) else ""
+
+
+def blocks_of(message: Message) -> list[dict[str, Any]]:
+    """Content blocks; a string content is one text block, anything malformed is no block."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list):
+        return [b for b in content if isinstance(b, dict)]
+    return []
+
+
+def text_of(message: Message, *, include_thinking: bool = False, sep: str = "\n") -> str:
+    """The message's plain text: text blocks (and thinking when asked), bash command and output, summaries."""
+    role = role_of(message)
+    if role == "bashExecution":
+        return f"$ {message.get('command', '')}\n{message.get('output', '')}"
+    if role in ("compactionSummary", "branchSummary"):
+        summary = message.get("summary")
+        return summary if isinstance(summary, str) else ""
+    parts: list[str] = []
+    for block in blocks_of(message):
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif include_thinking and kind == "thinking" and isinstance(block.get("thinking"), str):
+            parts.append(block["thinking"])
+    return sep.join(parts)
+
+
+def tool_calls(message: Message) -> list[dict[str, Any]]:
+    """Tool-call blocks of an assistant message that carry an id."""
+    if role_of(message) != "assistant":
+        return []
+    return [
+        b for b in blocks_of(message) if b.get("type") in TOOL_CALL_BLOCK_TYPES and isinstance(b.get("id"), str)
+    ]
+
+
+def tool_call_id(message: Message) -> str | None:
+    """The call id a toolResult answers (``toolCallId``, or the legacy ``toolUseId``)."""
+    for key in ("toolCallId", "toolUseId"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def image_count(message: Message) -> int:
+    return sum(1 for b in blocks_of(message) if b.get("type") == "image")
+
+
+def is_runtime_context(message: Message) -> bool:
+    return role_of(message) == "custom" and message.get("customType") == RUNTIME_CONTEXT_TYPE
+
+
+def is_error_turn(message: Message) -> bool:
+    return role_of(message) == "assistant" and message.get("stopReason") in ("error", "aborted")
+
+
+def strip_for_llm(message: Message) -> Message:
+    """A copy without what must never reach a model or a token count: ``toolResult.details``."""
+    if role_of(message) == "toolResult" and "details" in message:
+        return {k: v for k, v in message.items() if k != "details"}
+    return message
+
+
+def llm_visible(messages: Iterable[Message]) -> Iterator[Message]:
+    """Messages as a model may see them: runtime-context messages dropped, tool-result details stripped."""
+    for message in messages:
+        if not is_runtime_context(message):
+            yield strip_for_llm(message)

@@ -1,0 +1,346 @@
+"""Bytes → entries, as leniently as pi's own loader (``loadEntriesFromFile`` + ``migrateSessionEntries``).
+
+pi skips every line ``JSON.parse`` rejects and requires the first parsed value to be a session header; it
+migrates v1/v2 entries in memory. We do the same, never rewrite the file, and additionally report each problem a
+loader would hit (with its line number) instead of staying silent about it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from daemon.transcript.messages import role_of, tool_call_id, tool_calls
+
+Entry = dict[str, Any]
+CURRENT_VERSION = 3
+BOM = b"\xef\xbb\xbf"
+# pi's ``isValidSessionFile`` (used by ``pi -c``) parses only the first 512 bytes.
+HEADER_VISIBLE_BYTES = 512
+
+# Problem kinds that make the file unusable for an agent (pi would wipe it on open).
+FATAL_KINDS = frozenset({"no_header", "unreadable"})
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    kind: str
+    line: int | None
+    message: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "line": self.line, "message": self.message}
+
+
+def _js_rejects_constant(name: str) -> Any:
+    raise ValueError(f"JSON.parse rejects {name}")
+
+
+def parse_line(line: bytes) -> tuple[Any, str | None]:
+    """One line as ``JSON.parse`` would take it: (value, None), or (None, reason) when pi would skip it.
+
+    orjson is strict where JavaScript is lenient in two ways, both handled: invalid UTF-8 (Node decodes it to
+    U+FFFD before parsing) and lone surrogate escapes (valid in JavaScript strings).
+    """
+    try:
+        return orjson.loads(line), None
+    except orjson.JSONDecodeError as exc:
+        first_error = str(exc)
+    try:
+        text = line.decode("utf-8", "replace")
+        return json.loads(text, parse_constant=_js_rejects_constant), None
+    except ValueError:
+        return None, first_error
+
+
+@dataclass
+class Transcript:
+    """A parsed transcript: header, migrated entries in file order, and what a loader would stumble on."""
+
+    header: Entry | None
+    version: int
+    entries: list[Entry]
+    problems: list[Problem]
+    leaf_id: str | None
+    # 1-based line number and (start, end) byte span of each entry, parallel to ``entries``.
+    lines: list[int] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    header_span: tuple[int, int] | None = None
+    size: int = 0
+    _by_id: dict[str, Entry] | None = field(default=None, repr=False)
+
+    @property
+    def usable(self) -> bool:
+        return not any(p.kind in FATAL_KINDS for p in self.problems)
+
+    @property
+    def session_id(self) -> str | None:
+        value = (self.header or {}).get("id")
+        return value if isinstance(value, str) else None
+
+    def by_id(self) -> dict[str, Entry]:
+        """Id → entry; a repeated id maps to its last occurrence, as in pi's index."""
+        if self._by_id is None:
+            self._by_id = {e["id"]: e for e in self.entries if isinstance(e.get("id"), str)}
+        return self._by_id
+
+    def leaf(self, leaf_id: str | None = None) -> Entry | None:
+        target = leaf_id if leaf_id is not None else self.leaf_id
+        entry = self.by_id().get(target) if target is not None else None
+        if entry is None and self.entries:
+            entry = self.entries[-1]  # pi falls back to the last entry when the leaf has no usable id
+        return entry
+
+    def branch(self, leaf_id: str | None = None) -> list[Entry]:
+        """Root → leaf path, stopping silently at a missing parent (like pi) and at a cycle (pi would hang)."""
+        index = self.by_id()
+        path: list[Entry] = []
+        seen: set[int] = set()
+        current = self.leaf(leaf_id)
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            path.append(current)
+            parent = current.get("parentId")
+            current = index.get(parent) if isinstance(parent, str) and parent else None
+        path.reverse()
+        return path
+
+
+def iter_lines(data: bytes, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
+    """(start, end, line) for every newline-separated line, the last one possibly unterminated."""
+    find = data.find
+    size = len(data)
+    pos = start
+    while pos < size:
+        nl = find(b"\n", pos)
+        end = size if nl < 0 else nl
+        yield pos, end, data[pos:end]
+        pos = end + 1
+
+
+def parse_transcript(data: bytes) -> Transcript:
+    """Parse a whole file's bytes. Never raises on any input."""
+    problems: list[Problem] = []
+    start = 0
+    if data.startswith(BOM):
+        # JavaScript's trim() strips a leading BOM, so pi still loads the file, but ``pi -c`` (which parses the
+        # raw first line) no longer sees it as a session.
+        problems.append(Problem("bom", 1, "UTF-8 BOM before the header: `pi -c` will not list this session"))
+        start = len(BOM)
+    header: Entry | None = None
+    header_span: tuple[int, int] | None = None
+    entries: list[Entry] = []
+    lines: list[int] = []
+    spans: list[tuple[int, int]] = []
+    positions: list[int] = []  # index of each entry in pi's parsed array (v1 firstKeptEntryIndex uses it)
+    parsed = 0
+    first_value_seen = False
+    line_no = 0
+    loads = orjson.loads
+    for begin, end, raw in iter_lines(data, start):
+        line_no += 1
+        if not raw.strip():
+            continue
+        try:
+            value: Any = loads(raw)
+        except orjson.JSONDecodeError:
+            value, reason = parse_line(raw)
+            if reason is not None:
+                if end == len(data):
+                    problems.append(
+                        Problem("torn_last_line", line_no, f"unterminated last line does not parse: {reason}")
+                    )
+                else:
+                    problems.append(Problem("malformed_line", line_no, f"skipped: {reason}"))
+                continue
+        parsed += 1
+        if not first_value_seen:
+            first_value_seen = True
+            if not (isinstance(value, dict) and value.get("type") == "session" and isinstance(value.get("id"), str)):
+                problems.append(
+                    Problem("no_header", line_no, "first parsed line is not a session header; pi would wipe the file")
+                )
+                return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
+            header = value
+            header_span = (begin, end)
+            if begin - start + HEADER_VISIBLE_BYTES < end:
+                problems.append(
+                    Problem("long_header", line_no, "header line exceeds 512 bytes: `pi -c` will not list it")
+                )
+            continue
+        if not isinstance(value, dict):
+            problems.append(Problem("malformed_line", line_no, "skipped: line is JSON but not an object"))
+            continue
+        if value.get("type") == "session":
+            continue  # pi's duplicate-flush quirk repeats the header; loaders ignore the repeat
+        entries.append(value)
+        positions.append(parsed - 1)
+        lines.append(line_no)
+        spans.append((begin, end))
+    if data and not data.endswith(b"\n") and not any(p.kind == "torn_last_line" for p in problems):
+        problems.append(
+            Problem("torn_last_line", line_no, "file does not end with a newline: the next append would be swallowed")
+        )
+    if header is None:
+        problems.append(Problem("no_header", None, "empty file: no session header; pi would wipe it"))
+        return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
+    version = header.get("version", 1)
+    version = version if isinstance(version, int) and not isinstance(version, bool) else 1
+    if version < 2:
+        _migrate_v1(header, entries, positions)
+    if version < 3:
+        for entry in entries:
+            message = entry.get("message")
+            if entry.get("type") == "message" and isinstance(message, dict) and message.get("role") == "hookMessage":
+                message["role"] = "custom"
+    leaf = entries[-1].get("id") if entries else None
+    transcript = Transcript(
+        header=header,
+        version=version,
+        entries=entries,
+        problems=problems,
+        leaf_id=leaf if isinstance(leaf, str) else None,
+        lines=lines,
+        spans=spans,
+        header_span=header_span,
+        size=len(data),
+    )
+    transcript.problems.extend(validate(transcript))
+    return transcript
+
+
+def _migrate_v1(header: Entry, entries: list[Entry], positions: list[int]) -> None:
+    """pi's v1 → v2 migration, with ids derived from the session id and position instead of random ones.
+
+    Deterministic ids make two reads of the same v1 file agree, which pi (random ids) does not need because it
+    rewrites the file right away; we never rewrite on read.
+    """
+    seed = str(header.get("id", ""))
+    used: set[str] = set()
+    # firstKeptEntryIndex indexes pi's parsed array, header included at 0: every parsed line counts.
+    by_index: dict[int, Entry] = {}
+    previous: str | None = None
+    for position, entry in zip(positions, entries, strict=True):
+        by_index[position] = entry
+        counter = 0
+        while True:
+            digest = hashlib.blake2s(f"{seed}:{position}:{counter}".encode(), digest_size=4).hexdigest()
+            if digest not in used:
+                break
+            counter += 1
+        used.add(digest)
+        entry["id"] = digest
+        entry["parentId"] = previous
+        previous = digest
+    for entry in entries:
+        if entry.get("type") == "compaction" and "firstKeptEntryIndex" in entry:
+            index = entry.pop("firstKeptEntryIndex")
+            target = by_index.get(index) if isinstance(index, int) else None
+            if target is not None:
+                entry["firstKeptEntryId"] = target["id"]
+
+
+def validate(transcript: Transcript) -> list[Problem]:
+    """Structural problems a loader would hit: dangling parents, cycles, unpaired tool calls on the branch."""
+    problems: list[Problem] = []
+    index = transcript.by_id()
+    seen_ids: dict[str, Entry] = {}
+    for entry, line in zip(transcript.entries, transcript.lines, strict=False):
+        entry_id = entry.get("id")
+        if not isinstance(entry_id, str):
+            problems.append(Problem("missing_id", line, "entry has no string id; it cannot be anyone's parent"))
+            continue
+        earlier = seen_ids.get(entry_id)
+        if earlier is not None and earlier != entry:
+            problems.append(Problem("conflicting_duplicate_id", line, f"id {entry_id} repeats with other content"))
+        seen_ids[entry_id] = entry
+        parent = entry.get("parentId")
+        if parent is not None and not (isinstance(parent, str) and parent in index):
+            problems.append(
+                Problem("dangling_parent", line, f"parentId {parent!r} points nowhere: the branch is cut here")
+            )
+    branch = transcript.branch()
+    leaf = transcript.leaf()
+    if leaf is not None and branch and branch[0] is not leaf and _has_cycle(transcript):
+        problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
+    line_of = {id(e): ln for e, ln in zip(transcript.entries, transcript.lines, strict=False)}
+    for position, entry in enumerate(branch):
+        if entry.get("type") != "compaction":
+            continue
+        first_kept = entry.get("firstKeptEntryId")
+        before = {e.get("id") for e in branch[:position]}
+        if first_kept not in before:
+            problems.append(
+                Problem(
+                    "first_kept_not_on_branch",
+                    line_of.get(id(entry)),
+                    f"compaction keeps from {first_kept!r}, which is not on the branch before it",
+                )
+            )
+    problems.extend(_pairing_problems(branch, line_of))
+    return problems
+
+
+def _has_cycle(transcript: Transcript) -> bool:
+    index = transcript.by_id()
+    current = transcript.leaf()
+    seen: set[int] = set()
+    while current is not None:
+        if id(current) in seen:
+            return True
+        seen.add(id(current))
+        parent = current.get("parentId")
+        current = index.get(parent) if isinstance(parent, str) else None
+    return False
+
+
+def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Problem]:
+    problems: list[Problem] = []
+    open_calls: dict[str, int | None] = {}
+    answered: set[str] = set()
+    pending_since: int | None = None
+    for entry in branch:
+        if entry.get("type") == "compaction":
+            continue
+        message = entry.get("message")
+        if entry.get("type") != "message" or not isinstance(message, dict):
+            continue
+        role = role_of(message)
+        line = line_of.get(id(entry))
+        if role == "toolResult":
+            call_id = tool_call_id(message)
+            if call_id is None or (call_id not in open_calls and call_id not in answered):
+                problems.append(
+                    Problem("orphan_tool_result", line, f"toolResult {call_id!r} has no earlier toolCall on the branch")
+                )
+            elif call_id in open_calls:
+                open_calls.pop(call_id)
+                answered.add(call_id)
+            continue
+        if open_calls and pending_since is not None:
+            for call_id, call_line in open_calls.items():
+                problems.append(
+                    Problem("missing_tool_result", call_line, f"toolCall {call_id!r} has no result before the turn moved on")
+                )
+            open_calls.clear()
+        if role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
+            for call in tool_calls(message):
+                open_calls[call["id"]] = line
+            pending_since = line if open_calls else None
+    return problems
+
+
+def read_transcript(path: str | os.PathLike[str]) -> Transcript:
+    """Read and parse a file; an unreadable file is a Transcript with an ``unreadable`` problem, not an error."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        return Transcript(None, CURRENT_VERSION, [], [Problem("unreadable", None, f"{exc.strerror}: {path}")], None)
+    return parse_transcript(data)

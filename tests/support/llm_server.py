@@ -1,0 +1,416 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1, scriptable per test (engineering.md §5.1).
+
+openai 3.x talks through ``httpx2``, which respx cannot intercept, and a mock transport would skip sockets,
+timeouts, connection errors and the SDK's own parsing. A stdlib ``ThreadingHTTPServer`` in a thread is real,
+starts in milliseconds and needs no dependency; ``disable_nagle_algorithm`` removes a 40 ms delayed-ACK stall
+per request.
+
+Use as a pytest plugin (``pytest_plugins = ["tests.support.llm_server"]``): the function-scoped fixture
+``llm_server`` yields a started :class:`StubLLMServer`. Replies come from ``server.script(...)`` in order,
+then from ``server.responder`` (a function of the recorded request). Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+DEFAULT_MODEL = "stub-model"
+# A hung reply is released by the test or at shutdown; this bound only keeps a forgotten one from leaking a
+# thread for ever.
+HANG_LIMIT_SECONDS = 120.0
+
+# What each server answers when the prompt does not fit (engineering.md §4.3, spec-openclaw.md §7/§18).
+OVERFLOW_BODIES: dict[str, tuple[int, object]] = {
+    "openai": (
+        400,
+        {
+            "error": {
+                "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                "resulted in 9120 tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+    ),
+    "vllm": (
+        400,
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 4096 tokens. However, your request has 5021 "
+            "input tokens. Please reduce the length of the input messages.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+    ),
+    "vllm_max_tokens": (
+        400,
+        {
+            "error": {
+                "message": "'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum "
+                "context length is 4096 tokens and your request has 1000 input tokens (4096 > 4096 - 1000).",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
+        },
+    ),
+    "llamacpp": (
+        400,
+        {
+            "error": {
+                "code": 400,
+                "message": "request (9000 tokens) exceeds the available context size (8192 tokens), try "
+                "increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": 9000,
+                "n_ctx": 8192,
+            }
+        },
+    ),
+    "llamacpp_old": (
+        400,
+        {"error": {"code": 400, "message": "the request exceeds the available context size", "type": "x"}},
+    ),
+    "llama_cpp_python": (
+        400,
+        {
+            "error": {
+                "message": "This model's maximum context length is 512 tokens. However, you requested 2041 "
+                "tokens (2031 in the messages, 10 in the completion). Please reduce the length of the "
+                "messages or completion.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+    ),
+    # Ollama's OpenAI-compatible endpoint wraps its own refusal (shift disabled) in an OpenAI-style error.
+    "ollama": (
+        400,
+        {
+            "error": {
+                "message": "the prompt is longer than the context length currently available to the model; "
+                "shorten the prompt, adjust the context length in settings, or use a model with a longer "
+                "context length",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        },
+    ),
+    # Ollama's native style: the error is a bare string.
+    "ollama_native": (
+        400,
+        {"error": "the prompt is longer than the context length currently available to the model"},
+    ),
+    "proxy_413": (413, {"error": {"message": "Request Entity Too Large", "type": "request_too_large"}}),
+}
+
+
+@dataclass
+class Reply:
+    """One scripted answer. ``body`` (bytes) overrides everything; ``payload`` is sent as JSON."""
+
+    status: int = 200
+    payload: object | None = None
+    body: bytes | None = None
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    hang: bool = False
+
+    @classmethod
+    def completion(
+        cls,
+        text: str | None,
+        *,
+        finish_reason: str | None = "stop",
+        prompt_tokens: int | None = 11,
+        completion_tokens: int | None = 7,
+        model: str = DEFAULT_MODEL,
+        delay: float = 0.0,
+        extra_message: dict[str, Any] | None = None,
+    ) -> Reply:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        message.update(extra_message or {})
+        payload: dict[str, Any] = {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        }
+        if prompt_tokens is not None and completion_tokens is not None:
+            payload["usage"] = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            }
+        return cls(payload=payload, delay=delay)
+
+    @classmethod
+    def error(
+        cls, status: int, message: str = "stub error", *, headers: dict[str, str] | None = None
+    ) -> Reply:
+        payload = {"error": {"message": message, "type": "stub_error", "param": None, "code": None}}
+        return cls(status=status, payload=payload, headers=dict(headers or {}))
+
+    @classmethod
+    def rate_limited(cls, retry_after: str | None = None) -> Reply:
+        headers = {} if retry_after is None else {"retry-after": retry_after}
+        return cls.error(429, "Rate limit reached, please try again", headers=headers)
+
+    @classmethod
+    def overflow(cls, server: str) -> Reply:
+        status, payload = OVERFLOW_BODIES[server]
+        return cls(status=status, payload=payload)
+
+    @classmethod
+    def empty(cls) -> Reply:
+        return cls(body=b"")
+
+    @classmethod
+    def garbage(cls, content_type: str = "application/json") -> Reply:
+        return cls(
+            body=b"<html><body>502 upstream gateway went fishing</body></html>", content_type=content_type
+        )
+
+    @classmethod
+    def hung(cls) -> Reply:
+        return cls(hang=True)
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    raw: bytes
+    json: Any
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        if isinstance(self.json, dict) and isinstance(self.json.get("messages"), list):
+            return list(self.json["messages"])
+        return []
+
+    def content(self, role: str) -> str:
+        """The concatenated text of every message with this role."""
+        parts = [m.get("content") for m in self.messages if m.get("role") == role]
+        return "\n".join(p for p in parts if isinstance(p, str))
+
+
+Responder = Callable[[RecordedRequest], "Reply | str"]
+
+
+def default_responder(request: RecordedRequest) -> Reply:
+    """A deterministic answer derived from the prompt, so tests can tell requests apart."""
+    user = request.content("user")
+    return Reply.completion(f"stub summary of {len(request.messages)} messages, {len(user)} chars")
+
+
+class StubLLMServer:
+    """Serves ``POST /v1/chat/completions``, ``GET /v1/models`` and, when ``ollama`` is set, ``/api/*``."""
+
+    def __init__(self) -> None:
+        self.models: list[str] = [DEFAULT_MODEL]
+        self.responder: Responder = default_responder
+        # Set to a dict to impersonate Ollama: {"version": ..., "show": {...}, "ps": {...}}.
+        self.ollama: dict[str, Any] | None = None
+        self.requests: list[RecordedRequest] = []
+        self.handler_errors: list[BaseException] = []
+        self._script: deque[Reply | str] = deque()
+        self._cond = threading.Condition()
+        self._release = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> StubLLMServer:
+        server = self
+
+        class Handler(_Handler):
+            stub = server
+
+        httpd = _Server(("127.0.0.1", 0), Handler)
+        httpd.stub = self
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._httpd = None
+
+    def __enter__(self) -> StubLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None, "server not started"
+        return int(self._httpd.server_address[1])
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """What an OpenAI client takes as ``base_url``."""
+        return f"{self.root_url}/v1"
+
+    # --- scripting ---------------------------------------------------------------------------------------
+    def script(self, *replies: Reply | str) -> None:
+        """Queue replies for the next chat requests, in order; a str is a plain completion text."""
+        with self._cond:
+            self._script.extend(replies)
+
+    def release(self) -> None:
+        """Let every hung request (current and future) finish with a normal completion."""
+        self._release.set()
+
+    # --- inspection --------------------------------------------------------------------------------------
+    @property
+    def completions(self) -> list[RecordedRequest]:
+        with self._cond:
+            return [r for r in self.requests if r.method == "POST" and r.path.endswith("/chat/completions")]
+
+    def wait_for_requests(self, count: int, timeout: float = 30.0) -> None:
+        """Block until ``count`` chat requests have arrived (for tests that act while a request is open)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self.completions) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"stub saw {len(self.completions)} of {count} chat requests")
+                self._cond.wait(remaining)
+
+    # --- used by the handler -----------------------------------------------------------------------------
+    def _record(self, request: RecordedRequest) -> None:
+        with self._cond:
+            self.requests.append(request)
+            self._cond.notify_all()
+
+    def _next_reply(self, request: RecordedRequest) -> Reply:
+        with self._cond:
+            scripted = self._script.popleft() if self._script else None
+        reply = scripted if scripted is not None else self.responder(request)
+        return Reply.completion(reply) if isinstance(reply, str) else reply
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    stub: StubLLMServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Keep handler failures for the test to inspect instead of printing tracebacks to stderr."""
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            self.stub.handler_errors.append(exc)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stub: StubLLMServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: pytest shows stderr on failure
+        pass
+
+    def _read(self, method: str) -> RecordedRequest:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = None
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        request = RecordedRequest(method=method, path=self.path, headers=headers, raw=raw, json=parsed)
+        self.stub._record(request)
+        return request
+
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: int, payload: object) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json")
+
+    def do_GET(self) -> None:
+        request = self._read("GET")
+        path = request.path.split("?", 1)[0].rstrip("/")
+        ollama = self.stub.ollama
+        if path == "/v1/models":
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "stub"} for m in self.stub.models]
+            self._send_json(200, {"object": "list", "data": data})
+        elif ollama is not None and path == "/api/version":
+            self._send_json(200, {"version": ollama.get("version", "0.12.0")})
+        elif ollama is not None and path == "/api/ps":
+            self._send_json(200, ollama.get("ps", {"models": []}))
+        else:
+            self._send_json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+
+    def do_POST(self) -> None:
+        request = self._read("POST")
+        path = request.path.split("?", 1)[0].rstrip("/")
+        ollama = self.stub.ollama
+        if ollama is not None and path == "/api/show":
+            self._send_json(200, ollama.get("show", {}))
+            return
+        if not path.endswith("/chat/completions"):
+            self._send_json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+            return
+        reply = self.stub._next_reply(request)
+        if reply.hang:
+            self.stub._release.wait(HANG_LIMIT_SECONDS)
+            reply = Reply.completion("released")
+        elif reply.delay > 0:
+            # Simulated slowness; a release cuts it short so shutdown never waits.
+            self.stub._release.wait(reply.delay)
+        if reply.body is not None:
+            body = reply.body
+        else:
+            body = json.dumps(reply.payload if reply.payload is not None else {}).encode()
+        try:
+            self._send(reply.status, body, reply.content_type, reply.headers)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout, cancellation)
+            self.close_connection = True
+
+
+@pytest.fixture
+def llm_server() -> Iterator[StubLLMServer]:
+    server = StubLLMServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,533 @@
+"""pi's real session loader and writer (npm ``@mariozechner/pi-coding-agent@0.73.1``, node) as a test oracle.
+
+Many tests use pi itself as the judge of whether a transcript loads and what an agent would see after
+loading it. The node scripts live in ``tests/pi/``; this module installs the package when it is missing, runs
+the scripts and parses their JSON with the standard ``json`` module (pi's output may hold lone surrogates,
+which orjson rejects).
+
+List this module in ``pytest_plugins`` to get the fixtures ``pi`` (a :class:`Pi`) and ``pi_session_factory``.
+
+- :func:`pi_package_dir` – the installed package directory (installs it once, under a file lock).
+- :func:`pi_load` / :func:`pi_load_many` – what ``SessionManager.open`` makes of files (on temp copies).
+- :func:`pi_write` / :func:`pi_write_many` – sessions written by pi's own ``SessionManager`` from op lists.
+- :func:`pi_append_exchange` – open a file with pi and append a user message and an assistant reply.
+- :class:`PiLiveSession` – a ``SessionManager`` kept open, appending from its in-memory leaf on request.
+- :class:`NodeAppender` – a node process appending numbered entries by path exactly as pi does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+PI_PACKAGE = "@mariozechner/pi-coding-agent"
+PI_VERSION = "0.73.1"
+SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "pi"
+# npm fetches about 190 packages; a slow mirror can take minutes.
+NPM_TIMEOUT_SECONDS = 900
+# Loading the real fixtures (10 MB) takes about a second; a parentId cycle makes pi loop forever.
+NODE_TIMEOUT_SECONDS = 120.0
+
+JsonDict = dict[str, Any]
+
+
+class PiError(RuntimeError):
+    """pi (or one of our node scripts around it) failed; the message carries node's error output."""
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Installation
+
+
+def _install_root() -> Path:
+    configured = os.environ.get("COMPACTD_PI_DIR")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    return Path.home() / ".cache" / "compactd-tests" / f"pi-{PI_VERSION}"
+
+
+def _package_path(root: Path) -> Path:
+    return root / "node_modules" / "@mariozechner" / "pi-coding-agent"
+
+
+def _installed_version(package: Path) -> str | None:
+    """The version of a complete install, or None (missing, partial or unreadable)."""
+    if not (package / "dist" / "core" / "compaction" / "compaction.js").is_file():
+        return None
+    try:
+        version = json.loads((package / "package.json").read_text("utf-8")).get("version")
+    except (OSError, ValueError):
+        return None
+    return version if isinstance(version, str) else None
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail(
+            "node is not on PATH: the pi differential tests need node >= 20 (and npm) to run pi's loader"
+        )
+    return node
+
+
+def _npm_install(root: Path) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.fail(
+            f"npm is not on PATH: cannot install {PI_PACKAGE}@{PI_VERSION} into {root}. Install node >= 20 "
+            "with npm (or point COMPACTD_PI_DIR at a directory where the package is already installed)."
+        )
+    if not (root / "package.json").exists():
+        (root / "package.json").write_text('{"name": "compactd-pi-harness", "private": true}\n', "utf-8")
+    command = [npm, "install", "--no-audit", "--no-fund", f"{PI_PACKAGE}@{PI_VERSION}"]
+    try:
+        done = subprocess.run(
+            command, cwd=root, capture_output=True, text=True, timeout=NPM_TIMEOUT_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`{' '.join(command)}` in {root} did not finish within {NPM_TIMEOUT_SECONDS} s")
+    if done.returncode != 0:
+        pytest.fail(
+            f"`{' '.join(command)}` in {root} failed with exit code {done.returncode}:\n"
+            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+
+
+_package_dir: Path | None = None
+
+
+def pi_package_dir() -> Path:
+    """The directory of the pinned pi package, installed with npm on first use.
+
+    Several pytest processes may race here: readers check under a shared ``flock``, the installer holds it
+    exclusively, so nobody sees a half-installed tree. Fails (never skips) when it cannot be installed.
+    """
+    global _package_dir
+    if _package_dir is not None:
+        return _package_dir
+    _node()
+    root = _install_root()
+    root.mkdir(parents=True, exist_ok=True)
+    package = _package_path(root)
+    with open(root / ".install.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        version = _installed_version(package)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        if version != PI_VERSION:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if _installed_version(package) != PI_VERSION:
+                _npm_install(root)
+            version = _installed_version(package)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    if version != PI_VERSION:
+        pytest.fail(f"{package} holds {PI_PACKAGE} version {version!r} after npm install, not {PI_VERSION}")
+    _package_dir = package
+    return package
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Running the node scripts
+
+
+def _node_command(script: str, *args: str) -> list[str]:
+    return [_node(), str(SCRIPTS_DIR / script), *args]
+
+
+def _node_env() -> dict[str, str]:
+    return {**os.environ, "PI_PACKAGE_DIR": str(pi_package_dir())}
+
+
+def _run_node(script: str, payload: Any, timeout: float = NODE_TIMEOUT_SECONDS) -> Any:
+    """Run a script with ``payload`` as JSON on stdin; its stdout is one JSON value."""
+    command = _node_command(script)
+    try:
+        done = subprocess.run(
+            command,
+            input=json.dumps(payload).encode(),  # ensure_ascii: lone surrogates travel as \udxxx escapes
+            capture_output=True,
+            env=_node_env(),
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise PiError(
+            f"{script} did not finish within {timeout} s (a parentId cycle makes pi loop forever)"
+        ) from exc
+    if done.returncode != 0:
+        raise PiError(f"{script} exited with {done.returncode}:\n{done.stderr.decode('utf-8', 'replace')}")
+    return json.loads(done.stdout.decode("utf-8"))
+
+
+def pi_load_many(
+    paths: Sequence[str | os.PathLike[str]], *, timeout: float = NODE_TIMEOUT_SECONDS
+) -> list[JsonDict]:
+    """What ``SessionManager.open`` makes of each file, in one node process.
+
+    Each file is copied first, alone in a temp directory (pi rewrites v1/v2 files in place and wipes
+    headerless ones). Each result has: ``source`` (the path given), ``session_id``, ``header``, ``leaf_id``,
+    ``entry_count``, ``messages`` (``buildSessionContext().messages``), ``thinking_level``, ``model``,
+    ``estimate`` (``estimateContextTokens(messages)``: ``tokens``, ``usageTokens``, ``trailingTokens``,
+    ``lastUsageIndex``), ``message_tokens`` (``estimateTokens`` of each message), ``branch_ids``
+    (``getBranch()``), ``rewritten`` (pi changed the copy's bytes), ``wiped`` (pi replaced it with a fresh
+    header) and ``resumable`` (``pi -c`` would pick it). When pi throws, the result is
+    ``{"source", "error"}``; ``estimate`` is None (with ``estimate_error``) when only the estimate throws.
+    """
+    if not paths:
+        return []
+    with tempfile.TemporaryDirectory(prefix="compactd-pi-load-") as tmp:
+        copies = []
+        for index, path in enumerate(paths):
+            folder = Path(tmp) / str(index)
+            folder.mkdir()
+            copy = folder / "session.jsonl"
+            shutil.copyfile(path, copy)
+            copies.append(str(copy))
+        results: list[JsonDict] = _run_node("load.mjs", {"paths": copies}, timeout)
+    for result, path in zip(results, paths, strict=True):
+        result.pop("path", None)
+        result["source"] = os.fspath(path)
+    return results
+
+
+def pi_load(path: str | os.PathLike[str], *, check: bool = True) -> JsonDict:
+    """:func:`pi_load_many` for one file; raises :class:`PiError` when pi throws (unless ``check`` is off)."""
+    result = pi_load_many([path])[0]
+    if check and "error" in result:
+        raise PiError(f"pi failed to load {path}:\n{result['error']}")
+    return result
+
+
+def pi_write_many(specs: Sequence[Mapping[str, Any]]) -> list[JsonDict]:
+    """Write several sessions with pi's ``SessionManager`` in one node process (see :func:`pi_write`).
+
+    Each spec: ``dir`` (session directory), ``ops``, optional ``cwd`` (header cwd, default ``dir``) and
+    optional ``open`` (an existing file to ``SessionManager.open`` instead of creating a new session).
+    """
+    payload = [{**spec, "dir": os.fspath(spec["dir"])} for spec in specs]
+    for spec in payload:
+        if spec.get("open") is not None:
+            spec["open"] = os.fspath(spec["open"])
+    results: list[JsonDict] = _run_node("write.mjs", {"specs": payload})
+    for index, result in enumerate(results):
+        if "error" in result:
+            raise PiError(f"pi_write spec {index} failed:\n{result['error']}")
+    return results
+
+
+def pi_write(
+    path_dir: str | os.PathLike[str],
+    ops: Sequence[Mapping[str, Any]],
+    *,
+    cwd: str | None = None,
+    open_path: str | os.PathLike[str] | None = None,
+) -> JsonDict:
+    """Write a session in ``path_dir`` with pi's own ``SessionManager`` from a list of operations.
+
+    Each op is ``{"op": NAME, ...}`` with NAME one of appendMessage, appendModelChange,
+    appendThinkingLevelChange, appendCompaction, appendCustomEntry, appendCustomMessageEntry,
+    appendLabelChange, appendSessionInfo, branch, resetLeaf, branchWithSummary; arguments are named as in pi
+    (see ``tests/pi/write.mjs``). ``target`` and ``firstKeptEntryId`` given as an int refer to the entry that
+    earlier op produced. Returns ``path``, ``session_id``, ``ids`` (the entry id of each op, None for branch/resetLeaf), ``leaf_id`` and ``exists``:
+    pi writes nothing until the session holds an assistant message.
+    """
+    spec: dict[str, Any] = {"dir": path_dir, "ops": list(ops)}
+    if cwd is not None:
+        spec["cwd"] = cwd
+    if open_path is not None:
+        spec["open"] = open_path
+    return pi_write_many([spec])[0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Long-running node processes
+
+
+class _LineReader:
+    """Reads a process's stdout lines on a thread so that waiting for one can time out."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _run(self, stream: IO[bytes]) -> None:
+        for line in iter(stream.readline, b""):
+            self._lines.put(line)
+        self._lines.put(b"")
+
+    def next(self, timeout: float, describe: Callable[[], str]) -> JsonDict:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise PiError(f"no answer within {timeout} s; {describe()}") from None
+        if not line:
+            self._lines.put(b"")  # keep reporting end of stream
+            raise PiError(f"node exited; {describe()}")
+        value: JsonDict = json.loads(line.decode("utf-8"))
+        return value
+
+    def join(self) -> None:
+        self._thread.join()
+
+
+class _NodeProcess:
+    def __init__(self, script: str, *args: str) -> None:
+        # A file, not a pipe: nobody drains stderr while the process runs.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _finish
+        self._proc = subprocess.Popen(
+            _node_command(script, *args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=_node_env(),
+        )
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._stdin = self._proc.stdin
+        self._reader = _LineReader(self._proc.stdout)
+        self._closed = False
+
+    def _describe(self) -> str:
+        self._stderr.seek(0)
+        err = self._stderr.read().decode("utf-8", "replace")
+        return f"exit code {self._proc.poll()}, stderr:\n{err[-4000:]}"
+
+    def _send(self, value: Any) -> None:
+        self._stdin.write(json.dumps(value).encode() + b"\n")
+        self._stdin.flush()
+
+    def _read(self, timeout: float) -> JsonDict:
+        return self._reader.next(timeout, self._describe)
+
+    def _finish(self, timeout: float) -> None:
+        """Reap the process (killing it after ``timeout``) and close every pipe; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        try:
+            self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._reader.join()
+        assert self._proc.stdout is not None
+        self._proc.stdout.close()
+        self._stderr.close()
+
+
+class PiLiveSession(_NodeProcess):
+    """A pi ``SessionManager`` that opened ``path`` when this object was created and stays open.
+
+    Like a running pi it never re-reads the file: it appends from its in-memory leaf whatever happened to the
+    file meanwhile, which models "a SessionManager that opened the file before a rotation appends after it".
+    The constructor returns once pi has loaded the file. Use it as a context manager (or call :meth:`close`).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = NODE_TIMEOUT_SECONDS) -> None:
+        super().__init__("live.mjs", os.fspath(path))
+        self.path = Path(path)
+        self.timeout = timeout
+        try:
+            hello = self._read(timeout)
+            if not hello.get("ok"):
+                raise PiError(f"pi could not open {path}:\n{hello.get('error')}")
+        except BaseException:
+            self._finish(timeout)
+            raise
+        self.session_id: str = hello["session_id"]
+        self.leaf_id_at_open: str | None = hello["leaf_id"]
+        self.entry_count_at_open: int = hello["entry_count"]
+
+    def _request(self, request: JsonDict) -> JsonDict:
+        if self._closed:
+            raise PiError("the live pi session is closed")
+        self._send(request)
+        answer = self._read(self.timeout)
+        if not answer.get("ok"):
+            raise PiError(f"pi failed on {request.get('cmd')}:\n{answer.get('error')}")
+        return answer
+
+    def append_exchange(self, user: str, assistant: str, usage: Mapping[str, Any] | None = None) -> JsonDict:
+        """Append a user message and an assistant reply (with ``usage`` over the defaults) from pi's leaf.
+
+        Returns ``{"user_id", "assistant_id"}``.
+        """
+        request: JsonDict = {"cmd": "append_exchange", "user": user, "assistant": assistant}
+        if usage is not None:
+            request["usage"] = dict(usage)
+        answer = self._request(request)
+        return {"user_id": answer["user_id"], "assistant_id": answer["assistant_id"]}
+
+    def context(self) -> JsonDict:
+        """pi's in-memory view: ``{"leaf_id", "messages"}`` (what this agent would send to its model now)."""
+        answer = self._request({"cmd": "context"})
+        return {"leaf_id": answer["leaf_id"], "messages": answer["messages"]}
+
+    def close(self) -> None:
+        if not self._closed and self._proc.poll() is None:
+            with contextlib.suppress(PiError, OSError):
+                self._send({"cmd": "close"})
+                self._read(self.timeout)
+        self._finish(self.timeout)
+
+    def __enter__(self) -> PiLiveSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pi_append_exchange(
+    path: str | os.PathLike[str], user_text: str, assistant_text: str, usage: Mapping[str, Any] | None = None
+) -> JsonDict:
+    """``SessionManager.open(path)``, append a user message and an assistant reply; returns their ids.
+
+    Returns ``{"user_id", "assistant_id"}``. Note that pi rewrites a v1/v2 file in place on open, and wipes a
+    file without a valid header.
+    """
+    with PiLiveSession(path) as session:
+        return session.append_exchange(user_text, assistant_text, usage)
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What a :class:`NodeAppender` wrote: ``(seq, id)`` pairs in order, and the leaf it chained from."""
+
+    written: list[tuple[int, str]]
+    leaf_id_at_start: str | None
+
+    @property
+    def seqs(self) -> list[int]:
+        return [seq for seq, _ in self.written]
+
+    @property
+    def ids(self) -> list[str]:
+        return [entry_id for _, entry_id in self.written]
+
+
+class NodeAppender(_NodeProcess):
+    """A node process appending ``count`` numbered ``message`` entries to ``path`` exactly as pi does.
+
+    One ``appendFileSync(path, JSON.stringify(entry) + "\\n")`` per entry (open by path, write, close; no
+    lock); entry i has text ``"seq <start_seq + i>"`` (user for even i, assistant for odd i), a unique 8-hex
+    id and ``parentId`` chained from the previous one, starting at the file's leaf as pi loads it when the
+    process starts. With ``pause_every`` > 0 it sleeps ``pause_ms`` after every that many lines, to spread its writes.
+    :meth:`start` returns once the leaf is read; :meth:`wait` returns what was written.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        count: int,
+        *,
+        start_seq: int = 0,
+        pause_every: int = 0,
+        pause_ms: float = 1.0,
+    ) -> None:
+        self.path = Path(path)
+        self.count = count
+        self.start_seq = start_seq
+        self.pause_every = pause_every
+        self.pause_ms = pause_ms
+        self.leaf_id_at_start: str | None = None
+        self._started = False
+        self._closed = True  # until start() spawns the process
+
+    def start(self, timeout: float = NODE_TIMEOUT_SECONDS) -> NodeAppender:
+        if self._started:
+            raise PiError("NodeAppender.start() called twice")
+        self._started = True
+        super().__init__("appender.mjs")
+        payload = {
+            "path": os.fspath(self.path),
+            "count": self.count,
+            "start_seq": self.start_seq,
+            "pause_every": self.pause_every,
+            "pause_ms": self.pause_ms,
+        }
+        try:
+            self._send(payload)
+            self._stdin.close()
+            hello = self._read(timeout)
+        except BaseException:
+            self._finish(0)
+            raise
+        self.leaf_id_at_start = hello.get("leaf_id")
+        return self
+
+    def wait(self, timeout: float = 240.0) -> Appended:
+        """Wait for the last append; raises :class:`PiError` (after reaping the process) when node failed."""
+        if not self._started:
+            raise PiError("NodeAppender.wait() before start()")
+        try:
+            done = self._read(timeout)
+        finally:
+            self._finish(timeout)
+        if not done.get("done"):
+            raise PiError(
+                f"the appender failed after {len(done.get('written', []))} lines:\n{done.get('error')}"
+            )
+        return Appended([(int(seq), str(i)) for seq, i in done["written"]], self.leaf_id_at_start)
+
+    def kill(self) -> None:
+        """Stop the appender now (if it is still running) and reap it."""
+        if self._started and not self._closed:
+            self._proc.kill()
+            self._finish(NODE_TIMEOUT_SECONDS)
+
+    def __enter__(self) -> NodeAppender:
+        return self.start() if not self._started else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fixtures
+
+
+class Pi:
+    """The harness as one object (the ``pi`` fixture); each attribute is a module-level function or class."""
+
+    package_dir = staticmethod(pi_package_dir)
+    load = staticmethod(pi_load)
+    load_many = staticmethod(pi_load_many)
+    write = staticmethod(pi_write)
+    write_many = staticmethod(pi_write_many)
+    append_exchange = staticmethod(pi_append_exchange)
+    LiveSession = PiLiveSession
+    Appender = NodeAppender
+    Error = PiError
+
+
+@pytest.fixture(scope="session")
+def pi() -> Pi:
+    """pi's real loader and writer, installed on first use."""
+    pi_package_dir()
+    return Pi()
+
+
+@pytest.fixture
+def pi_session_factory(pi: Pi, tmp_path: Path) -> Callable[..., JsonDict]:
+    """``make(ops, cwd=None) -> pi_write result``: each call writes a new session in its own folder."""
+    counter = iter(range(1_000_000))
+
+    def make(ops: Sequence[Mapping[str, Any]], cwd: str | None = None) -> JsonDict:
+        folder = tmp_path / f"pi-session-{next(counter)}"
+        return pi.write(folder, ops, cwd=cwd)
+
+    return make

@@ -1,0 +1,335 @@
+"""Summary augmentation: suffix order, caps, the budget that keeps the suffix, recent turns, failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from daemon.summarize.augment import (
+    FILE_LIST_MAX_CHARS,
+    FILE_SECTION_MAX_CHARS,
+    RECENT_TURN_MAX_CHARS,
+    RECENT_TURNS_HEADING,
+    SPLIT_TURN_LABEL,
+    TOOL_FAILURE_MAX_CHARS,
+    TOOL_FAILURE_MAX_ITEMS,
+    TOOL_FAILURES_HEADING,
+    TRUNCATION_MARKER,
+    augment_summary,
+    build_suffix,
+    collect_tool_failures,
+    exit_code_of,
+    render_file_lists,
+    render_tool_failures,
+    render_turn,
+    select_recent_turns,
+)
+
+Msg = dict[str, Any]
+
+
+def user(text: str) -> Msg:
+    return {"role": "user", "content": text, "timestamp": 1}
+
+
+def assistant(text: str = "", calls: list[tuple[str, str]] = ()) -> Msg:  # type: ignore[assignment]
+    content: list[Msg] = [{"type": "text", "text": text}] if text else []
+    content += [{"type": "toolCall", "id": cid, "name": name, "arguments": {}} for cid, name in calls]
+    return {"role": "assistant", "content": content, "stopReason": "toolUse" if calls else "stop"}
+
+
+def result(
+    cid: str, text: str, *, name: str = "bash", error: bool = False, details: Msg | None = None
+) -> Msg:
+    msg: Msg = {
+        "role": "toolResult",
+        "toolCallId": cid,
+        "toolName": name,
+        "content": [{"type": "text", "text": text}],
+        "isError": error,
+    }
+    if details is not None:
+        msg["details"] = details
+    return msg
+
+
+def augment(summary: str = "BODY", **kw: Any) -> str:
+    args: dict[str, Any] = {
+        "recent_turns": [],
+        "tool_failures": [],
+        "read_files": [],
+        "modified_files": [],
+        "critical_rules": None,
+    }
+    args.update(kw)
+    return augment_summary(summary, **args)
+
+
+# --- order and empty inputs ---------------------------------------------------------------------------------
+def test_empty_inputs_leave_the_summary_alone() -> None:
+    assert augment("## Decisions\nNone.") == "## Decisions\nNone."
+    assert augment("") == ""
+    assert (
+        build_suffix(recent_turns=[], tool_failures=[], read_files=[], modified_files=[], critical_rules="  ")
+        == ""
+    )
+
+
+def test_suffix_order() -> None:
+    out = augment(
+        "BODY",
+        split_turn_summary="- the user asked for 17 migrations",
+        recent_turns=[user("hello there"), assistant("hi")],
+        tool_failures=[result("c1", "boom", error=True)],
+        read_files=["/r.txt"],
+        modified_files=["/m.txt"],
+        critical_rules="## Red Lines\nNever push to main.",
+    )
+    markers = [
+        "BODY",
+        SPLIT_TURN_LABEL,
+        RECENT_TURNS_HEADING,
+        TOOL_FAILURES_HEADING,
+        "<read-files>",
+        "<modified-files>",
+        "<workspace-critical-rules>",
+    ]
+    positions = [out.index(m) for m in markers]
+    assert positions == sorted(positions)
+    assert out.startswith("BODY\n\n---\n\n" + SPLIT_TURN_LABEL + "\n\n- the user asked for 17 migrations")
+    assert out.endswith(
+        "<workspace-critical-rules>\n## Red Lines\nNever push to main.\n</workspace-critical-rules>"
+    )
+    assert "- User: hello there\n- Assistant: hi" in out
+    assert "<read-files>\n/r.txt\n</read-files>\n\n<modified-files>\n/m.txt\n</modified-files>" in out
+
+
+def test_empty_body_has_no_leading_blank_lines() -> None:
+    out = augment("", critical_rules="rule")
+    assert out == "<workspace-critical-rules>\nrule\n</workspace-critical-rules>"
+
+
+# --- recent turns -------------------------------------------------------------------------------------------
+def test_recent_turn_lines_and_600_cap() -> None:
+    long_text = "word " * 400
+    image_user = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image", "data": "x"},
+            {"type": "image", "data": "y"},
+        ],
+    }
+    lines = [
+        render_turn(user("multi\n\nline   text")),
+        render_turn(assistant(long_text)),
+        render_turn(result("c1", "file contents", name="read")),
+        render_turn(image_user),
+        render_turn(assistant("", [("c2", "bash"), ("c3", "read")])),
+        render_turn({"role": "toolResult", "toolCallId": "c4", "content": [{"type": "image", "data": "z"}]}),
+    ]
+    assert lines[0] == "- User: multi line text"
+    assert lines[1] is not None and lines[1].startswith("- Assistant: word word")
+    assert len(lines[1]) == len("- Assistant: ") + RECENT_TURN_MAX_CHARS
+    assert lines[1].endswith("…")
+    assert lines[2] == "- Tool result (read): file contents"
+    assert lines[3] == "- User: look [non-text content: image x2]"
+    assert lines[4] == "- Assistant: [tool calls: bash, read]"
+    assert lines[5] == "- Tool result (tool): [non-text content: image x1]"
+    assert render_turn({"role": "custom", "content": "x"}) is None
+    assert render_turn(assistant("")) is None
+
+
+def test_thinking_is_not_preserved() -> None:
+    msg = {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "secret plan"}, {"type": "text", "text": "ok"}],
+    }
+    assert render_turn(msg) == "- Assistant: ok"
+
+
+def _conversation() -> list[Msg]:
+    return [
+        user("u1"),
+        assistant("a1"),
+        user("u2"),
+        assistant("", [("c1", "bash")]),
+        result("c1", "r1"),
+        assistant("a2"),
+        {"role": "custom", "customType": "x", "content": "c"},
+        user("u3"),
+        assistant("", [("c2", "read"), ("c3", "read")]),
+        result("c2", "r2", name="read"),
+        result("c3", "r3", name="read"),
+        assistant("a3"),
+        user("u4"),
+        assistant("a4"),
+    ]
+
+
+def _texts(msgs: list[Msg]) -> list[str]:
+    out = []
+    for m in msgs:
+        if m["role"] == "toolResult":
+            out.append(m["content"][0]["text"])
+        elif isinstance(m["content"], str):
+            out.append(m["content"])
+        else:
+            texts = [b.get("text") or b.get("id") for b in m["content"]]
+            out.append("+".join(str(t) for t in texts))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("turns", "expected"),
+    [
+        (0, []),
+        (1, ["u4", "a4"]),
+        (2, ["u3", "c2+c3", "r2", "r3", "a3", "u4", "a4"]),
+        (3, ["u2", "c1", "r1", "a2", "u3", "c2+c3", "r2", "r3", "a3", "u4", "a4"]),
+        # Fewer user messages than turns: all users plus the newest 2N user/assistant messages.
+        (6, ["u1", "a1", "u2", "c1", "r1", "a2", "u3", "c2+c3", "r2", "r3", "a3", "u4", "a4"]),
+    ],
+)
+def test_select_recent_turns(turns: int, expected: list[str]) -> None:
+    assert _texts(select_recent_turns(_conversation(), turns)) == expected
+
+
+def test_select_recent_turns_with_few_users_keeps_all_users_and_the_newest_messages() -> None:
+    msgs = [user("only ask"), *[assistant(f"a{i}") for i in range(10)]]
+    assert _texts(select_recent_turns(msgs, 3)) == ["only ask", "a4", "a5", "a6", "a7", "a8", "a9"]
+
+
+def test_select_recent_turns_drops_results_of_calls_not_kept() -> None:
+    msgs = [user("u1"), assistant("", [("old", "bash")]), result("old", "r-old"), user("u2"), assistant("a2")]
+    assert _texts(select_recent_turns(msgs, 1)) == ["u2", "a2"]
+
+
+# --- tool failures ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("msg", "code"),
+    [
+        (result("c", "Command exited with code 1", error=True), 1),
+        (result("c", "out\nexit code: 127", error=True), 127),
+        (result("c", "Exit status 2\n...\nProcess exited with code 3", error=True), 3),
+        (result("c", "exitCode=-9", error=True), -9),
+        (result("c", "text says exit code 1", error=True, details={"exitCode": 4}), 4),
+        (result("c", "no code here", error=True), None),
+        ({"role": "bashExecution", "command": "make", "output": "", "exitCode": 2}, 2),
+    ],
+)
+def test_exit_code_from_details_or_text(msg: Msg, code: int | None) -> None:
+    assert exit_code_of(msg) == code
+
+
+def test_collect_tool_failures() -> None:
+    msgs = [
+        result("c1", "ok"),
+        result("c2", "first", error=True),
+        result("c2", "duplicate", error=True),
+        result("c3", "details say failed", details={"status": "failed"}),
+        result("c4", "non-zero", details={"exitCode": 1}),
+        result("c5", "zero", details={"exitCode": 0, "status": "completed"}),
+        user("not a tool"),
+    ]
+    assert _texts(collect_tool_failures(msgs)) == ["first", "details say failed", "non-zero"]
+
+
+def test_tool_failure_lines_caps_and_dedup() -> None:
+    failures = [result(f"c{i}", f"error number {i}\n  at line {i}", error=True) for i in range(11)]
+    failures.insert(1, result("c0", "duplicate of c0", error=True))
+    failures[2]["details"] = {"status": "error", "exitCode": 2}
+    failures.append(result("long", "x" * 1000, name="edit", error=True))
+    failures.append(result("empty", "", name="write", error=True))
+    text = render_tool_failures(failures)
+    lines = text.splitlines()
+    assert lines[0] == TOOL_FAILURES_HEADING
+    assert len(lines) == 1 + TOOL_FAILURE_MAX_ITEMS + 1
+    assert lines[1] == "- bash: error number 0 at line 0"
+    assert lines[2] == "- bash (status=error exitCode=2): error number 1 at line 1"
+    assert "duplicate of c0" not in text
+    assert lines[-1] == f"- ...and {13 - TOOL_FAILURE_MAX_ITEMS} more"
+    long_line = render_tool_failures([failures[-2]]).splitlines()[1]
+    assert long_line == "- edit: " + "x" * (TOOL_FAILURE_MAX_CHARS - 1) + "…"
+    assert render_tool_failures([failures[-1]]).splitlines()[1] == "- write: failed (no output)"
+    assert render_tool_failures([]) == ""
+
+
+def test_tool_failure_with_exit_code_in_text() -> None:
+    line = render_tool_failures([result("c", "Command exited with code 1", error=True)]).splitlines()[1]
+    assert line == "- bash (exitCode=1): Command exited with code 1"
+
+
+# --- file lists ---------------------------------------------------------------------------------------------
+def test_file_lists_sorted_unique_and_read_excludes_modified() -> None:
+    text = render_file_lists(["/b", "/a", "/a", "/m"], ["/m", "/z", ""])
+    assert text == "<read-files>\n/a\n/b\n</read-files>\n\n<modified-files>\n/m\n/z\n</modified-files>"
+    assert render_file_lists([], []) == ""
+    assert render_file_lists(["/only"], []) == "<read-files>\n/only\n</read-files>"
+
+
+def _block(text: str, tag: str) -> str:
+    return text.split(f"<{tag}>\n", 1)[1].split(f"\n</{tag}>", 1)[0]
+
+
+def test_file_list_caps_900_and_section_2000() -> None:
+    read = [f"/repo/src/module_{i:04d}/implementation_file.py" for i in range(200)]
+    modified = [f"/repo/tests/test_module_{i:04d}_with_a_long_name.py" for i in range(200)]
+    text = render_file_lists(read, modified)
+    assert len(text) <= FILE_SECTION_MAX_CHARS
+    for tag, paths in (("read-files", read), ("modified-files", modified)):
+        block = _block(text, tag)
+        assert len(block) <= FILE_LIST_MAX_CHARS
+        lines = block.splitlines()
+        kept = lines[:-1]
+        assert kept == sorted(paths)[: len(kept)]
+        assert lines[-1] == f"...and {len(paths) - len(kept)} more"
+        # As many paths as fit: one more would exceed the cap.
+        assert len("\n".join([*sorted(paths)[: len(kept) + 1], lines[-1]])) > FILE_LIST_MAX_CHARS
+
+
+def test_file_list_of_one_huge_path() -> None:
+    text = render_file_lists(["/" + "p" * 2000], [])
+    assert text == "<read-files>\n...and 1 more\n</read-files>"
+
+
+# --- size cap -----------------------------------------------------------------------------------------------
+def test_cap_within_budget_is_untouched() -> None:
+    body = "b" * 1000
+    out = augment(body, critical_rules="rule", max_chars=16_000)
+    assert out == body + "\n\n<workspace-critical-rules>\nrule\n</workspace-critical-rules>"
+
+
+def test_cap_cuts_the_body_and_keeps_the_suffix() -> None:
+    body = "b" * 20_000
+    out = augment(body, recent_turns=[user("keep me")], critical_rules="rule")
+    assert len(out) == 16_000
+    suffix = (
+        "\n\n"
+        + RECENT_TURNS_HEADING
+        + "\n- User: keep me\n\n<workspace-critical-rules>\nrule\n</workspace-critical-rules>"
+    )
+    assert out.endswith(TRUNCATION_MARKER + suffix)
+    assert out.startswith("b" * 100)
+
+
+def test_cap_with_suffix_as_large_as_the_budget_keeps_its_tail() -> None:
+    rules = "r" * 400
+    out = augment("BODY", critical_rules=rules, max_chars=300)
+    assert len(out) == 300
+    assert out.endswith("r" * 100 + "\n</workspace-critical-rules>")
+    assert "BODY" not in out and TRUNCATION_MARKER not in out
+
+
+def test_cap_when_suffix_and_marker_just_exceed_the_budget() -> None:
+    out = augment("BODY" * 10, critical_rules="r" * 60, max_chars=100)
+    assert len(out) <= 100
+    assert out.endswith("r" * 60 + "\n</workspace-critical-rules>")
+
+
+def test_cap_default_is_16000() -> None:
+    failures = [result(f"c{i}", "e" * 500, error=True) for i in range(20)]
+    out = augment("x" * 30_000, tool_failures=failures, recent_turns=[user("u" * 5000)])
+    assert len(out) == 16_000
+    assert out.count("\n- bash: ") == TOOL_FAILURE_MAX_ITEMS

@@ -1,0 +1,585 @@
+"""Tool-result truncation and the pruning plan (spec-openclaw §6)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from daemon.defaults import TOOL_RESULT_MAX_CHARS
+from daemon.prune import (
+    MIDDLE_MARKER,
+    PruneEdit,
+    PrunePlan,
+    has_important_tail,
+    max_tool_result_chars,
+    plan_pruning,
+    reducible_chars,
+    tool_result_text_chars,
+    truncate_text,
+    truncate_tool_result,
+    truncation_suffix,
+)
+from daemon.tokens import js_len
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+SUFFIX_RE = re.compile(r"\[\.\.\. (\d+) more characters truncated(?:; [^\]]*)?\]$")
+
+
+def suffix(n: int) -> str:
+    return f"[... {n} more characters truncated]"
+
+
+def result(text: str | list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    content = [{"type": "text", "text": text}] if isinstance(text, str) else text
+    return {"role": "toolResult", "toolCallId": "c1", "toolName": "bash", "content": content, **extra}
+
+
+def split(out: str) -> tuple[str, int]:
+    """The kept body and the suffix's number."""
+    match = SUFFIX_RE.search(out)
+    assert match is not None, out[-80:]
+    return out[: match.start()], int(match.group(1))
+
+
+def omitted_from(text: str, body: str) -> int:
+    """Original characters missing from ``body`` (head + marker + tail, or head)."""
+    kept = js_len(body) - (js_len(MIDDLE_MARKER) if MIDDLE_MARKER in body else 0)
+    return js_len(text) - kept
+
+
+# --- constants ------------------------------------------------------------------------------------------------
+
+
+def test_marker_and_suffix_are_openclaws() -> None:
+    assert MIDDLE_MARKER == "\n\n⚠️ [... middle content omitted — showing head and tail ...]\n\n"
+    assert js_len(MIDDLE_MARKER) == 63
+    assert truncation_suffix(1) == "[... 1 more characters truncated]"
+    assert len(truncation_suffix(1)) == 33
+    assert truncation_suffix(0) == truncation_suffix(1)  # never "0 more"
+    assert truncation_suffix(7, "full text in a.bak / entry e1") == (
+        "[... 7 more characters truncated; full text in a.bak / entry e1]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("window", "hard_cap", "expected"),
+    [
+        (200_000, TOOL_RESULT_MAX_CHARS, 16_000),
+        (128_000, TOOL_RESULT_MAX_CHARS, 16_000),
+        (32_000, TOOL_RESULT_MAX_CHARS, 16_000),
+        (16_384, TOOL_RESULT_MAX_CHARS, 16_000),  # ⌊16384 × 0.3⌋ × 4 = 19,660 > cap
+        (16_000, 40_000, 19_200),
+        (32_000, 40_000, 38_400),
+        (128_000, 40_000, 40_000),
+        (8_192, TOOL_RESULT_MAX_CHARS, 9_828),  # ⌊2457.6⌋ × 4
+        (10_000, TOOL_RESULT_MAX_CHARS, 12_000),
+        (200_000, 0, 1),  # a cap below 1 is 1
+    ],
+)
+def test_max_tool_result_chars(window: int, hard_cap: int, expected: int) -> None:
+    assert max_tool_result_chars(window, hard_cap) == expected
+
+
+# --- hasImportantTail -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("build output\nError: cannot find module", True),
+        ("ok\nERROR", True),
+        ("Traceback (most recent call last):", True),
+        ("process exited\nexit code 2", True),
+        ("see the stack trace below", True),
+        ("errno 13", True),
+        ("panic: runtime error", True),
+        ("1 test failed", True),
+        ("Exception in thread", True),
+        ('{"a": {"b": 1}}', True),
+        ('{"a": 1}\n  \n\t', True),  # trailing whitespace after the brace
+        ("{ x }\ufeff", True),  # JavaScript's trim strips BOM too
+        ("Total: 42", True),
+        ("## Summary", True),
+        ("Done.", True),
+        ("build finished", True),
+        ("task complete", True),
+        ("result = 3", True),
+        ("éerror", True),  # \b is ASCII in JavaScript: é is not a word character
+        ("errors everywhere", False),  # whole words only
+        ("terror", False),
+        ("error_code", False),
+        ("doneness", False),
+        ("{ open", False),
+        ("plain listing\nfile1\nfile2", False),
+        ("", False),
+        ("Error at the start\n" + "x" * 2000, False),  # only the last 2,000 characters count
+        ("Error\n" + "x" * 1993, True),  # the word ends inside the window
+    ],
+)
+def test_has_important_tail(text: str, expected: bool) -> None:
+    assert has_important_tail(text) is expected
+
+
+# --- truncateToolResultText -----------------------------------------------------------------------------------
+
+
+def test_text_within_limit_is_returned_as_is() -> None:
+    text = "a" * 3000
+    assert truncate_text(text, 3000) is text
+    assert truncate_text(text, 3001) is text
+
+
+def test_one_over_the_limit_is_cut() -> None:
+    out = truncate_text("a" * 3001, 3000)
+    assert len(out) <= 3000
+    body, n = split(out)
+    assert n == 3001 - len(body)
+
+
+@pytest.mark.parametrize(
+    ("text", "max_chars", "min_keep", "expected"),
+    [
+        # budget = 3000 − len(suffix(7000)) = 2964; no newline: a hard prefix.
+        ("a" * 10_000, 3000, 2000, "a" * 2964 + suffix(7036)),
+        # newline at 2500 > 0.8 × 2964: the cut moves back to it.
+        ("a" * 2500 + "\n" + "b" * 7499, 3000, 2000, "a" * 2500 + suffix(7500)),
+        # newline at 2000 < 0.8 × 2964: ignored.
+        ("a" * 2000 + "\n" + "b" * 7999, 3000, 2000, "a" * 2000 + "\n" + "b" * 963 + suffix(7036)),
+        # newline exactly at the budget: the same cut either way.
+        ("a" * 2964 + "\n" + "b" * 7035, 3000, 2000, "a" * 2964 + suffix(7036)),
+        # min keep clamps to max − 33 = 7 and beats the budget (40 − 34 = 6); 7 + 34 > 40: shrink by one.
+        ("a" * 100, 40, 2000, "a" * 6 + suffix(94)),
+        # the suffix alone does not fit: hard slice of the suffix (OpenClaw's last resort).
+        ("a" * 100, 10, 2000, suffix(100)[:10]),
+    ],
+)
+def test_head_truncation_exact(text: str, max_chars: int, min_keep: int, expected: str) -> None:
+    assert truncate_text(text, max_chars, min_keep) == expected
+
+
+def test_head_and_tail_exact() -> None:
+    text = "a" * 20_000 + "\nTraceback: failed\n"
+    # len 20,019; budget = 10,000 − 37 = 9,963; tail = ⌊9963 × 0.3⌋ = 2,988; head = 9,963 − 2,988 − 63 = 6,912.
+    # The newline at 20,000 is beyond 0.2 × tail from the tail's start (17,031): no tail cut.
+    out = truncate_text(text, 10_000, 2000)
+    expected_body = "a" * 6912 + MIDDLE_MARKER + text[20_019 - 2988 :]
+    assert out == expected_body + suffix(20_019 - 6912 - 2988)
+    assert len(out) == 10_000
+
+
+def test_head_and_tail_newline_cuts() -> None:
+    # Head: a newline beyond 0.8 × head moves the cut back; tail: a newline within 0.2 × tail starts it.
+    head_part = "h" * 6000 + "\n" + "h" * 5000
+    tail_part = "t" * 100 + "\n" + "t" * 2886 + "\nexit code 1"
+    text = head_part + "m" * 10_000 + tail_part
+    out = truncate_text(text, 10_000, 2000)
+    body, n = split(out)
+    head, _, tail = body.partition(MIDDLE_MARKER)
+    assert head == "h" * 6000  # 6,000 > 0.8 × 6,912
+    tail_budget = 2988
+    tail_start = len(text) - tail_budget
+    newline = text.index("\n", tail_start)
+    assert newline < tail_start + tail_budget * 0.2
+    assert tail == text[newline + 1 :]
+    assert n == len(text) - len(head) - len(tail)
+    assert len(out) <= 10_000
+
+
+def test_important_tail_needs_room_for_two_minimums() -> None:
+    """With max 3,000 and min keep 2,000 the budget is not > 2 × 2,000: the head alone is kept."""
+    text = "x" * 5000 + "\nError: boom\n"
+    out = truncate_text(text, 3000, 2000)
+    assert MIDDLE_MARKER not in out
+    assert "Error" not in out
+    # With the recovery minimum (0) the same text keeps its tail.
+    out = truncate_text(text, 3000, 0)
+    assert MIDDLE_MARKER in out
+    assert split(out)[0].endswith("\nError: boom\n")
+
+
+def test_suffix_overflow_trims_the_head_not_the_tail() -> None:
+    """The count gains a digit after the cut: the head shrinks, the last characters stay (OpenClaw trims them)."""
+    text = "a" * 5000 + "\nexit code 1}"
+    max_chars = len(text) - 40  # budget uses suffix(40) (2 digits); the real count has 3
+    out = truncate_text(text, max_chars, 0)
+    assert len(out) == max_chars
+    body, n = split(out)
+    assert body.endswith("\nexit code 1}")
+    assert n == omitted_from(text, body)
+
+
+def test_note_goes_in_the_suffix_and_counts() -> None:
+    note = "full text in s.jsonl.bak.20260101T000000Z / entry ab12cd34"
+    out = truncate_text("a" * 10_000, 3000, note=note)
+    assert len(out) == 3000
+    assert out.endswith(f"; {note}]")
+    body, n = split(out)
+    assert n == 10_000 - len(body)
+
+
+def test_astral_characters_count_as_two_and_are_never_split() -> None:
+    text = "😀" * 3000  # JavaScript length 6,000
+    out = truncate_text(text, 1001, 0)
+    assert js_len(out) <= 1001
+    out.encode("utf-8")  # a lone surrogate would raise
+    body, n = split(out)
+    assert n == 6000 - js_len(body)
+    # An odd budget would land inside a pair: the cut moves back one unit.
+    assert js_len(body) % 2 == 0
+
+
+def test_cjk_is_one_unit_per_character() -> None:
+    text = "日本語のテキスト" * 1000
+    out = truncate_text(text, 2000, 0)
+    body, n = split(out)
+    assert body == text[: len(body)]
+    assert n == len(text) - len(body)
+    assert len(out) == 2000
+
+
+def test_max_chars_below_one_is_refused() -> None:
+    with pytest.raises(ValueError):
+        truncate_text("abc", 0)
+
+
+# --- truncateToolResultMessage ----------------------------------------------------------------------------------
+
+
+def test_message_within_limit_is_returned_as_is() -> None:
+    msg = result("a" * 100)
+    assert truncate_tool_result(msg, 100) is msg
+
+
+def test_message_keeps_images_other_blocks_and_fields() -> None:
+    image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+    other = {"type": "custom", "payload": 1}
+    msg = result([{"type": "text", "text": "a" * 30_000}, image, other], isError=False, details={"k": "v"})
+    before = copy.deepcopy(msg)
+    out = truncate_tool_result(msg, 16_000)
+    assert msg == before  # never mutated
+    assert out is not msg
+    assert out["content"][1] is image and out["content"][2] is other
+    assert {k: v for k, v in out.items() if k != "content"} == {
+        k: v for k, v in msg.items() if k != "content"
+    }
+    assert tool_result_text_chars(out) == 16_000
+
+
+def test_proportional_split_across_text_blocks() -> None:
+    msg = result([{"type": "text", "text": "a" * 30_000}, {"type": "text", "text": "b" * 10_000}])
+    out = truncate_tool_result(msg, 16_000)
+    first, second = (b["text"] for b in out["content"])
+    # 0.75 × 16,000 and 0.25 × 16,000
+    assert first == "a" * (12_000 - 37) + suffix(18_037)
+    assert second == "b" * (4_000 - 36) + suffix(6_036)
+
+
+def test_small_block_keeps_the_minimum() -> None:
+    msg = result([{"type": "text", "text": "a" * 100_000}, {"type": "text", "text": "b" * 3_000}])
+    out = truncate_tool_result(msg, 16_000)
+    first, second = (b["text"] for b in out["content"])
+    # share of the small block: ⌊16000 × 3000/103000⌋ = 466 < 2,000 + len(suffix(2534)) = 2,036
+    assert len(second) <= 2036
+    assert second.startswith("b" * 2000)
+    assert len(first) == 15_533  # ⌊16000 × 100000/103000⌋
+    # The floors can leave the total above max (as in OpenClaw).
+    assert tool_result_text_chars(out) > 16_000
+
+
+def test_empty_and_untouched_blocks_are_kept_as_is() -> None:
+    small = {"type": "text", "text": ""}
+    msg = result([small, {"type": "text", "text": "a" * 50_000}])
+    out = truncate_tool_result(msg, 16_000)
+    assert out["content"][0] is small
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        {"role": "toolResult", "content": "a" * 50_000},  # string content: pi never writes it; 0 chars
+        {"role": "user", "content": [{"type": "text", "text": "a" * 50_000}]},
+        {"role": "toolResult"},
+    ],
+)
+def test_only_text_blocks_of_tool_results_count(msg: dict[str, Any]) -> None:
+    assert tool_result_text_chars(msg) == 0
+    assert truncate_tool_result(msg, 100) is msg
+
+
+def test_text_chars_ignore_details_and_images() -> None:
+    msg = result(
+        [{"type": "text", "text": "ab😀"}, {"type": "image", "data": "x" * 99}, {"type": "text", "text": 5}],
+        details={"stdout": "y" * 10_000},
+    )
+    assert tool_result_text_chars(msg) == 4
+
+
+# --- the plan ---------------------------------------------------------------------------------------------------
+
+
+def items_of(*texts: str, other_every: int = 0) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    for i, text in enumerate(texts):
+        if other_every and i % other_every == 0:
+            out.append((f"u{i}", {"role": "user", "content": "x" * 50_000}))
+        out.append((f"e{i}", result(text)))
+    return out
+
+
+def test_zero_tool_results() -> None:
+    items = [("u1", {"role": "user", "content": "a" * 100_000}), ("a1", {"role": "assistant", "content": []})]
+    plan = plan_pruning(items, 16_000)
+    assert plan == PrunePlan((), 0, 0)
+    assert not plan
+    assert reducible_chars(items, 16_000) == 0
+    entries = [{"type": "message", "id": i, "message": m} for i, m in items]
+    applied = plan.apply(entries)
+    assert applied == entries and applied is not entries
+
+
+def test_one_giant_result() -> None:
+    items = items_of("a" * 200_000)
+    plan = plan_pruning(items, 16_000)
+    assert len(plan.edits) == 1
+    edit = plan.edits[0]
+    assert edit.entry_id == "e0"
+    assert (edit.chars_before, edit.chars_after) == (200_000, 16_000)
+    assert edit.saved == plan.chars_saved == plan.max_reducible_chars == 184_000
+    assert reducible_chars(items, 16_000) == 184_000
+
+
+def test_single_result_under_the_cap_is_not_an_aggregate() -> None:
+    """The aggregate needs at least two non-empty results."""
+    assert plan_pruning(items_of("a" * 15_000, ""), 16_000).edits == ()
+
+
+def test_many_medium_results_newest_first() -> None:
+    texts = [chr(ord("a") + i % 26) * 3000 for i in range(20)]
+    items = items_of(*texts, other_every=3)
+    plan = plan_pruning(items, 16_000)
+    # 60,000 chars, budget 16,000: the newest are cut to the bare suffix (33) until 44,000 are saved.
+    edited = [e.entry_id for e in plan.edits]
+    assert edited == [f"e{i}" for i in range(5, 20)]  # the oldest five are untouched
+    for edit in plan.edits[1:]:
+        assert edit.chars_after == 33
+    assert sum(3000 - e.saved for e in plan.edits) + 5 * 3000 <= 16_000
+    assert plan.chars_saved == reducible_chars(items, 16_000) == 44_000
+
+
+def test_aggregate_visits_newest_before_larger() -> None:
+    """Order is by position (newest first); size only breaks ties of position, which cannot occur."""
+    items = items_of("a" * 12_000, "b" * 5_000)
+    plan = plan_pruning(items, 16_000)
+    assert [e.entry_id for e in plan.edits] == ["e1"]
+    assert plan.edits[0].chars_after == 4000
+
+
+def test_oversized_then_aggregate_on_the_same_entry_is_one_edit() -> None:
+    items = items_of("a" * 10_000, "b" * 50_000)
+    plan = plan_pruning(items, 16_000)
+    # (a) e1 → 16,000; (b) total 26,000 − 16,000 = 10,000 more from e1 (newest) → 6,000.
+    assert [(e.entry_id, e.chars_before, e.chars_after) for e in plan.edits] == [("e1", 50_000, 6_000)]
+    assert plan.chars_saved == plan.max_reducible_chars == 44_000
+
+
+def test_min_keep_floor_in_the_plan() -> None:
+    items = items_of(*(["a" * 3000] * 10))
+    plan = plan_pruning(items, 16_000, min_keep=2000)
+    for edit in plan.edits:
+        assert edit.chars_after >= 2000
+    # The figure for routing is still the recovery one (minimum 0).
+    assert plan.max_reducible_chars == reducible_chars(items, 16_000) > plan.chars_saved
+
+
+def test_notes_name_where_the_full_text_is() -> None:
+    items = items_of("a" * 40_000, "b" * 200)
+    plan = plan_pruning(items, 16_000, note_for=lambda entry_id: f"full text in x.bak / entry {entry_id}")
+    text = plan.edits[0].new_message["content"][0]["text"]
+    assert text.endswith("; full text in x.bak / entry e0]")
+    body, n = split(text)
+    assert n == 40_000 - len(body)
+    assert plan.max_reducible_chars == reducible_chars(items, 16_000)
+
+
+def test_note_for_may_return_none() -> None:
+    items = items_of("a" * 40_000)
+    plan = plan_pruning(items, 16_000, note_for=lambda _: None)
+    assert plan.edits[0].new_message["content"][0]["text"].endswith("truncated]")
+
+
+def test_details_do_not_count_and_survive_apply() -> None:
+    msg = result("a" * 20_000, details={"full": "z" * 100_000})
+    stripped = {k: v for k, v in msg.items() if k != "details"}
+    plan = plan_pruning([("e1", stripped)], 16_000)
+    assert plan.edits[0].chars_before == 20_000
+    entries = [
+        {"type": "session", "id": "s"},
+        {"type": "message", "id": "e0", "parentId": None, "message": {"role": "user", "content": "hi"}},
+        {"type": "message", "id": "e1", "parentId": "e0", "message": msg},
+        {"type": "label", "id": "e1x", "targetId": "e1"},
+    ]
+    before = copy.deepcopy(entries)
+    out = plan.apply(entries)
+    assert entries == before  # never in place
+    assert out is not entries
+    assert out[0] is entries[0] and out[1] is entries[1] and out[3] is entries[3]
+    assert out[2]["message"]["details"] == msg["details"]
+    assert out[2]["parentId"] == "e0"
+    assert tool_result_text_chars(out[2]["message"]) == 16_000
+
+
+def test_plan_never_mutates_its_input() -> None:
+    items = items_of("a" * 40_000, "b" * 9_000, "c" * 9_000)
+    before = copy.deepcopy(items)
+    plan_pruning(items, 16_000)
+    assert items == before
+
+
+def test_prune_edit_saved() -> None:
+    assert PruneEdit("e", {}, 10, 4).saved == 6
+
+
+# --- real sessions -------------------------------------------------------------------------------------------
+
+
+def real_items(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    items = []
+    for line in path.read_bytes().splitlines():
+        entry = orjson.loads(line)
+        if entry.get("type") == "message":
+            items.append((entry["id"], entry["message"]))
+    return items
+
+
+@pytest.mark.parametrize("name", ["pi-before-compaction.v3.jsonl", "pi-large-session.v3.jsonl"])
+@pytest.mark.parametrize("window", [16_000, 32_000, 128_000, 200_000])
+def test_real_sessions(name: str, window: int) -> None:
+    path = REAL / name
+    if not path.exists():
+        pytest.skip("real fixtures not present")
+    items = real_items(path)
+    cap = max_tool_result_chars(window)
+    plan = plan_pruning(items, cap)
+    by_id = dict(items)
+    assert plan.edits
+    for edit in plan.edits:
+        assert edit.chars_after < edit.chars_before == tool_result_text_chars(by_id[edit.entry_id])
+        assert edit.chars_after <= cap
+    results = [tool_result_text_chars(m) for _, m in items]
+    edited = {e.entry_id: e.chars_after for e in plan.edits}
+    after = [edited.get(i, tool_result_text_chars(m)) for i, m in items]
+    assert sum(results) - sum(after) == plan.chars_saved == plan.max_reducible_chars
+    assert sum(after) <= cap or all(c <= 33 for c in after if c)
+
+
+# --- properties ---------------------------------------------------------------------------------------------------
+
+TEXT = st.text(alphabet=st.sampled_from("ab xy\n{}.:😀日é"), max_size=3000)
+PLAIN = st.text(alphabet=st.sampled_from("abc xyz\n,.日😀"), max_size=4000)
+
+
+@given(text=TEXT, max_chars=st.integers(1, 4000), min_keep=st.integers(0, 3000))
+@settings(max_examples=400, deadline=None)
+def test_truncation_never_grows_and_fits(text: str, max_chars: int, min_keep: int) -> None:
+    out = truncate_text(text, max_chars, min_keep)
+    if js_len(text) <= max_chars:
+        assert out is text
+    else:
+        assert js_len(out) <= max_chars < js_len(text)
+    out.encode("utf-8")  # no lone surrogate
+
+
+@given(
+    text=TEXT,
+    max_chars=st.integers(40, 4000),
+    min_keep=st.integers(0, 3000),
+    note=st.sampled_from([None, "n"]),
+)
+@settings(max_examples=400, deadline=None)
+def test_suffix_counts_the_characters_removed(
+    text: str, max_chars: int, min_keep: int, note: str | None
+) -> None:
+    assume(js_len(text) > max_chars)
+    out = truncate_text(text, max_chars, min_keep, note=note)
+    body, n = split(out)
+    head, marker, tail = body.partition(MIDDLE_MARKER)
+    assert text.startswith(head)
+    if marker:
+        assert text.endswith(tail)
+    assert n == js_len(text) - js_len(head) - js_len(tail)
+
+
+@given(
+    body=PLAIN,
+    last=st.text(alphabet=st.sampled_from("abc 123:/"), max_size=60).map(lambda s: f"Error: {s}"),
+    max_chars=st.integers(500, 6000),
+)
+@settings(max_examples=400, deadline=None)
+def test_important_tail_survives(body: str, last: str, max_chars: int) -> None:
+    text = body + "\n" + last
+    assume(js_len(text) > max_chars)
+    assert has_important_tail(text)
+    out = truncate_text(text, max_chars, 0)
+    kept, _ = split(out)
+    assert MIDDLE_MARKER in kept
+    assert kept.endswith("\n" + last)
+
+
+@given(
+    blocks=st.lists(st.one_of(TEXT, st.just(None)), min_size=1, max_size=4),
+    max_chars=st.integers(1, 5000),
+    min_keep=st.integers(0, 3000),
+)
+@settings(max_examples=300, deadline=None)
+def test_message_truncation_never_grows_a_block(
+    blocks: list[str | None], max_chars: int, min_keep: int
+) -> None:
+    content = [
+        {"type": "text", "text": b} if b is not None else {"type": "image", "data": "x"} for b in blocks
+    ]
+    msg = result(content)
+    before = copy.deepcopy(msg)
+    out = truncate_tool_result(msg, max_chars, min_keep)
+    assert msg == before
+    assert len(out["content"]) == len(content)
+    for old, new in zip(content, out["content"], strict=True):
+        if old["type"] == "text":
+            assert js_len(new["text"]) <= js_len(old["text"])
+        else:
+            assert new is old
+
+
+@given(
+    texts=st.lists(st.integers(0, 30_000), max_size=12),
+    max_chars=st.integers(1, 20_000),
+)
+@settings(max_examples=200, deadline=None)
+def test_plan_reaches_the_budget_or_the_floor(texts: list[int], max_chars: int) -> None:
+    items = items_of(*("q" * n for n in texts), other_every=2)
+    before = copy.deepcopy(items)
+    plan = plan_pruning(items, max_chars)
+    assert items == before
+    edited = {e.entry_id: e for e in plan.edits}
+    after = []
+    for entry_id, msg in items:
+        if msg["role"] != "toolResult":
+            continue
+        edit = edited.get(entry_id)
+        chars = tool_result_text_chars(edit.new_message) if edit else tool_result_text_chars(msg)
+        assert chars <= tool_result_text_chars(msg)
+        if edit:
+            assert edit.chars_after == chars
+        after.append(chars)
+    assert plan.chars_saved == sum(texts) - sum(after) == reducible_chars(items, max_chars)
+    nonempty = [n for n in texts if n]
+    if len(nonempty) >= 2:
+        assert sum(after) <= max_chars or all(c <= 33 for c in after)
+    else:
+        assert all(c <= max_chars for c in after)
