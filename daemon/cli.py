@@ -22,10 +22,26 @@ def _print_table(rows: Sequence[tuple[str, Any]], out: TextIO) -> None:
         out.write(f"{key.ljust(width)}  {value}\n")
 
 
+def default_config_path(env: dict[str, str] | None = None) -> str | None:
+    """``$COMPACTD_CONFIG``, else the user's, else the system's config file when it exists; None: defaults."""
+    import os
+
+    environ = os.environ if env is None else env
+    if environ.get("COMPACTD_CONFIG"):
+        return environ["COMPACTD_CONFIG"]
+    home = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    for candidate in (os.path.join(home, "compactd", "config.yaml"), "/etc/compactd/config.yaml"):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
 def _load_config(args: argparse.Namespace) -> Any:
     from daemon.config import load_config
 
-    return load_config(getattr(args, "config", None))
+    path = getattr(args, "config", None) or default_config_path()
+    args.config = path
+    return load_config(path)
 
 
 def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
@@ -117,8 +133,18 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     else:
         if result.engine is not None:
             out.write(result.engine.summary + "\n\n")
-        keys = ("route", "summary_level", "tokens_before", "tokens_after", "identifiers_total",
-                "identifiers_in_summary", "committed", "mode", "archive", "reason")
+        keys = (
+            "route",
+            "summary_level",
+            "tokens_before",
+            "tokens_after",
+            "identifiers_total",
+            "identifiers_in_summary",
+            "committed",
+            "mode",
+            "archive",
+            "reason",
+        )
         _print_table([(k, data.get(k)) for k in keys if k in data], out)
     if args.dry_run or result.committed:
         return 0
@@ -129,7 +155,9 @@ def cmd_once(args: argparse.Namespace, out: TextIO) -> int:
     from daemon.service import run_once
 
     config = _load_config(args)
-    return run_once(config, dry_run=args.dry_run, as_json=args.json, force=args.force, sessions=args.sessions, out=out)
+    return run_once(
+        config, dry_run=args.dry_run, as_json=args.json, force=args.force, sessions=args.sessions, out=out
+    )
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
@@ -167,7 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"compactd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name: str, handler: Callable[[argparse.Namespace, TextIO], int], help_text: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, handler: Callable[[argparse.Namespace, TextIO], int], help_text: str
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(handler=handler)
         return p
@@ -190,7 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--json", action="store_true")
     p.add_argument("--force", action="store_true", help="skip the idle check (never the lock)")
-    p.add_argument("--sessions", action="append", metavar="DIR", help="watch this directory instead of the roots")
+    p.add_argument(
+        "--sessions", action="append", metavar="DIR", help="watch this directory instead of the roots"
+    )
     p.add_argument("--config")
     p = add("run", cmd_run, "Run the service: watch, account, flush, compact, commit.")
     p.add_argument("--config")

@@ -6,6 +6,7 @@ The model call happens here with no lock held; the commit re-validates against t
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,6 +16,7 @@ from typing import Any
 import anyio
 
 from daemon.config import Config
+from daemon.defaults import SAFETY_MARGIN
 from daemon.planning import budget_for, prune_plan
 from daemon.summarize.engine import CompactionEngine, EngineResult, EngineSettings
 from daemon.transcript.reader import Transcript, read_transcript
@@ -153,16 +155,32 @@ async def compact_file(
     commit_mode = mode or config.compaction.commit
     result = JobResult(path, chosen, mode=commit_mode)
     replacements: dict[str, dict[str, Any]] = {}
-    if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
-        plan = prune_plan(config, transcript, budget, note=f"full text in the archive of {os.path.basename(path)}")
-        replacements = {edit.entry_id: edit.new_message for edit in plan.edits}
-        result.pruned, result.chars_saved = len(plan.edits), plan.chars_saved
+    kept_ids: set[str] | None = None
     if chosen != "truncate_tool_results_only":
         engine = CompactionEngine(engine_settings(config), client)
-        result.engine = await engine.compact(transcript, workspace=workspace_for(config, path, transcript), now=now)
-        if result.engine is None and not replacements:
+        result.engine = await engine.compact(
+            transcript, workspace=workspace_for(config, path, transcript), now=now
+        )
+        if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
             return result
+        plan = result.engine.plan
+        kept_ids = {e["id"] for e in plan.path[plan.first_kept_index :] if isinstance(e.get("id"), str)}
+        # Pruning after a compaction only matters for what is kept, and only if the summary was not enough.
+        if math.ceil(result.engine.tokens_after * SAFETY_MARGIN) <= budget.compact_threshold:
+            chosen = "compact_only"
+    if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
+        pruning = prune_plan(
+            config, transcript, budget, note=f"full text in the archive of {os.path.basename(path)}"
+        )
+        replacements = {
+            edit.entry_id: edit.new_message
+            for edit in pruning.edits
+            if kept_ids is None or edit.entry_id in kept_ids
+        }
+        result.pruned = len(replacements)
+        result.chars_saved = sum(e.saved for e in pruning.edits if e.entry_id in replacements)
+    result.route = chosen
     if dry_run:
         result.reason = "dry run"
         return result
@@ -210,7 +228,9 @@ def _commit(
     return result
 
 
-def _prune_entries(transcript: Transcript, replacements: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _prune_entries(
+    transcript: Transcript, replacements: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
     """Entry id → the whole replacement entry (the message swapped for its truncated copy)."""
     index = transcript.by_id()
     out: dict[str, dict[str, Any]] = {}

@@ -107,7 +107,9 @@ class SessionLedger:
     @property
     def estimate(self) -> ContextEstimate:
         if self.anchor_seen:
-            return ContextEstimate(self.anchor_tokens + self.trailing_tokens, self.anchor_tokens, self.trailing_tokens, 0)
+            return ContextEstimate(
+                self.anchor_tokens + self.trailing_tokens, self.anchor_tokens, self.trailing_tokens, 0
+            )
         return ContextEstimate(self.trailing_tokens, 0, self.trailing_tokens, None)
 
     @property
@@ -119,7 +121,9 @@ class SessionLedger:
         """The figure thresholds are compared with: a usage anchor older than the compaction summary is stale
         (it measured the context before compaction), so everything is estimated instead; see
         ``tokens.estimate_for_planning``."""
-        stale = self.compaction_ts is not None and (self.anchor_ts is None or self.anchor_ts <= self.compaction_ts)
+        stale = self.compaction_ts is not None and (
+            self.anchor_ts is None or self.anchor_ts <= self.compaction_ts
+        )
         if self.anchor_seen and stale:
             return sum(self.by_role.values())
         return self.tokens

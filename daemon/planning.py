@@ -56,7 +56,9 @@ def budget_for(config: Config, transcript: Transcript) -> Budget:
     estimate = estimate_for_planning(list(llm_visible(context.messages)))
     window, _ = resolve_window(config, provider, model_id)
     reducible = reducible_chars(tool_result_items(transcript), tool_result_max_chars(config, window))
-    return compute_budget(config, provider=provider, model=model_id, estimated_tokens=estimate.tokens, reducible_chars=reducible)
+    return compute_budget(
+        config, provider=provider, model=model_id, estimated_tokens=estimate.tokens, reducible_chars=reducible
+    )
 
 
 def quick_budget(config: Config, *, provider: str | None, model: str | None, tokens: int) -> Budget:
@@ -67,10 +69,13 @@ def quick_budget(config: Config, *, provider: str | None, model: str | None, tok
 def decide(config: Config, budget: Budget, *, transcript_bytes: int, flushed_this_cycle: bool) -> Decision:
     """Nothing, a memory flush, a pruning, a compaction, or both, for a session with this budget."""
     if budget.guard == "block":
-        return Decision("skip", False, budget, f"context window {budget.context_window} is below the hard minimum")
+        return Decision(
+            "skip", False, budget, f"context window {budget.context_window} is below the hard minimum"
+        )
     flush_cfg = config.memory_flush
     wants_flush = flush_cfg.enabled and (
-        budget.over_flush_threshold or (flush_cfg.force_bytes > 0 and transcript_bytes >= flush_cfg.force_bytes)
+        budget.over_flush_threshold
+        or (flush_cfg.force_bytes > 0 and transcript_bytes >= flush_cfg.force_bytes)
     )
     flush = wants_flush and not flushed_this_cycle
     route = budget.route
@@ -81,10 +86,14 @@ def decide(config: Config, budget: Budget, *, transcript_bytes: int, flushed_thi
         "compact_only": "compact",
         "compact_then_truncate": "compact_then_prune",
     }[route]  # type: ignore[assignment]
-    return Decision(action, flush, budget, f"{budget.estimated_with_margin} > {budget.compact_threshold} tokens")
+    return Decision(
+        action, flush, budget, f"{budget.estimated_with_margin} > {budget.compact_threshold} tokens"
+    )
 
 
 def prune_plan(config: Config, transcript: Transcript, budget: Budget, note: str | None = None) -> PrunePlan:
     """The tool-result truncations for this session (recovery plan: minimum keep 0, as OpenClaw)."""
     max_chars = tool_result_max_chars(config, budget.context_window)
-    return plan_pruning(tool_result_items(transcript), max_chars, note_for=(lambda _id: note) if note else None)
+    return plan_pruning(
+        tool_result_items(transcript), max_chars, note_for=(lambda _id: note) if note else None
+    )

@@ -5,11 +5,14 @@ with OpenClaw's own figures. Internally a text holding astral characters is proc
 code units (each astral character as its two surrogates), so every cut point and count equals JavaScript's; a
 cut that would split a surrogate pair moves by one unit, so a result never carries a lone surrogate.
 
-Deliberate differences from OpenClaw 2026.5.6, both about the suffix and the important tail:
+Deliberate differences from OpenClaw 2026.5.6 in the texts we write (``reducible_chars``, the routing figure,
+still follows OpenClaw's cuts to the character):
 - the suffix's number is the count of original characters left out (OpenClaw measures the kept text with the
   middle marker in it, so its figure is short by the marker's length);
 - when the suffix does not fit, head-and-tail texts lose characters from the end of the head, not from the end
-  of the tail (OpenClaw trims the end, which is the very tail it meant to keep).
+  of the tail (OpenClaw trims the end, which is the very tail it meant to keep);
+- the aggregate step cuts a result from its original text, not from the per-result cut (a cut of a cut would
+  state the characters removed by the second cut only).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def _pair(match: re.Match[str]) -> str:
 
 def _to_units(text: str) -> str:
     """The text as JavaScript sees it: one Python character per UTF-16 code unit."""
-    if text.isascii() or _ASTRAL.search(text) is None:
+    if js_len(text) == len(text):  # no astral character (the UTF-16 encoder is much faster than a regex)
         return text
     return _ASTRAL.sub(_pair, text)
 
@@ -367,7 +370,8 @@ def _plan(
             note = note_for(cand.entry_id) if note_for else None
             cand.message = _truncate_message(cand.message, max_chars, min_keep, note, compat=compat)
             cand.chars = tool_result_text_chars(cand.message)
-            changed[cand.index] = cand
+            if cand.chars < cand.chars_before:  # block floors can leave a many-block result as it was
+                changed[cand.index] = cand
 
     # (b) all results together must fit the same budget: cut the newest first (larger first on ties).
     live = [c for c in candidates if c.chars > 0]

@@ -17,11 +17,13 @@ from datetime import datetime
 from typing import Any, TextIO
 
 import anyio
+import anyio.abc
 import orjson
 
 from daemon import __version__
 from daemon.config import Config, ConfigError, load_config
 from daemon.planning import Decision, budget_for, decide, quick_budget
+from daemon.state import Backoff, SessionState
 from daemon.tracker import SessionTracker
 from daemon.transcript.reader import read_transcript
 from daemon.watch import expand_roots, scan_root, watch_root
@@ -57,7 +59,9 @@ class Outcome:
 
 
 class Service:
-    def __init__(self, config: Config, *, config_path: str | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, config: Config, *, config_path: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         from daemon.state import Metrics, StateStore
         from daemon.systemd import Notifier
 
@@ -66,207 +70,275 @@ class Service:
         self.env = dict(os.environ if env is None else env)
         self.sessions: dict[str, Session] = {}
         self.roots: dict[str, anyio.Event] = {}
+        self.explicit_roots: list[str] | None = None
         self.store = StateStore(config.state_dir)
+        self.state: dict[str, SessionState] = {}
         self.metrics = Metrics()
         self.notifier = Notifier(self.env)
         self.limiter = anyio.CapacityLimiter(config.summarizer.max_concurrency)
         self.wakeup = anyio.Event()
+        self.rescan_due = anyio.Event()
         self.stopping = False
         self.started_at = time.time()
-        self.compactions = 0
-        self.failures = 0
         self.heartbeat = time.monotonic()
-        self.state: dict[str, Any] = {}
+        self.task_group: anyio.abc.TaskGroup | None = None
         self._client: Any = None
 
     # --- sessions -------------------------------------------------------------------------------------------
-    def track(self, path: str) -> Session:
+    def session_state(self, path: str) -> SessionState:
+        st = self.state.get(path)
+        if st is None:
+            st = self.state[path] = SessionState(path=path)
+        return st
+
+    def root_paths(self) -> list[str]:
+        return (
+            self.explicit_roots
+            if self.explicit_roots is not None
+            else expand_roots(self.config.sessions.roots)
+        )
+
+    def refresh(self, path: str) -> None:
+        """Reconcile one path with the file system (only appended bytes are read), then decide if it is due."""
+        if self.config.sessions.is_ignored(path):
+            return
         session = self.sessions.get(path)
         if session is None:
             session = self.sessions[path] = Session(SessionTracker(path))
-        return session
-
-    def refresh(self, path: str) -> None:
-        """Reconcile one path with the file system, then decide whether it is due."""
-        session = self.track(path)
         try:
             session.tracker.refresh()
         except OSError as exc:
-            log.warning("session=%s cannot read: %s", path, exc.strerror)
+            log.warning("session=%s action=read_failed error=%s", path, exc.strerror)
             return
         ledger = session.tracker.ledger
         if ledger is None:
             self.sessions.pop(path, None)
+            self.metrics.forget_session(path)
             return
-        budget = quick_budget(self.config, provider=ledger.provider, model=ledger.model, tokens=ledger.planning_tokens)
-        st = self.store_session(path)
-        st.tokens = ledger.tokens
+        budget = quick_budget(
+            self.config, provider=ledger.provider, model=ledger.model, tokens=ledger.planning_tokens
+        )
+        st = self.session_state(path)
+        st.session_id = ledger.session_id
+        st.tokens = ledger.planning_tokens  # the stale pre-compaction usage anchor would mislead here
+        st.planning_tokens = budget.estimated_with_margin
         st.window = budget.context_window
         st.compact_threshold = budget.compact_threshold
-        flush_due = (
-            self.config.memory_flush.enabled
-            and st.flushed_cycle != st.compactions
-            and (
-                budget.over_flush_threshold
-                or 0 < self.config.memory_flush.force_bytes <= session.tracker.cursor.size
-            )
+        st.flush_threshold = budget.flush_threshold or None
+        self.metrics.set_session(
+            path, session_id=ledger.session_id, tokens=ledger.tokens, window=budget.context_window
         )
-        due = (budget.over_compact_threshold or flush_due) and budget.guard != "block"
+        flush = self.config.memory_flush
+        flush_due = (
+            flush.enabled
+            and not st.flushed_this_cycle
+            and (budget.over_flush_threshold or 0 < flush.force_bytes <= session.tracker.cursor.size)
+        )
+        due = budget.guard != "block" and (budget.over_compact_threshold or flush_due)
         if due and not session.due:
-            log.info("session=%s action=scheduled tokens=%d threshold=%d", path, ledger.planning_tokens, budget.compact_threshold)
+            log.info(
+                "session=%s action=due tokens=%d threshold=%d",
+                path,
+                budget.estimated_with_margin,
+                budget.compact_threshold,
+            )
+        st.next_action = ("compact" if budget.over_compact_threshold else "flush") if due else None
         session.due = due
         if due:
             self.wakeup.set()
 
-    def store_session(self, path: str) -> Any:
-        from daemon.state import SessionState
-
-        st = self.state.get(path)
-        if st is None:
-            st = self.state[path] = SessionState(session_id=None)
-        return st
-
     def rescan(self) -> None:
-        for root in expand_roots(self.config.sessions.roots) if not self._explicit_roots else self._explicit_roots:
+        """The safety net for dropped events: every transcript under every root, reconciled by stat."""
+        seen: set[str] = set()
+        for root in self.root_paths():
             for path in scan_root(root):
+                seen.add(path)
                 self.refresh(path)
-        for path in [p for p in self.sessions if not os.path.exists(p)]:
+        for path in [p for p in self.sessions if p not in seen]:
             self.sessions.pop(path, None)
-
-    _explicit_roots: list[str] = []
+            self.metrics.forget_session(path)
 
     # --- acting ---------------------------------------------------------------------------------------------
-    def ready_sessions(self, now: float) -> list[Session]:
-        """Due sessions that may be acted on now, fullest first."""
+    def ready_sessions(self, now: float, *, force: bool = False) -> list[Session]:
+        """Due sessions that may be acted on now (idle, not backing off, not in flight), fullest first."""
         idle = self.config.sessions.idle_seconds
-        ready = []
-        for session in self.sessions.values():
-            if not session.due or session.in_flight:
-                continue
-            st = self.store_session(session.path)
-            if st.backoff_until and st.backoff_until > time.time():
-                continue
-            if now - session.tracker.cursor.mtime < idle:
-                continue
-            ready.append(session)
-
-        def fullness(s: Session) -> float:
-            ledger = s.tracker.ledger
-            st = self.store_session(s.path)
-            return (ledger.planning_tokens if ledger else 0) / max(1, st.compact_threshold or 1)
-
-        return sorted(ready, key=fullness, reverse=True)
+        ready = [
+            session
+            for session in self.sessions.values()
+            if session.due
+            and not session.in_flight
+            and not self.session_state(session.path).in_backoff(now)
+            and (force or now - session.tracker.cursor.mtime >= idle)
+        ]
+        return sorted(ready, key=lambda s: -(self.session_state(s.path).percent_of_budget() or 0.0))
 
     async def act(self, session: Session, *, force: bool = False, dry_run: bool = False) -> Outcome:
-        """Flush, then prune and/or compact one session; never raises for ordinary failures."""
+        """Flush, then prune and/or compact one session. Never raises for ordinary failures."""
         from daemon.commit.locks import session_is_locked
-        from daemon.job import compact_file, workspace_for
-        from daemon.state import record_failure, record_success
+        from daemon.job import compact_file
 
         path = session.path
+        st = self.session_state(path)
         session.in_flight = True
         try:
             if session_is_locked(path):
                 return Outcome(path, "busy", detail={"reason": "an agent holds the session lock"})
             transcript = await anyio.to_thread.run_sync(read_transcript, path)
             if not transcript.usable:
+                session.due = False
                 return Outcome(path, "skip", detail={"reason": "unusable transcript"})
             budget = budget_for(self.config, transcript)
-            st = self.store_session(path)
             decision: Decision = decide(
-                self.config, budget, transcript_bytes=transcript.size, flushed_this_cycle=st.flushed_cycle == st.compactions
+                self.config,
+                budget,
+                transcript_bytes=transcript.size,
+                flushed_this_cycle=st.flushed_this_cycle,
             )
-            detail: dict[str, Any] = {"tokens": budget.estimated_with_margin, "threshold": budget.compact_threshold}
+            detail: dict[str, Any] = {
+                "tokens": budget.estimated_with_margin,
+                "threshold": budget.compact_threshold,
+            }
             if dry_run:
-                return Outcome(path, decision.action, detail={**detail, "flush": decision.flush, "route": budget.route})
+                return Outcome(
+                    path, decision.action, detail={**detail, "flush": decision.flush, "route": budget.route}
+                )
             if decision.flush:
                 await self.flush(path, transcript, budget)
-                st.flushed_cycle = st.compactions
+                st.mark_flushed(time.time())
             if decision.action in ("none", "flush", "skip"):
                 session.due = False
-                return Outcome(path, decision.action if not decision.flush else "flush", detail=detail)
+                return Outcome(path, "flush" if decision.flush else decision.action, detail=detail)
             started = time.monotonic()
-            result = await compact_file(path, self.config, client=self.client(), force=force, route=budget.route)
-            latency = time.monotonic() - started
+            result = await compact_file(
+                path, self.config, client=self.client(), force=force, route=budget.route
+            )
+            engine = result.engine
+            if engine is not None and engine.calls:
+                self.metrics.observe_summarizer_latency(engine.latency_s)
             detail.update(
                 {
                     "route": result.route,
-                    "level": result.engine.level if result.engine else None,
+                    "level": engine.level if engine else None,
                     "mode": result.mode,
                     "reason": result.reason,
                 }
             )
-            self.metrics.record_compaction(result, latency) if hasattr(self.metrics, "record_compaction") else None
+            now = time.time()
             session.tracker.cursor.reset()
             session.tracker.refresh()
             if result.committed:
-                ledger = session.tracker.ledger
-                after = quick_budget(
-                    self.config,
-                    provider=ledger.provider if ledger else None,
-                    model=ledger.model if ledger else None,
-                    tokens=ledger.planning_tokens if ledger else 0,
+                self.metrics.record_compaction(result.route, engine.level if engine else "none")
+                ids = engine.identifiers if engine else None
+                st.mark_compacted(
+                    now,
+                    level=engine.level if engine else None,
+                    route=result.route,
+                    identifiers_total=ids.total if ids else None,
+                    identifiers_kept_by_model=ids.kept_by_model if ids else None,
+                    identifiers_in_summary=ids.in_summary if ids else None,
                 )
-                st.compactions += 1
-                self.compactions += 1
-                st.last_level = detail["level"]
-                if after.over_compact_threshold:
-                    record_failure(st, time.time(), self.config.service.backoff_base_seconds, self.config.service.backoff_max_seconds)
+                if ids is not None:
+                    self.metrics.record_retention(
+                        path,
+                        session_id=st.session_id,
+                        total=ids.total,
+                        kept_by_model=ids.kept_by_model,
+                        in_summary=ids.in_summary,
+                    )
+                self.refresh(path)
+                if (
+                    session.due
+                    and self.sessions.get(path) is session
+                    and st.planning_tokens > (st.compact_threshold or 0)
+                ):
+                    self._back_off(st, now, "still over its threshold after compaction")
                     detail["reason"] = "still over threshold after compaction; backing off"
                 else:
-                    record_success(st)
-                session.due = after.over_compact_threshold and False
+                    Backoff.record_success(st)
+            elif result.reason and result.reason.startswith(("nothing to compact", "not idle", "busy")):
+                session.due = result.reason.startswith("not idle")
             else:
-                self.failures += 1
-                record_failure(st, time.time(), self.config.service.backoff_base_seconds, self.config.service.backoff_max_seconds)
-            st.last_action = f"{result.route}:{'committed' if result.committed else 'not committed'}"
-            st.last_action_at = time.time()
-            _ = workspace_for
-            log.info("session=%s action=%s committed=%s %s", path, result.route, result.committed, result.reason or "")
+                self.metrics.record_failure("commit")
+                self._back_off(st, now, result.reason or "not committed")
+            log.info(
+                "session=%s action=%s committed=%s level=%s reason=%s",
+                path,
+                result.route,
+                result.committed,
+                detail["level"],
+                result.reason,
+            )
+            _ = started
             return Outcome(path, result.route, result.committed, detail)
-        except Exception:
-            log.exception("session=%s action failed", path)
-            self.failures += 1
-            return Outcome(path, "error")
+        except Exception as exc:
+            log.exception("session=%s action=failed", path)
+            self.metrics.record_failure("compact")
+            self._back_off(st, time.time(), f"{type(exc).__name__}: {exc}")
+            return Outcome(path, "error", detail={"reason": str(exc)})
         finally:
             session.in_flight = False
 
+    def _back_off(self, st: SessionState, now: float, reason: str) -> None:
+        s = self.config.service
+        delay = Backoff.record_failure(st, now, s.backoff_base_seconds, s.backoff_max_seconds, error=reason)
+        st.next_action = f"retry in {delay:.0f}s"
+        log.warning("session=%s action=backoff seconds=%.0f reason=%s", st.path, delay, reason)
+
     async def flush(self, path: str, transcript: Any, budget: Any) -> None:
-        """Hooks (fire-and-forget) and the built-in memory extraction; never blocks the compaction on failure."""
+        """Hooks (fire-and-forget) and the built-in memory extraction; neither can block the compaction."""
         from daemon.job import engine_settings, workspace_for
-        from daemon.memory import flush_memories, run_hooks
+        from daemon.memory import before_compaction_event, flush_memories, run_hooks
         from daemon.summarize.engine import CompactionEngine
 
         workspace = workspace_for(self.config, path, transcript)
-        plan = CompactionEngine(engine_settings(self.config)).plan(transcript)
         if self.config.memory_flush.hooks:
-            event = {
-                "event": "before_compaction",
-                "session_id": transcript.session_id,
-                "session_file": path,
-                "tokens": budget.estimated_with_margin,
-                "context_window": budget.context_window,
-                "flush_threshold": budget.flush_threshold,
-                "compact_threshold": budget.compact_threshold,
-                "memory_dir": str(workspace / "memory") if workspace else None,
-                "timestamp": datetime.now().astimezone().isoformat(),
-            }
-            try:
-                await run_hooks(self.config.memory_flush.hooks, event)
-            except Exception:
-                log.exception("session=%s memory hooks failed", path)
+            event = before_compaction_event(
+                session_id=transcript.session_id,
+                session_file=path,
+                tokens=budget.estimated_with_margin,
+                context_window=budget.context_window,
+                flush_threshold=budget.flush_threshold,
+                compact_threshold=budget.compact_threshold,
+                memory_dir=(workspace / "memory") if workspace else None,
+            )
+
+            async def hooks() -> None:
+                for result in await run_hooks(self.config.memory_flush.hooks, event):
+                    self.metrics.record_hook(result.status)
+
+            if self.task_group is not None:
+                self.task_group.start_soon(hooks)
+            else:
+                await hooks()
+        plan = CompactionEngine(engine_settings(self.config)).plan(transcript)
         if workspace is None or plan is None:
             return
         result = await flush_memories(
-            self.client(), plan.to_summarize, workspace=workspace, session_id=transcript.session_id or "", now=datetime.now().astimezone()
+            self.client(),
+            plan.to_summarize,
+            workspace=workspace,
+            session_id=transcript.session_id,
+            now=datetime.now().astimezone(),
+            redact=self.config.compaction.redact_secrets,
+            prompt=self.config.memory_flush.prompt,
+            system_prompt=self.config.memory_flush.system_prompt,
         )
-        log.info("session=%s action=memory_flush status=%s", path, result.status)
+        self.metrics.record_flush(result.status)
+        if result.latency_s is not None:
+            self.metrics.observe_summarizer_latency(result.latency_s, purpose="memory_flush")
+        log.info("session=%s action=memory_flush status=%s file=%s", path, result.status, result.path)
 
     def client(self) -> Any:
         if self._client is None:
             from daemon.job import make_client
 
             self._client = make_client(self.config, self.limiter)
+            if self._client is not None:
+                from daemon.logs import add_secret
+
+                key = self.config.summarizer.api_key()
+                if key:
+                    add_secret(key)
         return self._client
 
     # --- loops ----------------------------------------------------------------------------------------------
@@ -284,7 +356,7 @@ class Service:
     async def watch_roots(self, tg: Any) -> None:
         """Start a watcher for every root, now and whenever a new one appears; rescan periodically."""
         while not self.stopping:
-            for root in expand_roots(self.config.sessions.roots):
+            for root in self.root_paths():
                 if root not in self.roots:
                     stop = anyio.Event()
                     self.roots[root] = stop
@@ -293,11 +365,9 @@ class Service:
                         self.refresh(path)
                     log.info("root=%s action=watching", root)
             with anyio.move_on_after(self.config.service.rescan_seconds):
-                await self._rescan_due.wait()
-            self._rescan_due = anyio.Event()
+                await self.rescan_due.wait()
+            self.rescan_due = anyio.Event()
             self.rescan()
-
-    _rescan_due: anyio.Event
 
     async def _watch_one(self, root: str, stop: anyio.Event) -> None:
         s = self.config.service
@@ -311,25 +381,29 @@ class Service:
         self.roots.pop(root, None)
 
     async def status_loop(self) -> None:
-        from daemon.state import write_metrics, write_status
-
         while not self.stopping:
-            status = self.status()
-            try:
-                await anyio.to_thread.run_sync(write_status, self.config.state_dir, status)
-                await anyio.to_thread.run_sync(self.store.save_sessions, self.state)
-                await anyio.to_thread.run_sync(write_metrics, self.config.state_dir, self.metrics_snapshot())
-            except OSError as exc:
-                log.warning("cannot write state: %s", exc)
+            await anyio.to_thread.run_sync(self.write_state)
             self.notifier.status(self.status_line())
             await anyio.sleep(self.config.service.status_refresh_seconds)
 
+    def write_state(self) -> None:
+        from daemon.state import build_status, write_status
+
+        self.metrics.set_sessions(len(self.sessions), self.near_threshold())
+        try:
+            write_status(self.config.state_dir, self.status())
+            self.store.save_sessions(self.state)
+            self.store.write_metrics(self.metrics)
+        except OSError as exc:
+            log.warning("action=state_write_failed error=%s", exc)
+        _ = build_status
+
     async def watchdog_loop(self) -> None:
-        interval = self.notifier.watchdog_interval()
+        interval = self.notifier.watchdog_interval
         if not interval:
             return
         while not self.stopping:
-            # Ping only while the watchers show progress: a wedged pipeline must be restarted by systemd.
+            # Ping only while the loop shows progress: a wedged pipeline must be restarted by systemd.
             if time.monotonic() - self.heartbeat < max(2 * interval, 5.0):
                 self.notifier.watchdog()
             await anyio.sleep(interval)
@@ -337,57 +411,28 @@ class Service:
     async def heartbeat_loop(self) -> None:
         while not self.stopping:
             self.heartbeat = time.monotonic()
-            await anyio.sleep(1.0)
-
-    def metrics_snapshot(self) -> Any:
-        if hasattr(self.metrics, "set_sessions"):
-            self.metrics.set_sessions(
-                {p: (s.tracker.ledger.session_id if s.tracker.ledger else None, s.tracker.ledger.tokens if s.tracker.ledger else 0) for p, s in self.sessions.items()}
-            )
-        return self.metrics
+            await anyio.sleep(min(1.0, (self.notifier.watchdog_interval or 1.0) / 2))
 
     def near_threshold(self) -> int:
-        count = 0
-        for path, session in self.sessions.items():
-            ledger = session.tracker.ledger
-            st = self.state.get(path)
-            if ledger and st and st.compact_threshold and ledger.planning_tokens * 1.2 >= NEAR_THRESHOLD_SHARE * st.compact_threshold:
-                count += 1
-        return count
+        return sum(1 for path in self.sessions if self.session_state(path).near_threshold())
 
     def status_line(self) -> str:
-        return f"watching {len(self.sessions)} sessions, {self.near_threshold()} near threshold, {self.compactions} compactions"
+        compactions = sum(s.compactions for s in self.state.values())
+        return f"watching {len(self.sessions)} sessions, {self.near_threshold()} near threshold, {compactions} compactions"
 
     def status(self) -> dict[str, Any]:
-        sessions = []
-        for path, session in sorted(self.sessions.items()):
-            ledger = session.tracker.ledger
-            st = self.store_session(path)
-            sessions.append(
-                {
-                    "path": path,
-                    "session_id": ledger.session_id if ledger else None,
-                    "tokens": ledger.planning_tokens if ledger else None,
-                    "window": st.window,
-                    "compact_threshold": st.compact_threshold,
-                    "last_action": st.last_action,
-                    "last_action_at": st.last_action_at,
-                    "backoff_until": st.backoff_until,
-                    "due": session.due,
-                }
-            )
-        return {
-            "pid": os.getpid(),
-            "version": __version__,
-            "started_at": self.started_at,
-            "updated_at": time.time(),
-            "config": self.config.source,
-            "sessions_watched": len(self.sessions),
-            "near_threshold": self.near_threshold(),
-            "compactions": self.compactions,
-            "failures": self.failures,
-            "sessions": sessions,
-        }
+        from daemon.state import build_status
+
+        tracked = {p: self.session_state(p) for p in self.sessions}
+        return build_status(
+            tracked,
+            now=time.time(),
+            started_at=self.started_at,
+            version=__version__,
+            config_path=self.config_path,
+            state_dir=self.config.state_dir,
+            extra={"roots": sorted(self.roots)},
+        )
 
     async def signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:
@@ -420,9 +465,10 @@ class Service:
         self.notifier.ready("config reloaded")
 
     async def serve(self, shutdown_trigger: ShutdownTrigger | None = None) -> int:
+        """Run until SIGTERM/SIGINT or ``shutdown_trigger`` returns; 0 on a clean stop, 3 if another runs."""
         from daemon.commit.locks import AlreadyRunning, InstanceLock
 
-        self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store.ensure()
         lock = InstanceLock(self.config.state_dir)
         try:
             lock.acquire()
@@ -430,10 +476,10 @@ class Service:
             log.error("%s", exc)
             return 3
         try:
-            self._recover()
+            self.recover()
             self.state = self.store.load_sessions()
-            self._rescan_due = anyio.Event()
             async with anyio.create_task_group() as tg:
+                self.task_group = tg
                 tg.start_soon(self.signals, tg.cancel_scope)
                 if shutdown_trigger is not None:
 
@@ -442,38 +488,40 @@ class Service:
                         self.shutdown(tg.cancel_scope)
 
                     tg.start_soon(trigger)
+                for root in self.root_paths():
+                    for path in scan_root(root):
+                        self.refresh(path)
                 tg.start_soon(self.watch_roots, tg)
-                await anyio.sleep(0)
                 tg.start_soon(self.heartbeat_loop)
                 for _ in range(self.config.summarizer.max_concurrency):
                     tg.start_soon(self.worker)
                 tg.start_soon(self.status_loop)
                 tg.start_soon(self.watchdog_loop)
+                await anyio.sleep(0)
+                self.write_state()
                 self.notifier.ready(self.status_line())
                 log.info("action=ready sessions=%d state_dir=%s", len(self.sessions), self.config.state_dir)
         finally:
+            self.task_group = None
             with anyio.CancelScope(shield=True):
-                try:
-                    self.store.save_sessions(self.state)
-                except OSError:
-                    pass
+                self.write_state()
                 if self._client is not None:
-                    await self._client.close()
+                    with anyio.move_on_after(1.0):
+                        await self._client.close()
             lock.release()
         log.info("action=stopped")
         return 0
 
-    def _recover(self) -> None:
-        try:
-            from daemon.commit.journal import recover
-        except ImportError:  # pragma: no cover - during development only
-            return
+    def recover(self) -> None:
+        """Finish or roll back what a killed compactd left half done, and drop stale temp files."""
+        from daemon.commit.journal import recover
+
+        self.store.remove_stale_temps()
         recover(self.config.state_dir)
 
 
 def run_service(config: Config, *, config_path: str | None = None) -> int:
-    service = Service(config, config_path=config_path)
-    return anyio.run(service.serve)
+    return anyio.run(Service(config, config_path=config_path).serve)
 
 
 def run_once(
@@ -485,38 +533,50 @@ def run_once(
     sessions: list[str] | None = None,
     out: TextIO = sys.stdout,
 ) -> int:
-    """One pass over every session: what ``run`` would do now, then exit."""
+    """One pass over every session: what ``run`` would do now, then exit (for cron and for trying it out)."""
 
     async def go() -> list[Outcome]:
         service = Service(config)
-        service.state = service.store.load_sessions() if not dry_run else {}
-        roots = [os.path.realpath(s) for s in sessions] if sessions else expand_roots(config.sessions.roots)
-        service._explicit_roots = roots
+        if sessions:
+            service.explicit_roots = [os.path.realpath(s) for s in sessions]
+        if not dry_run:
+            service.store.ensure()
+            service.recover()
+            service.state = service.store.load_sessions()
         outcomes: list[Outcome] = []
-        for root in roots:
-            for path in scan_root(root):
-                service.refresh(path)
+        service.rescan()
         try:
+            now = time.time()
+            ready = {s.path for s in service.ready_sessions(now, force=force or dry_run)}
             for path, session in sorted(service.sessions.items()):
-                if not session.due:
-                    ledger = session.tracker.ledger
-                    outcomes.append(Outcome(path, "fits", detail={"tokens": ledger.planning_tokens if ledger else None}))
-                    continue
-                idle = time.time() - session.tracker.cursor.mtime >= config.sessions.idle_seconds
-                if not (idle or force or dry_run):
+                st = service.session_state(path)
+                if path in ready:
+                    outcomes.append(await service.act(session, force=force, dry_run=dry_run))
+                elif session.due and st.in_backoff(now):
+                    outcomes.append(
+                        Outcome(path, "backoff", detail={"retry_in": round(st.backoff_remaining(now))})
+                    )
+                elif session.due:
                     outcomes.append(Outcome(path, "wait", detail={"reason": "not idle yet"}))
-                    continue
-                outcomes.append(await service.act(session, force=force, dry_run=dry_run))
+                else:
+                    outcomes.append(
+                        Outcome(
+                            path,
+                            "fits",
+                            detail={"tokens": st.planning_tokens, "threshold": st.compact_threshold},
+                        )
+                    )
         finally:
             if not dry_run:
-                service.store.save_sessions(service.state)
+                service.write_state()
             if service._client is not None:
                 await service._client.close()
         return outcomes
 
     outcomes = anyio.run(go)
     if as_json:
-        out.write(orjson.dumps([{"path": o.path, "action": o.action, "committed": o.committed, **o.detail} for o in outcomes], option=orjson.OPT_INDENT_2).decode() + "\n")
+        rows = [{"path": o.path, "action": o.action, "committed": o.committed, **o.detail} for o in outcomes]
+        out.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         if not outcomes:
             out.write("no sessions found under the configured roots\n")

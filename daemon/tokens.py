@@ -37,7 +37,9 @@ def _js_number(value: float) -> str:
     mantissa, _, exp_text = repr(abs(value)).partition("e")
     int_part, _, frac_part = mantissa.partition(".")
     digits = (int_part + frac_part).lstrip("0")
-    point = len(int_part.lstrip("0")) if int_part.strip("0") else -(len(frac_part) - len(frac_part.lstrip("0")))
+    point = (
+        len(int_part.lstrip("0")) if int_part.strip("0") else -(len(frac_part) - len(frac_part.lstrip("0")))
+    )
     point += int(exp_text or 0)
     digits = digits.rstrip("0") or "0"
     k, n = len(digits), point
@@ -63,7 +65,8 @@ def js_json_len(value: Any) -> int:
     if value is False:
         return 5
     if isinstance(value, int):
-        return len(str(value))
+        # JavaScript numbers are doubles: a big integer prints as the double it becomes.
+        return len(str(value)) if abs(value) < 2**53 else len(_js_number(float(value)))
     if isinstance(value, float):
         return len(_js_number(value))
     if isinstance(value, str):
@@ -76,7 +79,11 @@ def js_json_len(value: Any) -> int:
     if isinstance(value, list):
         return 2 + max(0, len(value) - 1) + sum(js_json_len(v) or 4 for v in value)
     if isinstance(value, dict):
-        return 2 + max(0, len(value) - 1) + sum(js_json_len(str(k)) + 1 + js_json_len(v) for k, v in value.items())
+        return (
+            2
+            + max(0, len(value) - 1)
+            + sum(js_json_len(str(k)) + 1 + js_json_len(v) for k, v in value.items())
+        )
     return 0
 
 

@@ -21,7 +21,9 @@ class SessionTracker:
     def refresh(self) -> Update:
         """Bring the ledger up to date with the file; appended bytes only, unless a reload is needed."""
         update = self.cursor.poll()
-        if update.change is Change.APPENDED and (self.ledger is None or not self.ledger.apply(update.entries)):
+        if update.change is Change.APPENDED and (
+            self.ledger is None or not self.ledger.apply(update.entries)
+        ):
             self.cursor.reset()
             update = self.cursor.poll()
         if update.change is Change.RELOADED and update.transcript is not None:

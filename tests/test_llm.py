@@ -175,6 +175,16 @@ async def test_key_never_in_logs_or_errors(
     assert any("retrying" in r.getMessage() for r in caplog.records)  # the retry was logged, redacted
 
 
+async def test_credentials_in_the_url_are_masked() -> None:
+    url = f"http://admin:pw-Secret99@127.0.0.1:{free_port()}/v1"
+    async with make_client(url, retry=RetryPolicy(attempts=1)) as client:
+        with pytest.raises(LLMError) as info:
+            await client.complete("s", "u")
+        check = await client.check()
+    assert "pw-Secret99" not in str(info.value) and "//***@127.0.0.1" in str(info.value)
+    assert "pw-Secret99" not in repr(client) + check.base_url + " ".join(check.problems)
+
+
 # --- retries ----------------------------------------------------------------------------------------------
 
 

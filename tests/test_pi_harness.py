@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,9 +87,12 @@ def test_write_then_load_round_trips_messages_and_ids(pi: Pi, tmp_path: Path) ->
     assert not loaded["rewritten"] and not loaded["wiped"] and loaded["resumable"]
 
 
-def test_write_without_assistant_writes_nothing(pi: Pi, tmp_path: Path) -> None:
-    written = pi.write(tmp_path, [{"op": "appendMessage", "message": user("hello", 1)}])
+def test_write_without_assistant_writes_nothing(pi_session_factory: Callable[..., dict[str, Any]]) -> None:
+    written = pi_session_factory([{"op": "appendMessage", "message": user("hello", 1)}])
     assert not written["exists"] and not Path(written["path"]).exists()
+    again = pi_session_factory([{"op": "appendMessage", "message": assistant("hi", 1)}], cwd="/elsewhere")
+    assert again["exists"] and Path(again["path"]).parent != Path(written["path"]).parent
+    assert json.loads(Path(again["path"]).read_text().splitlines()[0])["cwd"] == "/elsewhere"
 
 
 def test_write_reports_pi_errors(pi: Pi, tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def omitted_from(text: str, body: str) -> int:
     return js_len(text) - kept
 
 
-# --- constants ------------------------------------------------------------------------------------------------
+# --- constants ----------------------------------------------------------------------------------------------
 
 
 def test_marker_and_suffix_are_openclaws() -> None:
@@ -87,7 +87,7 @@ def test_max_tool_result_chars(window: int, hard_cap: int, expected: int) -> Non
     assert max_tool_result_chars(window, hard_cap) == expected
 
 
-# --- hasImportantTail -----------------------------------------------------------------------------------------
+# --- hasImportantTail ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -127,7 +127,7 @@ def test_has_important_tail(text: str, expected: bool) -> None:
     assert has_important_tail(text) is expected
 
 
-# --- truncateToolResultText -----------------------------------------------------------------------------------
+# --- truncateToolResultText ---------------------------------------------------------------------------------
 
 
 def test_text_within_limit_is_returned_as_is() -> None:
@@ -166,7 +166,8 @@ def test_head_truncation_exact(text: str, max_chars: int, min_keep: int, expecte
 
 def test_head_and_tail_exact() -> None:
     text = "a" * 20_000 + "\nTraceback: failed\n"
-    # len 20,019; budget = 10,000 − 37 = 9,963; tail = ⌊9963 × 0.3⌋ = 2,988; head = 9,963 − 2,988 − 63 = 6,912.
+    # len 20,019; budget = 10,000 − 37 = 9,963; tail = ⌊9963 × 0.3⌋ = 2,988;
+    # head = 9,963 − 2,988 − 63 = 6,912.
     # The newline at 20,000 is beyond 0.2 × tail from the tail's start (17,031): no tail cut.
     out = truncate_text(text, 10_000, 2000)
     expected_body = "a" * 6912 + MIDDLE_MARKER + text[20_019 - 2988 :]
@@ -205,7 +206,10 @@ def test_important_tail_needs_room_for_two_minimums() -> None:
 
 
 def test_suffix_overflow_trims_the_head_not_the_tail() -> None:
-    """The count gains a digit after the cut: the head shrinks, the last characters stay (OpenClaw trims them)."""
+    """The count gains a digit after the cut: the head shrinks, the last characters stay.
+
+    OpenClaw trims the end of head + marker + tail here, losing the closing brace.
+    """
     text = "a" * 5000 + "\nexit code 1}"
     max_chars = len(text) - 40  # budget uses suffix(40) (2 digits); the real count has 3
     out = truncate_text(text, max_chars, 0)
@@ -249,7 +253,7 @@ def test_max_chars_below_one_is_refused() -> None:
         truncate_text("abc", 0)
 
 
-# --- truncateToolResultMessage ----------------------------------------------------------------------------------
+# --- truncateToolResultMessage ------------------------------------------------------------------------------
 
 
 def test_message_within_limit_is_returned_as_is() -> None:
@@ -321,7 +325,7 @@ def test_text_chars_ignore_details_and_images() -> None:
     assert tool_result_text_chars(msg) == 4
 
 
-# --- the plan ---------------------------------------------------------------------------------------------------
+# --- the plan -----------------------------------------------------------------------------------------------
 
 
 def items_of(*texts: str, other_every: int = 0) -> list[tuple[str, dict[str, Any]]]:
@@ -334,7 +338,10 @@ def items_of(*texts: str, other_every: int = 0) -> list[tuple[str, dict[str, Any
 
 
 def test_zero_tool_results() -> None:
-    items = [("u1", {"role": "user", "content": "a" * 100_000}), ("a1", {"role": "assistant", "content": []})]
+    items: list[tuple[str, dict[str, Any]]] = [
+        ("u1", {"role": "user", "content": "a" * 100_000}),
+        ("a1", {"role": "assistant", "content": []}),
+    ]
     plan = plan_pruning(items, 16_000)
     assert plan == PrunePlan((), 0, 0)
     assert not plan
@@ -358,6 +365,14 @@ def test_one_giant_result() -> None:
 def test_single_result_under_the_cap_is_not_an_aggregate() -> None:
     """The aggregate needs at least two non-empty results."""
     assert plan_pruning(items_of("a" * 15_000, ""), 16_000).edits == ()
+
+
+def test_one_many_block_result_is_not_an_aggregate() -> None:
+    """Twenty 1,000-char blocks, minimum 2,000: no block can shrink, and no edit that saves nothing."""
+    msg = result([{"type": "text", "text": "a" * 1000} for _ in range(20)])
+    plan = plan_pruning([("e0", msg)], 16_000, min_keep=2000)
+    assert plan.edits == ()
+    assert plan.chars_saved == 0
 
 
 def test_many_medium_results_newest_first() -> None:
@@ -398,6 +413,22 @@ def test_min_keep_floor_in_the_plan() -> None:
     assert plan.max_reducible_chars == reducible_chars(items, 16_000) > plan.chars_saved
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "max_chars", "expected"),
+    [
+        # Values from a transcription of OpenClaw's tool-result-truncation.ts run under node.
+        ("a" * 40_000, "b" * 200, 16_000, 24_200),  # (a) then (b) cuts the (a) text again
+        ("x" * 20_000 + "\nexit code 1\n", "y" * 9000 + "\nok done}", 16_000, 13_022),  # head + tail
+        ("a" * 5000 + "\nexit code 1}", "b" * 60, 5000, 73),  # the suffix count gains a digit
+        ("😀" * 9000, "日本" * 3000 + "\nError", 4000, 20_006),  # UTF-16 lengths
+    ],
+)
+def test_reducible_chars_is_openclaws_figure(first: str, second: str, max_chars: int, expected: int) -> None:
+    items = [("e0", result(first)), ("u", {"role": "user", "content": "u"}), ("e2", result(second))]
+    assert reducible_chars(items, max_chars) == expected
+    assert plan_pruning(items, max_chars).max_reducible_chars == expected
+
+
 def test_notes_name_where_the_full_text_is() -> None:
     items = items_of("a" * 40_000, "b" * 200)
     plan = plan_pruning(items, 16_000, note_for=lambda entry_id: f"full text in x.bak / entry {entry_id}")
@@ -419,7 +450,7 @@ def test_details_do_not_count_and_survive_apply() -> None:
     stripped = {k: v for k, v in msg.items() if k != "details"}
     plan = plan_pruning([("e1", stripped)], 16_000)
     assert plan.edits[0].chars_before == 20_000
-    entries = [
+    entries: list[dict[str, Any]] = [
         {"type": "session", "id": "s"},
         {"type": "message", "id": "e0", "parentId": None, "message": {"role": "user", "content": "hi"}},
         {"type": "message", "id": "e1", "parentId": "e0", "message": msg},
@@ -446,7 +477,7 @@ def test_prune_edit_saved() -> None:
     assert PruneEdit("e", {}, 10, 4).saved == 6
 
 
-# --- real sessions -------------------------------------------------------------------------------------------
+# --- real sessions ------------------------------------------------------------------------------------------
 
 
 def real_items(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -458,8 +489,19 @@ def real_items(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return items
 
 
-@pytest.mark.parametrize("name", ["pi-before-compaction.v3.jsonl", "pi-large-session.v3.jsonl"])
-@pytest.mark.parametrize("window", [16_000, 32_000, 128_000, 200_000])
+# OpenClaw's maxReducibleChars for these files' messages in file order, computed with a transcription of its
+# tool-result-truncation.ts (2026.5.6) run under node: the figure the route must reproduce.
+OPENCLAW_REDUCIBLE = {
+    ("pi-before-compaction.v3.jsonl", 16_000): 848_428,
+    ("pi-before-compaction.v3.jsonl", 200_000): 848_428,
+    ("pi-before-compaction.v3.jsonl", 8_000): 850_557,
+    ("pi-large-session.v3.jsonl", 16_000): 241_931,
+    ("pi-large-session.v3.jsonl", 200_000): 241_931,
+    ("pi-large-session.v3.jsonl", 8_000): 246_524,
+}
+
+
+@pytest.mark.parametrize(("name", "window"), sorted(OPENCLAW_REDUCIBLE))
 def test_real_sessions(name: str, window: int) -> None:
     path = REAL / name
     if not path.exists():
@@ -475,17 +517,29 @@ def test_real_sessions(name: str, window: int) -> None:
     results = [tool_result_text_chars(m) for _, m in items]
     edited = {e.entry_id: e.chars_after for e in plan.edits}
     after = [edited.get(i, tool_result_text_chars(m)) for i, m in items]
-    assert sum(results) - sum(after) == plan.chars_saved == plan.max_reducible_chars
+    assert sum(results) - sum(after) == plan.chars_saved
+    assert plan.max_reducible_chars == reducible_chars(items, cap) == OPENCLAW_REDUCIBLE[(name, window)]
+    # Our cuts and OpenClaw's differ by a few characters at most (suffix count, double cuts).
+    assert abs(plan.chars_saved - plan.max_reducible_chars) <= 2 * len(plan.edits)
     assert sum(after) <= cap or all(c <= 33 for c in after if c)
 
 
-# --- properties ---------------------------------------------------------------------------------------------------
+# --- properties ---------------------------------------------------------------------------------------------
 
-TEXT = st.text(alphabet=st.sampled_from("ab xy\n{}.:😀日é"), max_size=3000)
-PLAIN = st.text(alphabet=st.sampled_from("abc xyz\n,.日😀"), max_size=4000)
+CHUNKS = st.sampled_from(["a", "b ", "xy", "\n", "{", "}", ".", ":", "😀", "日本", "é", " done", "Error"])
+# Long texts cheaply: runs of a chunk repeated, so budgets of thousands of characters are exercised.
+TEXT = st.lists(st.tuples(CHUNKS, st.integers(1, 400)), max_size=12).map(
+    lambda runs: "".join(c * n for c, n in runs)
+)
+PLAIN = st.lists(
+    st.tuples(st.sampled_from(["abc", "x y", "\n", ",", "日", "😀"]), st.integers(1, 500)),
+    min_size=1,
+    max_size=10,
+).map(lambda runs: "".join(c * n for c, n in runs))
+RATIO = st.floats(0.01, 0.99)
 
 
-@given(text=TEXT, max_chars=st.integers(1, 4000), min_keep=st.integers(0, 3000))
+@given(text=TEXT, max_chars=st.integers(1, 6000), min_keep=st.integers(0, 3000))
 @settings(max_examples=400, deadline=None)
 def test_truncation_never_grows_and_fits(text: str, max_chars: int, min_keep: int) -> None:
     out = truncate_text(text, max_chars, min_keep)
@@ -497,33 +551,34 @@ def test_truncation_never_grows_and_fits(text: str, max_chars: int, min_keep: in
 
 
 @given(
-    text=TEXT,
-    max_chars=st.integers(40, 4000),
-    min_keep=st.integers(0, 3000),
-    note=st.sampled_from([None, "n"]),
+    text=TEXT, ratio=RATIO, min_keep=st.integers(0, 3000), note=st.sampled_from([None, "full text in f / e"])
 )
 @settings(max_examples=400, deadline=None)
 def test_suffix_counts_the_characters_removed(
-    text: str, max_chars: int, min_keep: int, note: str | None
+    text: str, ratio: float, min_keep: int, note: str | None
 ) -> None:
-    assume(js_len(text) > max_chars)
+    length = js_len(text)
+    max_chars = max(60, int(length * ratio))
+    assume(length > max_chars)
     out = truncate_text(text, max_chars, min_keep, note=note)
     body, n = split(out)
     head, marker, tail = body.partition(MIDDLE_MARKER)
     assert text.startswith(head)
     if marker:
         assert text.endswith(tail)
-    assert n == js_len(text) - js_len(head) - js_len(tail)
+    assert n == length - js_len(head) - js_len(tail)
 
 
 @given(
     body=PLAIN,
     last=st.text(alphabet=st.sampled_from("abc 123:/"), max_size=60).map(lambda s: f"Error: {s}"),
-    max_chars=st.integers(500, 6000),
+    ratio=RATIO,
 )
 @settings(max_examples=400, deadline=None)
-def test_important_tail_survives(body: str, last: str, max_chars: int) -> None:
+def test_important_tail_survives(body: str, last: str, ratio: float) -> None:
+    """With the recovery minimum, any budget that leaves room for the marker keeps the error line."""
     text = body + "\n" + last
+    max_chars = max(400, int(js_len(text) * ratio))
     assume(js_len(text) > max_chars)
     assert has_important_tail(text)
     out = truncate_text(text, max_chars, 0)
@@ -577,7 +632,8 @@ def test_plan_reaches_the_budget_or_the_floor(texts: list[int], max_chars: int) 
         if edit:
             assert edit.chars_after == chars
         after.append(chars)
-    assert plan.chars_saved == sum(texts) - sum(after) == reducible_chars(items, max_chars)
+    assert plan.chars_saved == sum(texts) - sum(after)
+    assert abs(plan.chars_saved - reducible_chars(items, max_chars)) <= 2 * len(plan.edits)
     nonempty = [n for n in texts if n]
     if len(nonempty) >= 2:
         assert sum(after) <= max_chars or all(c <= 33 for c in after)

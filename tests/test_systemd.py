@@ -106,9 +106,10 @@ def test_sd_notify_gives_up_on_a_full_queue_instead_of_blocking(
 ) -> None:
     """Nobody reads the socket: once its queue is full a send times out and returns False, never hangs."""
     sock, env = notify_socket
-    results = [sd_notify("WATCHDOG=1", env=env) for _ in range(2000)]
-    assert results[0] is True
-    assert False in results
+    sent = 0
+    while sent < 100_000 and sd_notify("WATCHDOG=1", env=env):
+        sent += 1
+    assert 0 < sent < 100_000
     assert sock.recv(4096) == b"WATCHDOG=1"
 
 

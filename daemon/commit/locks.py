@@ -332,7 +332,9 @@ def hold_session_lock(transcript: str | os.PathLike[str], *, now: float | None =
             os.close(fd)
         mine = (ours.st_dev, ours.st_ino, body)
         current = read_lock(lock_path)
-        if current is not None and (current.dev, current.ino, current.body) == mine:
+        if current is None:
+            log.warning("session lock vanished while we held it lock=%s", lock_path)
+        elif (current.dev, current.ino, current.body) == mine:
             with suppress(FileNotFoundError):
                 os.unlink(lock_path)
         else:

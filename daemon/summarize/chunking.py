@@ -35,7 +35,9 @@ def adaptive_chunk_ratio(messages: Sequence[Message], window: int, cost: Cost = 
 
 
 def max_chunk_tokens(messages: Sequence[Message], window: int, cost: Cost = estimate_tokens) -> int:
-    return max(1, math.floor(window * adaptive_chunk_ratio(messages, window, cost)) - SUMMARIZATION_OVERHEAD_TOKENS)
+    return max(
+        1, math.floor(window * adaptive_chunk_ratio(messages, window, cost)) - SUMMARIZATION_OVERHEAD_TOKENS
+    )
 
 
 def is_oversized(message: Message, window: int, cost: Cost = estimate_tokens) -> bool:
@@ -63,7 +65,9 @@ def call_groups(messages: Sequence[Message]) -> list[list[Message]]:
     return groups
 
 
-def chunk_by_max_tokens(messages: Sequence[Message], max_tokens: int, cost: Cost = estimate_tokens) -> list[list[Message]]:
+def chunk_by_max_tokens(
+    messages: Sequence[Message], max_tokens: int, cost: Cost = estimate_tokens
+) -> list[list[Message]]:
     """Greedy chunks of at most ``max_tokens / 1.2``; a group larger than that is a chunk of its own."""
     limit = max(1, math.floor(max_tokens / SAFETY_MARGIN))
     chunks: list[list[Message]] = []
@@ -84,7 +88,9 @@ def chunk_by_max_tokens(messages: Sequence[Message], max_tokens: int, cost: Cost
     return chunks
 
 
-def split_by_token_share(messages: Sequence[Message], parts: int, cost: Cost = estimate_tokens) -> list[list[Message]]:
+def split_by_token_share(
+    messages: Sequence[Message], parts: int, cost: Cost = estimate_tokens
+) -> list[list[Message]]:
     """About ``parts`` pieces of similar token share, cut only between call groups."""
     if not messages:
         return []

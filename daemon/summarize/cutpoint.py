@@ -116,7 +116,9 @@ def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: i
             break
     # Turn-bounded cut: the start of the N-th last user turn (0 turns keeps nothing but the latest entries).
     users = [i for i in range(start, end) if _is_user(path[i])]
-    turn_cut = users[-keep_recent_turns] if keep_recent_turns and len(users) >= keep_recent_turns else cut_points[0]
+    turn_cut = (
+        users[-keep_recent_turns] if keep_recent_turns and len(users) >= keep_recent_turns else cut_points[0]
+    )
     if keep_recent_turns == 0:
         turn_cut = cut_points[-1]
     cut = max(token_cut, turn_cut)

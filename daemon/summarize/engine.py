@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,14 @@ from daemon.summarize.cutpoint import CutPlan, plan_cut
 from daemon.summarize.digest import build_digest
 from daemon.summarize.fileops import file_operations
 from daemon.summarize.headings import EXACT_IDENTIFIERS, split_sections
-from daemon.summarize.identifiers import Identifier, IdentifierReport, ensure_identifiers, extract_identifiers, rank_identifiers
-from daemon.summarize.stages import LEVEL_DIGEST, LEVEL_LLM, LEVEL_PARTIAL, StageSettings, Stages, Summarizer
+from daemon.summarize.identifiers import (
+    Identifier,
+    IdentifierReport,
+    ensure_identifiers,
+    extract_identifiers,
+    rank_identifiers,
+)
+from daemon.summarize.stages import LEVEL_DIGEST, LEVEL_LLM, LEVEL_PARTIAL, Stages, StageSettings, Summarizer
 from daemon.tokens import estimate_context_tokens, estimate_tokens
 from daemon.transcript.context import build_context, compaction_message
 from daemon.transcript.messages import llm_visible, role_of, text_of
@@ -101,7 +107,7 @@ def new_entry_id(taken: set[str]) -> str:
 
 
 def iso_now(now: datetime | None = None) -> str:
-    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
@@ -168,7 +174,9 @@ class CompactionEngine:
         latest_ask = latest_user_ask([*span, *prefix])
         previous = plan.previous_summary
 
-        body, level, quality_info, calls, notes = await self._summarize(span, previous, ranked, latest_ask)
+        body, level, quality_info, calls, notes = await self._summarize(
+            list(span), previous, ranked, latest_ask
+        )
         split_summary = None
         if prefix:
             split_summary, extra_calls = await self._split_turn(prefix)
@@ -188,7 +196,10 @@ class CompactionEngine:
 
             rules = critical_rules(markdown, sections=s.post_compaction_sections)
             post_text = post_compaction_context(
-                markdown, sections=s.post_compaction_sections, max_chars=s.post_compaction_max_chars, now=moment
+                markdown,
+                sections=s.post_compaction_sections,
+                max_chars=s.post_compaction_max_chars,
+                now=moment,
             )
         suffix = augment.build_suffix(
             recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
@@ -247,6 +258,32 @@ class CompactionEngine:
         result.tokens_after = sum(estimate_tokens(m) for m in after)
         return result
 
+    def _check(self, body: str, latest_ask: str | None) -> quality.QualityReport:
+        # Identifiers are guaranteed by ensure_identifiers afterwards, so they cost no regeneration here.
+        return quality.check_summary(
+            body, latest_ask=latest_ask, identifiers=None, policy=self.settings.identifier_policy
+        )
+
+    def _digest(
+        self,
+        span: Sequence[dict[str, Any]],
+        previous: str | None,
+        ranked: list[Identifier],
+        latest_ask: str | None,
+    ) -> tuple[str, str, dict[str, Any], int, list[str]]:
+        if span:
+            body = build_digest(
+                list(span),
+                previous_summary=previous,
+                identifiers=ranked,
+                include_failures=False,  # the augmentation lists failures and files once, after the body
+                include_files=False,
+            )
+        else:
+            body = quality.fallback_summary(previous)
+        report = self._check(body, latest_ask if span else None)
+        return body, LEVEL_DIGEST, _quality_json(report, 0, repaired=False), 0, []
+
     async def _summarize(
         self,
         span: list[dict[str, Any]],
@@ -254,18 +291,12 @@ class CompactionEngine:
         ranked: list[Identifier],
         latest_ask: str | None,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
-        s = self.settings
-        texts: list[str] | None = None  # identifiers are guaranteed by ensure_identifiers, not by retries
-        if not span:
-            body = quality.fallback_summary(previous)
-            report = quality.check_summary(body, latest_ask=None, identifiers=texts, policy=s.identifier_policy)
-            return body, LEVEL_DIGEST, _quality_json(report, 0, repaired=False), 0, []
-        if self.client is None:
-            body = build_digest(span, previous_summary=previous, identifiers=ranked)
-            report = quality.check_summary(body, latest_ask=latest_ask, identifiers=texts, policy=s.identifier_policy)
-            return body, LEVEL_DIGEST, _quality_json(report, 0, repaired=False), 0, []
+        """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest."""
+        if not span or self.client is None:
+            return self._digest(span, previous, ranked, latest_ask)
         from daemon.summarize.llm import LLMError
 
+        s = self.settings
         stages = Stages(
             self.client,
             StageSettings(
@@ -278,54 +309,50 @@ class CompactionEngine:
             ),
         )
         notes: list[str] = []
-        level = LEVEL_LLM
-        body: str | None = None
+        source, level = span, LEVEL_LLM
         try:
-            body = await stages.summarize_in_stages(span, previous_summary=previous)
+            body = await stages.summarize_in_stages(source, previous_summary=previous)
         except LLMError as exc:
             log.warning("full summary failed (%s: %s); trying without oversized messages", exc.kind, exc)
-            kept, notes = stages.without_oversized(span)
-            if notes and kept:
-                try:
-                    body = await stages.summarize_in_stages(kept, previous_summary=previous)
-                    level = LEVEL_PARTIAL
-                except LLMError as exc2:
-                    log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
-        if body is None:
-            body = build_digest(span, previous_summary=previous, identifiers=ranked)
-            report = quality.check_summary(body, latest_ask=latest_ask, identifiers=texts, policy=s.identifier_policy)
-            return body, LEVEL_DIGEST, _quality_json(report, 0, repaired=False), stages.stats.calls, []
-        if notes:
-            body = body.rstrip() + "\n\n" + "\n".join(notes)
-        report = quality.check_summary(body, latest_ask=latest_ask, identifiers=texts, policy=s.identifier_policy)
+            source, notes = stages.without_oversized(span)
+            if not (notes and source):
+                result = self._digest(span, previous, ranked, latest_ask)
+                return (*result[:3], stages.stats.calls, [])
+            try:
+                body = await stages.summarize_in_stages(source, previous_summary=previous)
+                level = LEVEL_PARTIAL
+            except LLMError as exc2:
+                log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
+                result = self._digest(span, previous, ranked, latest_ask)
+                return (*result[:3], stages.stats.calls, [])
+
+        def with_notes(text: str) -> str:
+            return text.rstrip() + "\n\n" + "\n".join(notes) if notes else text
+
+        body = with_notes(body)
+        first = report = self._check(body, latest_ask)
         attempts = 1
         retries = min(s.quality_retries, 3) if s.quality_guard else 0
         while not report.ok and attempts <= retries:
             attempts += 1
             try:
-                candidate = await stages.summarize_in_stages(
-                    span if level == LEVEL_LLM else stages.without_oversized(span)[0],
-                    previous_summary=previous,
-                    retry_reasons=report.reasons,
+                candidate = with_notes(
+                    await stages.summarize_in_stages(
+                        source, previous_summary=previous, retry_reasons=report.reasons
+                    )
                 )
             except LLMError as exc:
                 log.warning("quality-guard retry failed (%s); keeping the earlier attempt", exc.kind)
                 break
-            if notes:
-                candidate = candidate.rstrip() + "\n\n" + "\n".join(notes)
-            candidate_report = quality.check_summary(
-                candidate, latest_ask=latest_ask, identifiers=texts, policy=s.identifier_policy
-            )
+            candidate_report = self._check(candidate, latest_ask)
             if quality.better(report, candidate_report) is candidate_report:
                 body, report = candidate, candidate_report
         repaired = False
         if not report.ok:
             fixed = quality.repair_headings(body)
-            repaired = fixed != body
-            body = fixed
-        final = quality.check_summary(body, latest_ask=latest_ask, identifiers=texts, policy=s.identifier_policy)
-        info = _quality_json(final, attempts, repaired=repaired)
-        info["first_attempt"] = {"ok": report.ok, "reasons": report.reasons}
+            repaired, body = fixed != body, fixed
+        info = _quality_json(self._check(body, latest_ask), attempts, repaired=repaired)
+        info["first_attempt"] = {"ok": first.ok, "reasons": first.reasons}
         return body, level, info, stages.stats.calls, notes
 
     async def _split_turn(self, prefix: list[dict[str, Any]]) -> tuple[str, int]:
@@ -335,7 +362,9 @@ class CompactionEngine:
             s = self.settings
             stages = Stages(
                 self.client,
-                StageSettings(window=s.summarizer_window, identifier_policy=s.identifier_policy, redact=s.redact),
+                StageSettings(
+                    window=s.summarizer_window, identifier_policy=s.identifier_policy, redact=s.redact
+                ),
             )
             try:
                 return await stages.summarize_split_turn(prefix), stages.stats.calls
@@ -345,4 +374,10 @@ class CompactionEngine:
 
 
 def _quality_json(report: quality.QualityReport, attempts: int, *, repaired: bool) -> dict[str, Any]:
-    return {"ok": report.ok, "checks": report.checks, "reasons": report.reasons, "attempts": attempts, "headings_repaired": repaired}
+    return {
+        "ok": report.ok,
+        "checks": report.checks,
+        "reasons": report.reasons,
+        "attempts": attempts,
+        "headings_repaired": repaired,
+    }

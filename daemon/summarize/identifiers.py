@@ -5,9 +5,10 @@ numbers surviving peers' compactions (peers.md §(c) 3). Here every identifier i
 extracted, ranked, checked against the summary and — when the model dropped it — appended verbatim under
 ``## Exact identifiers``, with no further model call.
 
-Extraction runs on the text a model saw (``toolResult.details`` and runtime-context messages are skipped)
-after secret redaction, so a key can never become an "identifier" that the repair writes into a summary.
-Patterns use ASCII classes only: Python's ``\\w`` matches CJK characters, which would glue
+Extraction runs on the text a model saw (``toolResult.details`` and runtime-context messages are skipped;
+thinking is skipped too, since it speculates about names that often do not exist) after secret redaction,
+so a key can never become an "identifier" that the repair writes into a summary. Patterns use ASCII
+classes only: Python's ``\\w`` matches CJK characters, which would glue
 ``修改了/src/a.ts文件`` into one path.
 
 Decisions on ambiguous shapes (each has a test):
@@ -60,6 +61,7 @@ IDENTIFIER_MAX_CHARS = 300
 # Tool-call argument keys that name a file (pi: ``path``; Claude-Code-style tools: ``file_path``).
 PATH_ARG_KEYS = ("path", "file_path", "filePath", "filename", "file")
 COMMAND_ARG_KEYS = ("command", "cmd")
+_TRIVIAL_PATHS = frozenset({"", ".", "..", "./", "~", "/"})
 
 # Ranking weights (see rank_identifiers).
 RECENCY_WEIGHT = 2.0
@@ -425,8 +427,10 @@ def _scan_tool_call(block: dict[str, Any], index: int, out: _Collector) -> None:
             out.add(command_identifier(redact_secrets(value)), COMMAND, index, user=False, agent=True)
     for key in PATH_ARG_KEYS:
         value = args.get(key)
-        if isinstance(value, str) and value.strip() and "\n" not in value:
-            out.add(_trim(value.strip()), PATH, index, user=False, agent=True)
+        if isinstance(value, str) and "\n" not in value:
+            path = _trim(redact_secrets(value.strip()))
+            if path not in _TRIVIAL_PATHS and "[REDACTED" not in path:
+                out.add(path, PATH, index, user=False, agent=True)
     rest = [s for k, v in args.items() if k not in PATH_ARG_KEYS for s in _strings(v)]
     out.scan(redact_secrets("\n".join(rest)), index, user=False, agent=True)
 

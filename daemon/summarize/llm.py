@@ -377,6 +377,9 @@ class SummarizerClient:
         self.seed = seed
         self.ollama_num_ctx = ollama_num_ctx
         self.retry = retry or RetryPolicy()
+        # How errors name the endpoint: credentials in the URL (user:password@host) are masked too.
+        self._safe_url = re.sub(r"//[^/@]*@", "//***@", self.base_url)
+        self._where = f"{self._safe_url} model {model!r}"
         self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_concurrency)
         self._api_key = api_key
         self._sleep: Sleep = sleep or anyio.sleep
@@ -392,7 +395,7 @@ class SummarizerClient:
         )
 
     def __repr__(self) -> str:
-        return f"SummarizerClient(base_url={self.base_url!r}, model={self.model!r})"
+        return f"SummarizerClient({self._where})"
 
     async def __aenter__(self) -> SummarizerClient:
         return self
@@ -416,17 +419,16 @@ class SummarizerClient:
 
     def _error(self, exc: BaseException, attempts: int) -> LLMError:
         """Our error for ``exc``, key redacted; the SDK exception is not chained (it may quote the key)."""
-        if isinstance(exc, LLMError):
-            exc.attempts = attempts
-            return exc
         kind = classify(exc)
-        where = f"{self.base_url} model {self.model!r}"
+        where = self._where
         if isinstance(exc, openai.APIStatusError):
-            server_says = _error_text(exc).replace(exc.message, "", 1).strip() or exc.message
-            if isinstance(exc.body, dict) and isinstance(exc.body.get("message"), str):
-                server_says = exc.body["message"]
-            elif isinstance(exc.body, str):
-                server_says = exc.body
+            # The SDK keeps the inner ``error`` object (or Ollama's bare error string) as the body.
+            body = exc.body
+            server_says = exc.message
+            if isinstance(body, dict) and isinstance(body.get("message"), str):
+                server_says = body["message"]
+            elif isinstance(body, str) and body.strip():
+                server_says = body
             message = f"summarizer {kind}: HTTP {exc.status_code} from {where}: {self._quote(server_says)}"
             return LLMError(
                 kind,
@@ -471,7 +473,7 @@ class SummarizerClient:
         return min(requested, room)
 
     def _to_completion(self, response: object, attempts: int, started: float) -> Completion:
-        where = f"{self.base_url} model {self.model!r}"
+        where = self._where
         if isinstance(response, str):
             if not response.strip():
                 raise LLMError(
@@ -579,7 +581,7 @@ class SummarizerClient:
             raise self._error(exc, 1) from None
         except (AttributeError, TypeError) as exc:
             raise LLMError(
-                "fatal", f"summarizer fatal: {self.base_url}/models did not answer with a model list ({exc})"
+                "fatal", f"summarizer fatal: {self._where}: /models did not answer with a model list ({exc})"
             ) from None
 
     async def check(self) -> EndpointCheck:
@@ -588,7 +590,7 @@ class SummarizerClient:
             models = tuple(await self.list_models())
         except LLMError as err:
             return EndpointCheck(
-                self.base_url,
+                self._safe_url,
                 self.model,
                 reachable=False,
                 problems=(f"{err.message}; check summarizer.base_url",),
@@ -600,7 +602,7 @@ class SummarizerClient:
             present = _model_listed(self.model, models)
             if not present:
                 problems.append(
-                    f"model {self.model!r} is not served by {self.base_url} (it lists "
+                    f"{self._where} is not served (the endpoint lists "
                     f"{', '.join(models[:10])}); fix summarizer.model or load the model"
                 )
         else:
@@ -632,7 +634,7 @@ class SummarizerClient:
                     "OLLAMA_CONTEXT_LENGTH is at least summarizer.context_tokens"
                 )
         return EndpointCheck(
-            self.base_url,
+            self._safe_url,
             self.model,
             reachable=True,
             models=models,

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from daemon.summarize import prompts
-from daemon.summarize.chunking import call_groups, chunk_by_max_tokens, is_oversized, max_chunk_tokens, split_by_token_share
+from daemon.summarize.chunking import (
+    call_groups,
+    chunk_by_max_tokens,
+    is_oversized,
+    max_chunk_tokens,
+    split_by_token_share,
+)
 from daemon.summarize.serialize import serialize_transcript
 from daemon.transcript.messages import role_of
 
@@ -94,7 +100,9 @@ class Stages:
 
     def _serialize(self, messages: Sequence[Message]) -> str:
         return serialize_transcript(
-            list(messages), tool_result_max_chars=self.settings.tool_result_max_chars, redact=self.settings.redact
+            list(messages),
+            tool_result_max_chars=self.settings.tool_result_max_chars,
+            redact=self.settings.redact,
         )
 
     async def _summarize_chunk(
@@ -127,7 +135,9 @@ class Stages:
             partial = await self._summarize_chunk(first, previous, None, depth + 1)
             return await self._summarize_chunk(second, partial, retry_reasons, depth + 1)
 
-    async def _fold(self, messages: Sequence[Message], previous: str | None, retry_reasons: list[str] | None) -> str:
+    async def _fold(
+        self, messages: Sequence[Message], previous: str | None, retry_reasons: list[str] | None
+    ) -> str:
         chunks = chunk_by_max_tokens(messages, self._max_chunk(messages), self.cost)
         self.stats.chunks += len(chunks)
         summary = previous
@@ -141,7 +151,11 @@ class Stages:
         return max_chunk_tokens(messages, self.settings.window, self.cost)
 
     async def summarize_in_stages(
-        self, messages: Sequence[Message], *, previous_summary: str | None, retry_reasons: list[str] | None = None
+        self,
+        messages: Sequence[Message],
+        *,
+        previous_summary: str | None,
+        retry_reasons: list[str] | None = None,
     ) -> str:
         """Single pass for a short span; else summarize each part independently and merge the partials."""
         if not messages:
@@ -170,7 +184,9 @@ class Stages:
         for message in messages:
             if is_oversized(message, self.settings.window, self.cost):
                 tokens = self.cost(message)
-                notes.append(f"[Large {role_of(message) or 'message'} (~{max(1, round(tokens / 1000))}K tokens) omitted from summary]")
+                notes.append(
+                    f"[Large {role_of(message) or 'message'} (~{max(1, round(tokens / 1000))}K tokens) omitted from summary]"
+                )
             else:
                 kept.append(message)
         return kept, notes

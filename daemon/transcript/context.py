@@ -6,8 +6,10 @@ its summary comes first, then the branch entries from ``firstKeptEntryId`` up to
 
 from __future__ import annotations
 
+import math
+import re
+import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from daemon.transcript.reader import Entry, Transcript
@@ -20,24 +22,56 @@ class SessionContext:
     model: dict[str, Any] | None
 
 
-def js_timestamp(value: Any) -> float | int | None:
-    """``new Date(value).getTime()`` for the ISO strings and epoch numbers pi writes; None where JS gives NaN."""
-    if isinstance(value, bool):
+_MISSING: Any = object()
+# ECMAScript's date-time string format (the only one Date.parse must accept; V8's legacy fallback is not copied).
+_ES_DATE = re.compile(
+    r"([+-]\d{6}|\d{4})(?:-(\d{2})(?:-(\d{2}))?)?"
+    r"(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?)?(Z|[+-]\d{2}:\d{2})?"
+)
+
+
+def js_timestamp(value: Any = _MISSING) -> float | int | None:
+    """``new Date(value).getTime()`` as pi computes message timestamps from entries; None where JS gives NaN."""
+    if value is _MISSING:
         return None
+    if value is None or isinstance(value, bool):
+        return int(bool(value))
     if isinstance(value, int | float):
-        return value
+        return math.trunc(value) if math.isfinite(value) and abs(value) <= 8.64e15 else None
     if not isinstance(value, str):
         return None
-    text = value.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
+    match = _ES_DATE.fullmatch(value)
+    if match is None:
         return None
-    if parsed.tzinfo is None and "T" not in text:
-        parsed = parsed.replace(tzinfo=timezone.utc)  # JavaScript reads a bare date as UTC, a date-time as local
-    return int(round(parsed.timestamp() * 1000))
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    if year == "-000000" or (hour is None and offset is not None and month is None):
+        return None
+    if not (1 <= int(month or 1) <= 12 and 1 <= int(day or 1) <= 31):
+        return None
+    h, m, sec = int(hour or 0), int(minute or 0), int(second or 0)
+    if h > 24 or m > 59 or sec > 59 or (h == 24 and (m or sec or int(fraction or 0))):
+        return None
+    millis = int((fraction or "0")[:3].ljust(3, "0"))
+    epoch_days = _days_from_civil(int(year), int(month or 1), int(day or 1))
+    ms = ((epoch_days * 24 + h) * 60 + m) * 60_000 + sec * 1000 + millis
+    if offset is None and hour is not None:
+        local = time.localtime(ms // 1000)
+        ms -= local.tm_gmtoff * 1000  # JavaScript reads a date-time without offset as local time
+    elif offset not in (None, "Z"):
+        assert offset is not None
+        sign = 1 if offset[0] == "+" else -1
+        ms -= sign * (int(offset[1:3]) * 60 + int(offset[4:6])) * 60_000
+    return ms if abs(ms) <= 8.64e15 else None
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 in the proleptic Gregorian calendar (any year, unlike ``datetime``)."""
+    year -= month <= 2
+    era = (year if year >= 0 else year - 399) // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
 
 
 def entry_to_message(entry: Entry) -> dict[str, Any] | None:
@@ -57,7 +91,7 @@ def _made(role: str, entry: Entry, keys: tuple[str, ...]) -> dict[str, Any]:
     """A message pi creates from an entry; keys the entry lacks stay absent, as JSON.stringify drops undefined."""
     message: dict[str, Any] = {"role": role}
     message.update((k, entry[k]) for k in keys if k in entry)
-    message["timestamp"] = js_timestamp(entry.get("timestamp"))
+    message["timestamp"] = js_timestamp(entry.get("timestamp", _MISSING))
     return message
 
 

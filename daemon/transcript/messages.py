@@ -53,7 +53,9 @@ def tool_calls(message: Message) -> list[dict[str, Any]]:
     if role_of(message) != "assistant":
         return []
     return [
-        b for b in blocks_of(message) if b.get("type") in TOOL_CALL_BLOCK_TYPES and isinstance(b.get("id"), str)
+        b
+        for b in blocks_of(message)
+        if b.get("type") in TOOL_CALL_BLOCK_TYPES and isinstance(b.get("id"), str)
     ]
 
 

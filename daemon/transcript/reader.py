@@ -73,6 +73,8 @@ class Transcript:
     spans: list[tuple[int, int]] = field(default_factory=list)
     header_span: tuple[int, int] | None = None
     size: int = 0
+    # The last parsed line is JSON but not an object: pi takes it as the leaf and builds an empty context.
+    junk_leaf: bool = False
     _by_id: dict[str, Entry] | None = field(default=None, repr=False)
 
     @property
@@ -91,6 +93,8 @@ class Transcript:
         return self._by_id
 
     def leaf(self, leaf_id: str | None = None) -> Entry | None:
+        if leaf_id is None and self.junk_leaf:
+            return None
         target = leaf_id if leaf_id is not None else self.leaf_id
         entry = self.by_id().get(target) if target is not None else None
         if entry is None and self.entries:
@@ -141,6 +145,7 @@ def parse_transcript(data: bytes) -> Transcript:
     positions: list[int] = []  # index of each entry in pi's parsed array (v1 firstKeptEntryIndex uses it)
     parsed = 0
     first_value_seen = False
+    junk_leaf = False
     line_no = 0
     loads = orjson.loads
     for begin, end, raw in iter_lines(data, start):
@@ -162,9 +167,17 @@ def parse_transcript(data: bytes) -> Transcript:
         parsed += 1
         if not first_value_seen:
             first_value_seen = True
-            if not (isinstance(value, dict) and value.get("type") == "session" and isinstance(value.get("id"), str)):
+            if not (
+                isinstance(value, dict)
+                and value.get("type") == "session"
+                and isinstance(value.get("id"), str)
+            ):
                 problems.append(
-                    Problem("no_header", line_no, "first parsed line is not a session header; pi would wipe the file")
+                    Problem(
+                        "no_header",
+                        line_no,
+                        "first parsed line is not a session header; pi would wipe the file",
+                    )
                 )
                 return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
             header = value
@@ -176,16 +189,22 @@ def parse_transcript(data: bytes) -> Transcript:
             continue
         if not isinstance(value, dict):
             problems.append(Problem("malformed_line", line_no, "skipped: line is JSON but not an object"))
+            junk_leaf = True
             continue
         if value.get("type") == "session":
             continue  # pi's duplicate-flush quirk repeats the header; loaders ignore the repeat
+        junk_leaf = False
         entries.append(value)
         positions.append(parsed - 1)
         lines.append(line_no)
         spans.append((begin, end))
     if data and not data.endswith(b"\n") and not any(p.kind == "torn_last_line" for p in problems):
         problems.append(
-            Problem("torn_last_line", line_no, "file does not end with a newline: the next append would be swallowed")
+            Problem(
+                "torn_last_line",
+                line_no,
+                "file does not end with a newline: the next append would be swallowed",
+            )
         )
     if header is None:
         problems.append(Problem("no_header", None, "empty file: no session header; pi would wipe it"))
@@ -197,7 +216,11 @@ def parse_transcript(data: bytes) -> Transcript:
     if version < 3:
         for entry in entries:
             message = entry.get("message")
-            if entry.get("type") == "message" and isinstance(message, dict) and message.get("role") == "hookMessage":
+            if (
+                entry.get("type") == "message"
+                and isinstance(message, dict)
+                and message.get("role") == "hookMessage"
+            ):
                 message["role"] = "custom"
     leaf = entries[-1].get("id") if entries else None
     transcript = Transcript(
@@ -210,7 +233,16 @@ def parse_transcript(data: bytes) -> Transcript:
         spans=spans,
         header_span=header_span,
         size=len(data),
+        junk_leaf=junk_leaf,
     )
+    if junk_leaf:
+        transcript.problems.append(
+            Problem(
+                "junk_leaf",
+                None,
+                "the last parsed line is not an object: pi takes it as the leaf, empty context",
+            )
+        )
     transcript.problems.extend(validate(transcript))
     return transcript
 
@@ -254,33 +286,39 @@ def validate(transcript: Transcript) -> list[Problem]:
     for entry, line in zip(transcript.entries, transcript.lines, strict=False):
         entry_id = entry.get("id")
         if not isinstance(entry_id, str):
-            problems.append(Problem("missing_id", line, "entry has no string id; it cannot be anyone's parent"))
+            problems.append(
+                Problem("missing_id", line, "entry has no string id; it cannot be anyone's parent")
+            )
             continue
         earlier = seen_ids.get(entry_id)
         if earlier is not None and earlier != entry:
-            problems.append(Problem("conflicting_duplicate_id", line, f"id {entry_id} repeats with other content"))
+            problems.append(
+                Problem("conflicting_duplicate_id", line, f"id {entry_id} repeats with other content")
+            )
         seen_ids[entry_id] = entry
         parent = entry.get("parentId")
         if parent is not None and not (isinstance(parent, str) and parent in index):
             problems.append(
-                Problem("dangling_parent", line, f"parentId {parent!r} points nowhere: the branch is cut here")
+                Problem(
+                    "dangling_parent", line, f"parentId {parent!r} points nowhere: the branch is cut here"
+                )
             )
     branch = transcript.branch()
     leaf = transcript.leaf()
     if leaf is not None and branch and branch[0] is not leaf and _has_cycle(transcript):
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
     line_of = {id(e): ln for e, ln in zip(transcript.entries, transcript.lines, strict=False)}
-    for position, entry in enumerate(branch):
-        if entry.get("type") != "compaction":
-            continue
+    branch_ids = {e.get("id") for e in branch}
+    for entry in branch:
+        # A kept entry after the compaction (our rotation puts the compaction at the root) is fine: pi then
+        # keeps nothing from before it and emits everything after it. Pointing nowhere loses the kept span.
         first_kept = entry.get("firstKeptEntryId")
-        before = {e.get("id") for e in branch[:position]}
-        if first_kept not in before:
+        if entry.get("type") == "compaction" and first_kept not in branch_ids:
             problems.append(
                 Problem(
                     "first_kept_not_on_branch",
                     line_of.get(id(entry)),
-                    f"compaction keeps from {first_kept!r}, which is not on the branch before it",
+                    f"compaction keeps from {first_kept!r}, which is not on the branch: nothing before it is kept",
                 )
             )
     problems.extend(_pairing_problems(branch, line_of))
@@ -317,7 +355,11 @@ def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Prob
             call_id = tool_call_id(message)
             if call_id is None or (call_id not in open_calls and call_id not in answered):
                 problems.append(
-                    Problem("orphan_tool_result", line, f"toolResult {call_id!r} has no earlier toolCall on the branch")
+                    Problem(
+                        "orphan_tool_result",
+                        line,
+                        f"toolResult {call_id!r} has no earlier toolCall on the branch",
+                    )
                 )
             elif call_id in open_calls:
                 open_calls.pop(call_id)
@@ -326,7 +368,11 @@ def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Prob
         if open_calls and pending_since is not None:
             for call_id, call_line in open_calls.items():
                 problems.append(
-                    Problem("missing_tool_result", call_line, f"toolCall {call_id!r} has no result before the turn moved on")
+                    Problem(
+                        "missing_tool_result",
+                        call_line,
+                        f"toolCall {call_id!r} has no result before the turn moved on",
+                    )
                 )
             open_calls.clear()
         if role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
@@ -342,5 +388,7 @@ def read_transcript(path: str | os.PathLike[str]) -> Transcript:
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as exc:
-        return Transcript(None, CURRENT_VERSION, [], [Problem("unreadable", None, f"{exc.strerror}: {path}")], None)
+        return Transcript(
+            None, CURRENT_VERSION, [], [Problem("unreadable", None, f"{exc.strerror}: {path}")], None
+        )
     return parse_transcript(data)

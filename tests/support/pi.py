@@ -240,8 +240,9 @@ def pi_write(
     appendThinkingLevelChange, appendCompaction, appendCustomEntry, appendCustomMessageEntry,
     appendLabelChange, appendSessionInfo, branch, resetLeaf, branchWithSummary; arguments are named as in pi
     (see ``tests/pi/write.mjs``). ``target`` and ``firstKeptEntryId`` given as an int refer to the entry that
-    earlier op produced. Returns ``path``, ``session_id``, ``ids`` (the entry id of each op, None for branch/resetLeaf), ``leaf_id`` and ``exists``:
-    pi writes nothing until the session holds an assistant message.
+    earlier op produced. Returns ``path``, ``session_id``, ``ids`` (the entry id of each op, None for
+    branch/resetLeaf), ``leaf_id`` and ``exists``: pi writes nothing until the session holds an assistant
+    message.
     """
     spec: dict[str, Any] = {"dir": path_dir, "ops": list(ops)}
     if cwd is not None:
@@ -425,8 +426,8 @@ class NodeAppender(_NodeProcess):
     One ``appendFileSync(path, JSON.stringify(entry) + "\\n")`` per entry (open by path, write, close; no
     lock); entry i has text ``"seq <start_seq + i>"`` (user for even i, assistant for odd i), a unique 8-hex
     id and ``parentId`` chained from the previous one, starting at the file's leaf as pi loads it when the
-    process starts. With ``pause_every`` > 0 it sleeps ``pause_ms`` after every that many lines, to spread its writes.
-    :meth:`start` returns once the leaf is read; :meth:`wait` returns what was written.
+    process starts. With ``pause_every`` > 0 it sleeps ``pause_ms`` after every that many lines, to spread
+    its writes. :meth:`start` returns once the leaf is read; :meth:`wait` returns what was written.
     """
 
     def __init__(

@@ -1,0 +1,394 @@
+"""The model-free digest (and the file lists it shares with pi): five headings, the last ask, capped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.summarize.digest import (
+    DIGEST_MAX_CHARS,
+    FAILURES_HEADING,
+    FILES_HEADING,
+    LAST_ASK_MAX_CHARS,
+    MAX_FAILURES,
+    build_digest,
+    tool_failures,
+)
+from daemon.summarize.fileops import FileOps, file_operations
+from daemon.summarize.headings import (
+    CONSTRAINTS,
+    DECISIONS,
+    EXACT_IDENTIFIERS,
+    OPEN_TODOS,
+    PENDING_ASKS,
+    REQUIRED_HEADINGS,
+    split_sections,
+)
+from daemon.summarize.identifiers import extract_identifiers, missing_identifiers, rank_identifiers
+
+Msg = dict[str, Any]
+
+
+def user(text: str) -> Msg:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+def assistant(text: str = "", *calls: Msg, stop: str = "stop") -> Msg:
+    content: list[Msg] = [{"type": "text", "text": text}] if text else []
+    return {"role": "assistant", "content": [*content, *calls], "stopReason": stop, "timestamp": 2}
+
+
+def call(name: str, call_id: str = "c1", **arguments: Any) -> Msg:
+    return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+
+
+def result(text: str, call_id: str = "c1", *, name: str = "bash", error: bool = False, **extra: Any) -> Msg:
+    return {
+        "role": "toolResult",
+        "toolCallId": call_id,
+        "toolName": name,
+        "content": [{"type": "text", "text": text}],
+        "isError": error,
+        "timestamp": 3,
+        **extra,
+    }
+
+
+def sections(digest: str) -> dict[str, list[str]]:
+    return {heading: [line for line in body if line] for heading, body in split_sections(digest)[1]}
+
+
+def headings_in_order(text: str) -> bool:
+    lines = [line.strip() for line in text.splitlines()]
+    positions = [lines.index(h) if h in lines else -1 for h in REQUIRED_HEADINGS]
+    return -1 not in positions and positions == sorted(positions)
+
+
+# --- structure ----------------------------------------------------------------------------------------------
+def test_empty_input_still_has_every_heading() -> None:
+    digest = build_digest([])
+    assert headings_in_order(digest)
+    assert "Summary unavailable" not in digest
+    body = sections(digest)
+    assert body[DECISIONS] == ["- No prior history."]
+    assert body[PENDING_ASKS] == ["- None."]
+    assert body[EXACT_IDENTIFIERS] == ["- None captured."]
+    assert FAILURES_HEADING not in digest
+    assert FILES_HEADING not in digest
+
+
+def test_headings_are_exact_lines_in_order_and_come_first() -> None:
+    digest = build_digest([user("hi"), assistant("I'll use /srv/app/main.py for this.")])
+    lines = digest.splitlines()
+    heading_lines = [line for line in lines if line.startswith("## ")]
+    assert heading_lines[:5] == list(REQUIRED_HEADINGS)
+
+
+def test_a_users_heading_lookalike_cannot_fake_a_section() -> None:
+    digest = build_digest([user("please write:\n## Decisions\nnothing")])
+    assert [line for line in digest.splitlines() if line.strip() == DECISIONS] == [DECISIONS]
+
+
+# --- content ------------------------------------------------------------------------------------------------
+def conversation() -> list[Msg]:
+    return [
+        user("Migrate the API to v2. You must never touch prod.db and always run the tests first."),
+        assistant(
+            "I decided to use httpx instead of requests because it supports HTTP/2. Now let's start:",
+            call("read", "r1", path="/srv/api/client.py"),
+        ),
+        result("import requests", "r1", name="read"),
+        assistant(
+            "Plan:\n- [x] read client\n- [ ] port client.py to httpx\n- [ ] update docs\n"
+            "TODO: bump the version",
+            call("edit", "e1", path="/srv/api/client.py", oldText="a", newText="b"),
+            call("bash", "b1", command="cd /srv/api && pytest -q\n# second line"),
+        ),
+        result("ok", "e1", name="edit"),
+        result("2 failed\nExit code: 1", "b1"),
+        assistant("- [x] update docs\nRemaining from the plan:\n- fix test_auth\n- release notes"),
+        user("Also please keep the public function names.\nNow make the tests pass and push to origin/main."),
+    ]
+
+
+def test_sections_are_filled_from_the_span() -> None:
+    digest = build_digest(conversation())
+    body = sections(digest)
+    assert any("decided to use httpx instead of requests" in line for line in body[DECISIONS])
+    assert not any("Now let's start" in line for line in body[DECISIONS])
+    todos = body[OPEN_TODOS]
+    assert "- [ ] port client.py to httpx" in todos
+    assert "- [ ] update docs" not in todos  # checked off later
+    assert "- TODO: bump the version" in todos
+    assert "- fix test_auth" in todos and "- release notes" in todos
+    assert any(line.startswith("- In progress when compacted: Also please keep") for line in todos)
+    rules = body[CONSTRAINTS]
+    assert any("must never touch prod.db" in line for line in rules)
+    assert any("keep the public function names" in line for line in rules)
+    asks = body[PENDING_ASKS]
+    assert asks[0].startswith("- Migrate the API to v2.")
+    assert asks[-3:] == [
+        "- Latest ask (verbatim):",
+        "  > Also please keep the public function names.",
+        "  > Now make the tests pass and push to origin/main.",
+    ]
+    assert "- `/srv/api/client.py`" in body[EXACT_IDENTIFIERS]
+    assert "- `cd /srv/api && pytest -q`" in body[EXACT_IDENTIFIERS]
+    failures = body[FAILURES_HEADING]
+    assert failures == ["- bash `cd /srv/api && pytest -q` (exit 1): 2 failed Exit code: 1"]
+    assert body[FILES_HEADING] == ["- Modified (1): `/srv/api/client.py`"]
+
+
+def test_digest_keeps_the_last_user_ask_verbatim() -> None:
+    ask = (
+        "Rename `getUser` to `fetchUser` in src/api.ts,\n\nthen run `npm test`. 中文也要保留：不要删除注释。"
+    )
+    digest = build_digest(
+        [user("first"), assistant("done"), user(ask), assistant("", call("bash", command="ls"))]
+    )
+    quoted = [line[4:] if line.startswith("  > ") else "" for line in sections(digest)[PENDING_ASKS]]
+    assert "\n".join(quoted).strip() == ask
+    assert "- first" in sections(digest)[PENDING_ASKS]
+
+
+def test_very_long_last_ask_is_capped_with_a_note() -> None:
+    ask = "word " * 1000
+    digest = build_digest([user(ask)])
+    assert f"[{len(ask.strip()) - LAST_ASK_MAX_CHARS} more characters]" in digest
+    assert len(digest) <= DIGEST_MAX_CHARS
+
+
+def test_answered_question_back_to_the_user_is_an_open_todo() -> None:
+    digest = build_digest(
+        [user("deploy it"), assistant("Built the image. Should I push it to the registry?")]
+    )
+    assert (
+        "- Waiting for the user's answer to: Should I push it to the registry?"
+        in sections(digest)[OPEN_TODOS]
+    )
+
+
+def test_chinese_rules_and_decisions() -> None:
+    digest = build_digest(
+        [user("必须保留所有文件路径。请不要修改 AGENTS.md。"), assistant("我决定改用 httpx 库。")]
+    )
+    body = sections(digest)
+    assert "- 必须保留所有文件路径。" in body[CONSTRAINTS]
+    assert "- 请不要修改 AGENTS.md。" in body[CONSTRAINTS]
+    assert any("改用 httpx" in line for line in body[DECISIONS])
+
+
+def test_secrets_do_not_reach_the_digest() -> None:
+    key = "sk-" + "proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv"
+    digest = build_digest([user(f"use {key} and never log it"), assistant(f"I'll store {key} in the vault.")])
+    assert key not in digest
+    assert "[REDACTED:openai_key]" in digest
+
+
+# --- failures -----------------------------------------------------------------------------------------------
+def test_tool_failures_with_exit_codes() -> None:
+    messages = [
+        assistant("", call("bash", "a", command="make"), call("edit", "b", path="x.py")),
+        result("error: missing\nCommand exited with code 2", "a"),
+        result("Could not find the exact text", "b", name="edit", error=True),
+        result("still fine, exit code 0", "a"),  # duplicate id and a zero code: ignored
+        {"role": "bashExecution", "command": "npm test", "output": "1 failing", "exitCode": 1},
+        {"role": "bashExecution", "command": "true", "output": "", "exitCode": 0},
+    ]
+    assert [(f.tool, f.exit_code, f.command) for f in tool_failures(messages)] == [
+        ("bash", 2, "make"),
+        ("edit", None, None),
+        ("user bash", 1, "npm test"),
+    ]
+    lines = sections(build_digest(messages))[FAILURES_HEADING]
+    assert lines[1] == "- edit (error): Could not find the exact text"
+
+
+def test_at_most_eight_failures_newest_kept() -> None:
+    messages: list[Msg] = []
+    for n in range(12):
+        messages += [
+            assistant("", call("bash", f"c{n}", command=f"step{n}")),
+            result(f"exit code {n + 1}", f"c{n}"),
+        ]
+    lines = sections(build_digest(messages))[FAILURES_HEADING]
+    assert lines[0] == f"- ...and {12 - MAX_FAILURES} earlier failures"
+    assert lines[-1].startswith("- bash `step11` (exit 12)")
+    assert len(lines) == MAX_FAILURES + 1
+
+
+def test_extra_sections_can_be_left_to_the_augmentation() -> None:
+    digest = build_digest(conversation(), include_failures=False, include_files=False)
+    assert FAILURES_HEADING not in digest
+    assert FILES_HEADING not in digest
+
+
+# --- previous summary ---------------------------------------------------------------------------------------
+PREVIOUS = """## Decisions
+- Use PostgreSQL 16
+## Open TODOs
+- [ ] write the migration
+## Constraints/Rules
+- Never force-push
+## Pending user asks
+- None.
+## Exact identifiers
+- `db.internal:5432`
+
+<read-files>
+/old/read.py
+</read-files>
+"""
+
+
+def test_previous_summary_sections_are_carried_and_deduplicated() -> None:
+    digest = build_digest(
+        [user("Never force-push. Now add an index."), assistant("Added.")], previous_summary=PREVIOUS
+    )
+    body = sections(digest)
+    assert body[DECISIONS][0] == "- Use PostgreSQL 16"
+    assert body[OPEN_TODOS][0] == "- [ ] write the migration"
+    assert [line for line in body[CONSTRAINTS] if "force-push" in line.lower()] == ["- Never force-push"]
+    assert "- `db.internal:5432`" in body[EXACT_IDENTIFIERS]
+    assert "/old/read.py" not in digest  # file lists come from details, not from old text
+
+
+def test_pi_style_previous_summary_is_mapped_onto_our_headings() -> None:
+    pi_summary = (
+        "## Goal\nShip v2\n## Constraints & Preferences\n- Tabs, not spaces\n## Progress\n### Done\n"
+        "- [x] parser\n### In Progress\n- [ ] lexer\n## Key Decisions\n- **Rust**: speed\n"
+        "## Next Steps\n1. benchmarks\n"
+        "## Critical Context\n- CI is flaky\n"
+    )
+    body = sections(build_digest([], previous_summary=pi_summary))
+    assert body[PENDING_ASKS] == ["- Ship v2"]
+    assert body[CONSTRAINTS] == ["- Tabs, not spaces"]
+    assert "- [ ] lexer" in body[DECISIONS]  # under "## Progress": kept, as history
+    assert "- **Rust**: speed" in body[DECISIONS]
+    assert "- CI is flaky" in body[DECISIONS]
+    assert body[OPEN_TODOS] == ["- benchmarks"]
+
+
+def test_redigesting_a_digest_keeps_its_content() -> None:
+    first = build_digest(conversation())
+    second = build_digest([], previous_summary=first)
+    assert headings_in_order(second)
+    first_body, second_body = sections(first), sections(second)
+    for heading in (DECISIONS, CONSTRAINTS, EXACT_IDENTIFIERS):
+        assert set(first_body[heading]) <= set(second_body[heading]), heading
+    assert "Mechanical digest" not in "\n".join(second_body[DECISIONS])
+
+
+# --- limits and determinism ---------------------------------------------------------------------------------
+def test_huge_span_stays_under_the_cap() -> None:
+    messages: list[Msg] = []
+    for n in range(400):
+        messages += [
+            user(f"Please always check /data/run{n}/input{n}.csv and never skip step {n}. " * 5),
+            assistant(
+                f"I'll use worker-{n} instead of the pool. TODO: verify /tmp/w{n}.log",
+                call("read", f"r{n}", path=f"/srv/f{n}.py"),
+            ),
+            result(f"boom {n}\nexit code 3", f"r{n}", error=True),
+        ]
+    digest = build_digest(messages)
+    assert len(digest) <= DIGEST_MAX_CHARS
+    assert headings_in_order(digest)
+    assert "  > Please always check /data/run399/input399.csv" in digest
+
+
+def test_deterministic() -> None:
+    assert build_digest(conversation()) == build_digest(conversation())
+    assert build_digest(conversation(), previous_summary=PREVIOUS) == build_digest(
+        conversation(), previous_summary=PREVIOUS
+    )
+
+
+def test_given_identifiers_are_used_in_rank_order() -> None:
+    ranked = rank_identifiers(extract_identifiers(conversation()), cap=2)
+    body = sections(build_digest(conversation(), identifiers=ranked))
+    assert body[EXACT_IDENTIFIERS] == [f"- `{i.text}`" for i in ranked]
+
+
+# --- file operations ----------------------------------------------------------------------------------------
+def test_file_operations_like_pi() -> None:
+    messages = [
+        assistant(
+            "",
+            call("read", "1", path="/b.py"),
+            call("read", "2", path="/a.py"),
+            call("edit", "3", path="/a.py"),
+            call("write", "4", file_path="/c.py"),
+            call("bash", "5", command="cat /d.py"),
+        ),
+        user("read /e.py"),
+    ]
+    assert file_operations(messages) == FileOps(read=["/b.py"], modified=["/a.py", "/c.py"])
+
+
+def test_file_operations_cumulative_unless_from_a_hook() -> None:
+    messages = [assistant("", call("edit", "1", path="/old-read.py"), call("read", "2", path="/new.py"))]
+    details = {"readFiles": ["/old-read.py", "/z.py"], "modifiedFiles": ["/m.py"]}
+    entry = {"type": "compaction", "details": details, "fromHook": False}
+    expected = FileOps(read=["/new.py", "/z.py"], modified=["/m.py", "/old-read.py"])
+    assert file_operations(messages, details) == expected
+    assert file_operations(messages, entry) == expected
+    assert file_operations(messages, {**entry, "fromHook": True}) == FileOps(
+        read=["/new.py"], modified=["/old-read.py"]
+    )
+    assert file_operations(messages, {"readFiles": "junk", "modifiedFiles": [1, None]}) == FileOps(
+        read=["/new.py"], modified=["/old-read.py"]
+    )
+    assert expected.details() == {
+        "readFiles": ["/new.py", "/z.py"],
+        "modifiedFiles": ["/m.py", "/old-read.py"],
+    }
+
+
+def test_file_order_is_javascripts() -> None:
+    """pi sorts in JavaScript's default order (UTF-16 code units): an astral character sorts before U+FFFD."""
+    messages = [
+        assistant("", call("read", "1", path="/\ufffd.txt"), call("read", "2", path="/\U0001f600.txt"))
+    ]
+    assert file_operations(messages).read == ["/\U0001f600.txt", "/\ufffd.txt"]
+
+
+# --- the real sessions --------------------------------------------------------------------------------------
+def _real_dir() -> Path:
+    configured = os.environ.get("COMPACTD_FIXTURES")
+    base = Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+    return base / "real" if (base / "real").is_dir() else base
+
+
+@pytest.mark.parametrize("name", ["pi-before-compaction.v3.jsonl", "pi-large-session.v3.jsonl"])
+def test_real_sessions(name: str) -> None:
+    path = _real_dir() / name
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    from daemon.transcript.context import build_context
+    from daemon.transcript.reader import read_transcript
+
+    messages = build_context(read_transcript(path)).messages
+    digest = build_digest(messages)
+    assert headings_in_order(digest)
+    assert len(digest) <= DIGEST_MAX_CHARS
+    last_ask = next(m for m in reversed(messages) if m["role"] == "user")
+    ask_text = "".join(b["text"] for b in last_ask["content"] if b["type"] == "text").strip()
+    assert f"  > {ask_text.splitlines()[0]}" in digest
+    # The digest alone keeps every ranked identifier on these sessions (the figure reported to the lead).
+    ranked = rank_identifiers(extract_identifiers(messages))
+    assert missing_identifiers(digest, ranked) == []
+    assert build_digest(messages) == digest
+    # As the engine calls it after an earlier compaction: the old summary given separately, which competes
+    # with the identifiers for room (the identifiers are budgeted first).
+    if messages[0]["role"] == "compactionSummary":
+        span = messages[1:]
+        ranked = rank_identifiers(extract_identifiers(span))
+        again = build_digest(span, previous_summary=messages[0]["summary"], identifiers=ranked)
+        assert headings_in_order(again)
+        assert len(again) <= DIGEST_MAX_CHARS
+        assert missing_identifiers(again, ranked) == []
+        assert "Refactor `coding-agent`" in again  # carried from the earlier summary

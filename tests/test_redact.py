@@ -1,0 +1,137 @@
+"""Secret redaction: every known format is replaced, and the identifiers a summary must keep are untouched."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemon.summarize.redact import redact_secrets, redact_secrets_counted
+
+# Assembled at run time so no scanner mistakes this file for a leak.
+OPENAI = "sk-" + "proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv"
+ANTHROPIC = "sk-" + "ant-api03-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2"
+GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+GITHUB_PAT = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnop"
+GITHUB_OAUTH = "gho_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+SLACK = "xoxb-" + "123456789012-abcdefABCDEF"
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+GOOGLE = "AIza" + "SyA1234567890abcdefghijklmnopqrstuv"
+HF = "hf_" + "abcdefghijklmnopqrstuvwxyz012345"
+GITLAB = "glpat-" + "abcdefghij1234567890"
+JWT = "eyJ" + "hbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7b\nq9Zk3\n-----END RSA PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "kind"),
+    [
+        (f"export OPENAI_API_KEY={OPENAI}", OPENAI, "openai_key"),
+        (f"key is {ANTHROPIC}.", ANTHROPIC, "anthropic_key"),
+        (f"git clone https://{GITHUB}@github.com/a/b", GITHUB, "github_token"),
+        (f"token {GITHUB_PAT}", GITHUB_PAT, "github_token"),
+        (f"oauth={GITHUB_OAUTH}", GITHUB_OAUTH, "github_token"),
+        (f"SLACK={SLACK}", SLACK, "slack_token"),
+        (f"aws_access_key_id {AWS}", AWS, "aws_access_key"),
+        (f"?key={GOOGLE}&q=1", GOOGLE, "google_api_key"),
+        (f"HF token: {HF}", HF, "huggingface_token"),
+        (f"PRIVATE-TOKEN: {GITLAB}", GITLAB, "gitlab_token"),
+        (f"cookie: session={JWT}", JWT, "jwt"),
+        (f"before\n{PEM}\nafter", PEM, "private_key"),
+        ("curl -H 'Authorization: Bearer abc.def.ghi12345678' x", "abc.def.ghi12345678", "authorization"),
+        ("authorization=Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA==", "authorization"),
+        ("headers: {Bearer Zm9vYmFyYmF6cXV1eDEyMzQ1}", "Zm9vYmFyYmF6cXV1eDEyMzQ1", "bearer"),
+        ("postgres://admin:s3cr3t-pw@db.internal:5432/app", "s3cr3t-pw", "url_password"),
+        ("DB_PASSWORD=hunter22", "hunter22", "password"),
+        ('{"api_key": "abcd1234efgh"}', "abcd1234efgh", "secret"),
+        ("password: correct-horse-9", "correct-horse-9", "password"),
+        ("client_secret = 'q8Zr!x7'", "q8Zr!x7", "secret"),
+        ("mysql --password hunter22 -u root", "hunter22", "secret"),
+        ("deploy --token=abc12345", "abc12345", "secret"),
+    ],
+)
+def test_secret_is_redacted(text: str, secret: str, kind: str) -> None:
+    out, counts = redact_secrets_counted(text)
+    assert secret not in out
+    assert f"[REDACTED:{kind}]" in out
+    assert counts.get(kind, 0) >= 1
+    assert out == redact_secrets(text)
+
+
+def test_url_user_stays_and_password_goes() -> None:
+    out = redact_secrets("see postgres://admin:s3cr3t@db.internal:5432/app for details")
+    assert out == "see postgres://admin:[REDACTED:url_password]@db.internal:5432/app for details"
+
+
+def test_key_names_and_surroundings_are_kept() -> None:
+    out = redact_secrets("export DB_PASSWORD=hunter22 # local only")
+    assert out == "export DB_PASSWORD=[REDACTED:password] # local only"
+    assert redact_secrets('{"api_key": "abcd1234efgh", "model": "x"}') == (
+        '{"api_key": "[REDACTED:secret]", "model": "x"}'
+    )
+
+
+def test_unterminated_private_key_is_redacted_to_the_end() -> None:
+    """A tool result cut mid-key must not leak the part that was kept."""
+    out = redact_secrets("cat id_rsa\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA")
+    assert out == "cat id_rsa\n[REDACTED:private_key]"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "commit 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b",
+        "session 123e4567-e89b-12d3-a456-426614174000",
+        "/home/user/.ssh/config and src/secret_store.py",
+        "https://github.com/openclaw/openclaw/issues/8525",
+        "postgres://db.internal:5432/app",
+        "max_tokens: 4096, token_count=5, input_tokens=1200",
+        "PWD=/home/u/proj OLDPWD=/tmp",
+        "api_key = os.environ['OPENAI_API_KEY']",
+        "password = getpass()",
+        "secret: ${SECRET}",
+        "token=self.token",
+        "apiKey = await getApiKeyForModel(model)",
+        "export ANTHROPIC_API_KEY=sk-ant-...",
+        "  --api-key <key>     API key (defaults to env vars)",
+        "Token: expired",
+        "Password: must be at least 8 characters",
+        "The password is stored in the keychain.",
+        "a task-runner-for-risk-assessment-2024 and the disk-usage-report",
+        "Authorization: required for every call",
+        "process.env.ANTHROPIC_API_KEY = undefined`",
+        "credentials: ~/.aws/credentials",
+        "",
+    ],
+)
+def test_ordinary_text_is_untouched(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets_counted(text)[1] == {}
+
+
+def test_counts_by_kind() -> None:
+    text = f"{OPENAI} {OPENAI} password=hunter22 {AWS}"
+    out, counts = redact_secrets_counted(text)
+    assert counts == {"openai_key": 2, "password": 1, "aws_access_key": 1}
+    assert out.count("[REDACTED:") == 4
+
+
+def test_non_ascii_text_around_secrets() -> None:
+    """Case folding that changes length (İ) must not misplace the replacement."""
+    out = redact_secrets("İstanbul: password=hunter22 ok")
+    assert out == "İstanbul: password=[REDACTED:password] ok"
+    assert redact_secrets(f"密钥是 {OPENAI}，请勿外传") == "密钥是 [REDACTED:openai_key]，请勿外传"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_redaction_is_idempotent(text: str) -> None:
+    once = redact_secrets(text)
+    assert redact_secrets(once) == once
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=120))
+def test_embedded_secret_never_survives(noise: str) -> None:
+    out = redact_secrets(f"{noise} {OPENAI} {noise}")
+    assert OPENAI not in out

@@ -1,0 +1,322 @@
+"""The incremental tailer: it reads exactly the bytes appended since the last poll, and reloads only when the file
+was replaced or shrunk. Costs are asserted in bytes read (``FileCursor.bytes_read``), never in time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+from daemon.tail import Change, FileCursor
+from daemon.tracker import SessionTracker
+from daemon.transcript.reader import read_transcript
+
+Json = dict[str, Any]
+
+
+def header(session_id: str = "sess-tail") -> Json:
+    return {
+        "type": "session",
+        "version": 3,
+        "id": session_id,
+        "timestamp": "2025-06-01T10:00:00.000Z",
+        "cwd": "/w",
+    }
+
+
+def entry(n: int, parent: str | None, text: str = "") -> Json:
+    role = "user" if n % 2 == 0 else "assistant"
+    message: Json
+    if role == "user":
+        message = {
+            "role": "user",
+            "content": [{"type": "text", "text": text or f"question {n} é中😀"}],
+            "timestamp": n,
+        }
+    else:
+        message = {
+            "role": "assistant",
+            "content": [{"type": "text", "text": text or f"answer {n}"}],
+            "provider": "anthropic",
+            "model": "claude-sonnet-4-5",
+            "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 1000 + n},
+            "stopReason": "stop",
+            "timestamp": n,
+        }
+    return {
+        "type": "message",
+        "id": f"e{n}",
+        "parentId": parent,
+        "timestamp": "2025-06-01T10:00:01.000Z",
+        "message": message,
+    }
+
+
+def line(value: Json) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def chain(count: int, start: int = 0, parent: str | None = None) -> list[Json]:
+    out = []
+    for n in range(start, start + count):
+        out.append(entry(n, parent))
+        parent = f"e{n}"
+    return out
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as handle:
+        handle.write(data)
+
+
+def new_session(tmp_path: Path, count: int = 3) -> Path:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(line(header()) + b"".join(line(e) for e in chain(count)))
+    return path
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_first_poll_reads_the_whole_file_then_nothing(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    first = cursor.poll()
+    assert first.change is Change.RELOADED
+    assert first.transcript is not None and [e["id"] for e in first.transcript.entries] == ["e0", "e1", "e2"]
+    assert cursor.bytes_read == path.stat().st_size
+    again = cursor.poll()
+    assert again.change is Change.UNCHANGED and again.entries == []
+    assert cursor.bytes_read == path.stat().st_size
+
+
+def test_bytes_read_per_update_equal_bytes_appended(tmp_path: Path) -> None:
+    """Many appends of random sizes, often ending inside a line or inside a multibyte character."""
+    path = new_session(tmp_path, count=1)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    rng = random.Random(7)
+    stream = b"".join(line(e) for e in chain(300, start=1, parent="e0"))
+    position = 0
+    seen: list[str] = []
+    while position < len(stream):
+        piece = stream[position : position + rng.randint(1, 700)]
+        position += len(piece)
+        append(path, piece)
+        before = cursor.bytes_read
+        update = cursor.poll()
+        assert cursor.bytes_read - before == len(piece)
+        assert update.change in (Change.APPENDED, Change.UNCHANGED)
+        seen.extend(e["id"] for e in update.entries)
+        assert update.malformed == 0
+    assert seen == [f"e{n}" for n in range(1, 301)]  # every line parsed exactly once, in order
+    assert cursor.bytes_read == path.stat().st_size
+    assert cursor.offset == path.stat().st_size and cursor.partial == b""
+
+
+def test_torn_line_is_held_until_complete_then_parsed_once(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    data = line(entry(3, "e2", text="torn 😀 line"))
+    cut = data.index("😀".encode()) + 2  # inside the four-byte character
+    append(path, data[:cut])
+    held = cursor.poll()
+    assert held.change is Change.UNCHANGED and held.entries == []
+    assert cursor.partial == data[:cut]
+    append(path, data[cut:-1])  # everything but the newline: still torn
+    assert cursor.poll().entries == []
+    append(path, b"\n")
+    done = cursor.poll()
+    assert done.change is Change.APPENDED
+    assert [e["id"] for e in done.entries] == ["e3"]
+    assert done.entries[0]["message"]["content"][0]["text"] == "torn 😀 line"
+    assert cursor.poll().entries == []
+    assert cursor.bytes_read == path.stat().st_size
+
+
+def test_torn_tail_at_first_poll_is_held(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    data = line(entry(3, "e2"))
+    append(path, data[:10])
+    cursor = FileCursor(str(path))
+    first = cursor.poll()
+    assert first.change is Change.RELOADED
+    assert first.transcript is not None and first.transcript.leaf_id == "e2"
+    assert first.transcript.problems == []  # the held bytes are not the cursor's transcript's torn line
+    append(path, data[10:])
+    update = cursor.poll()
+    assert [e["id"] for e in update.entries] == ["e3"]
+    assert cursor.bytes_read == path.stat().st_size
+
+
+def test_malformed_appended_lines_are_counted_not_returned(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    append(path, b"{broken\n" + line(entry(3, "e2")) + b"[1,2]\n\n")
+    update = cursor.poll()
+    assert [e["id"] for e in update.entries] == ["e3"]
+    assert update.malformed == 2
+
+
+def test_replaced_file_is_reloaded(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    replacement = tmp_path / ".s.jsonl.tmp"
+    replacement.write_bytes(line(header("sess-new")) + line(entry(0, None, text="fresh")))
+    os.replace(replacement, path)
+    update = cursor.poll()
+    assert update.change is Change.RELOADED
+    assert "inode" in update.reason
+    assert update.transcript is not None
+    assert update.transcript.session_id == "sess-new"
+    assert [e["id"] for e in update.transcript.entries] == ["e0"]
+    assert cursor.ino == path.stat().st_ino
+    append(path, line(entry(1, "e0")))
+    assert [e["id"] for e in cursor.poll().entries] == ["e1"]
+
+
+def test_replaced_file_of_the_same_size_is_reloaded(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    data = path.read_bytes()
+    replacement = tmp_path / ".s.jsonl.tmp"
+    replacement.write_bytes(data.replace(b"question 0", b"QUESTION 0"))
+    os.replace(replacement, path)
+    update = cursor.poll()
+    assert update.change is Change.RELOADED
+    assert update.transcript is not None
+    assert "QUESTION 0" in update.transcript.entries[0]["message"]["content"][0]["text"]
+
+
+def test_shrunk_file_is_reloaded(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    keep = line(header()) + line(entry(0, None))
+    with open(path, "r+b") as handle:
+        handle.truncate(len(keep))
+    update = cursor.poll()
+    assert update.change is Change.RELOADED
+    assert update.reason == "shrunk"
+    assert update.transcript is not None and update.transcript.leaf_id == "e0"
+    assert cursor.offset == len(keep)
+
+
+def test_shrunk_below_a_held_torn_line_is_reloaded(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    size = path.stat().st_size
+    append(path, b'{"type":"message","id":"x')
+    cursor.poll()
+    with open(path, "r+b") as handle:
+        handle.truncate(size + 5)  # still longer than the offset, shorter than offset + held bytes
+    assert cursor.poll().change is Change.RELOADED
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "never.jsonl"
+    assert FileCursor(str(path)).poll().change is Change.MISSING
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    path.unlink()
+    assert cursor.poll().change is Change.MISSING
+    path.write_bytes(line(header("sess-back")))
+    back = cursor.poll()
+    assert back.change is Change.RELOADED
+    assert back.transcript is not None and back.transcript.session_id == "sess-back"
+
+
+def test_missing_file_clears_the_trackers_ledger(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    tracker = SessionTracker(str(path))
+    tracker.refresh()
+    assert tracker.ledger is not None
+    path.unlink()
+    assert tracker.refresh().change is Change.MISSING
+    assert tracker.ledger is None
+
+
+def test_symlink_path_is_not_followed(tmp_path: Path) -> None:
+    target = new_session(tmp_path)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    cursor = FileCursor(str(link))
+    assert cursor.poll().change is Change.MISSING
+    assert cursor.bytes_read == 0
+    tracker = SessionTracker(str(link))
+    assert tracker.refresh().change is Change.MISSING
+    assert tracker.ledger is None
+
+
+def test_path_that_becomes_a_symlink_is_refused(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_bytes(line(header("sess-other")))
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    path.unlink()
+    path.symlink_to(elsewhere)
+    assert cursor.poll().change is Change.MISSING
+
+
+def test_appending_one_line_to_a_large_transcript_reads_only_that_line(tmp_path: Path) -> None:
+    """~20 MB of realistic lines; the append after the first read costs exactly its own bytes."""
+    path = tmp_path / "large.jsonl"
+    big_output = ("drwxr-xr-x  2 user user 4096 Jun  1 10:00 dir-é-中\n" * 400)[:20_000]
+    with open(path, "wb") as handle:
+        handle.write(line(header()))
+        parent: str | None = None
+        n = 0
+        while handle.tell() < 20 * 1024 * 1024:
+            value = entry(n, parent, text=big_output if n % 2 == 0 else "")
+            handle.write(line(value))
+            parent = value["id"]
+            n += 1
+    size = path.stat().st_size
+    tracker = SessionTracker(str(path))
+    tracker.refresh()
+    assert tracker.cursor.bytes_read == size
+    assert tracker.ledger is not None and tracker.ledger.entries == n
+    extra = line(entry(n, parent, text="one more question"))
+    append(path, extra)
+    update = tracker.refresh()
+    assert update.change is Change.APPENDED
+    assert tracker.cursor.bytes_read - size == len(extra)
+    assert tracker.reloads == 1
+    assert tracker.ledger.leaf_id == f"e{n}"
+    assert tracker.ledger.entries == n + 1
+
+
+def test_reset_forces_a_reload(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    cursor.reset()
+    update = cursor.poll()
+    assert update.change is Change.RELOADED
+    assert update.transcript is not None
+    assert update.transcript.entries == read_transcript(path).entries
+
+
+def test_oversized_torn_line_is_reread_once_complete_and_parsed_once(tmp_path: Path) -> None:
+    path = new_session(tmp_path)
+    cursor = FileCursor(str(path))
+    cursor.poll()
+    big = line(entry(3, "e2", text="x" * (3 << 20)))
+    for start in range(0, len(big) - 1, 1 << 20):
+        append(path, big[start : min(start + (1 << 20), len(big) - 1)])
+        assert cursor.poll().entries == []
+    append(path, b"\n" + line(entry(4, "e3")))
+    update = cursor.poll()
+    assert [e["id"] for e in update.entries] == ["e3", "e4"]
+    assert cursor.poll().entries == []
+    assert cursor.offset == path.stat().st_size
