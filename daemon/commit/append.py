@@ -52,11 +52,12 @@ def _complete_snapshot(path: str) -> Snapshot:
         time.sleep(TORN_POLL_SECONDS)
 
 
-def _append_once(fd: int, data: bytes) -> int:
+def _append_once(fd: int, data: bytes, before: os.stat_result) -> int:
     """One ``O_APPEND`` write of ``data``; returns the offset it landed at.
 
     A short write (the disk filled mid-line) would leave a torn line that swallows the agent's next append: we
-    remove our own partial bytes if nothing was appended after them, else seal them with a newline.
+    remove our own partial bytes if nothing was appended after them (restoring the mtime ``before`` had),
+    else seal them with a newline.
     """
     try:
         written = os.write(fd, data)
@@ -69,6 +70,7 @@ def _append_once(fd: int, data: bytes) -> int:
     try:
         if os.fstat(fd).st_size == end:
             os.ftruncate(fd, landed)  # only our own partial bytes are removed
+            os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
         else:
             os.write(fd, b"\n")
     except OSError as exc:
@@ -145,12 +147,15 @@ def _write(
     note: Callable[[str], str],
     branch_ids: list[str],
 ) -> Outcome:
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise Abandon("file deleted mid-commit") from None
     try:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != (snap.st.st_dev, snap.st.st_ino):
             raise Abandon("file replaced mid-commit")
-        landed = _append_once(fd, data)
+        landed = _append_once(fd, data, st)
         crash_point("append_after_write")
         os.fsync(fd)
         crash_point("append_after_fsync")
@@ -176,7 +181,7 @@ def _write(
             corrections += 1
             journal.progress(tx, ids=plan_ids)
             ours.update(plan_ids)
-            landed = _append_once(fd, plan_data)
+            landed = _append_once(fd, plan_data, st)
             os.fsync(fd)
             crash_point("append_after_correction")
             leaf_id = plan_leaf

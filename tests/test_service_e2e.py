@@ -1,0 +1,431 @@
+"""``compactd run`` as a real subprocess: real watchers, a real OpenAI-compatible server, pi's own sessions.
+
+Every wait here polls an observable condition (a file's content, a datagram, a process's exit) with a bounded
+deadline; nothing sleeps in place of synchronisation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from daemon.transcript.reader import read_transcript
+
+if TYPE_CHECKING:
+    from tests.support.llm_server import RecordedRequest, StubLLMServer
+    from tests.support.pi import Pi
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "claude-e2e"
+SUMMARY = "\n".join(
+    [
+        "## Decisions",
+        "- Use PostgreSQL 16 for the ledger service.",
+        "## Open TODOs",
+        "- Finish the migration script.",
+        "## Constraints/Rules",
+        "- Never touch production.",
+        "## Pending user asks",
+        "- Summarize the storage design for the ledger service.",
+        "## Exact identifiers",
+        "- none",
+    ]
+)
+MEMORY = "- The user prefers PostgreSQL 16 for the ledger service."
+DETAILS_MARKER = "DETAILS-MARKER-7f3a"
+RUNTIME_MARKER = "RUNTIME-MARKER-91c2"
+AGENTS_MD = (
+    "# Agent\n\n## Session Startup\nRead memory/YYYY-MM-DD.md first.\n\n## Red Lines\nNever push to main.\n"
+)
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float, what: str, proc: subprocess.Popen[bytes] | None = None
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"compactd exited ({proc.returncode}) while waiting for {what}")
+        time.sleep(0.05)  # polling an observable condition, bounded by the deadline
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def responder(request: RecordedRequest) -> Any:
+    from tests.support.llm_server import Reply
+
+    system = request.content("system")
+    return Reply.completion(MEMORY if "durable memories" in system else SUMMARY)
+
+
+def turn_ops(n: int, chars: int) -> list[dict[str, Any]]:
+    ops: list[dict[str, Any]] = [
+        {"op": "appendModelChange", "provider": "anthropic", "modelId": MODEL},
+        {
+            "op": "appendCustomMessageEntry",
+            "customType": "openclaw.runtime-context",
+            "content": RUNTIME_MARKER,
+            "display": False,
+        },
+    ]
+    for i in range(n):
+        ops.append(
+            {
+                "op": "appendMessage",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "text", "text": f"question {i}: " + "q" * chars}],
+                    "timestamp": 1_790_000_000_000 + i,
+                },
+            }
+        )
+        ops.append(
+            {
+                "op": "appendMessage",
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": f"answer {i} about /srv/app/config_{i}.yaml " + "a" * chars}
+                    ],
+                    "api": "anthropic-messages",
+                    "provider": "anthropic",
+                    "model": MODEL,
+                    "usage": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0},
+                    "stopReason": "stop",
+                    "timestamp": 1_790_000_000_500 + i,
+                },
+            }
+        )
+        if i == 0:
+            call = {
+                "type": "toolCall",
+                "id": "call_e2e_0",
+                "name": "read",
+                "arguments": {"path": "/srv/app/main.py"},
+            }
+            ops.append(
+                {
+                    "op": "appendMessage",
+                    "message": {
+                        "role": "assistant",
+                        "content": [call],
+                        "api": "anthropic-messages",
+                        "provider": "anthropic",
+                        "model": MODEL,
+                        "usage": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0},
+                        "stopReason": "toolUse",
+                        "timestamp": 1_790_000_000_600,
+                    },
+                }
+            )
+            ops.append(
+                {
+                    "op": "appendMessage",
+                    "message": {
+                        "role": "toolResult",
+                        "toolCallId": "call_e2e_0",
+                        "toolName": "read",
+                        "content": [{"type": "text", "text": "print('hello')"}],
+                        "details": {"diff": DETAILS_MARKER},
+                        "isError": False,
+                        "timestamp": 1_790_000_000_700,
+                    },
+                }
+            )
+    return ops
+
+
+class Daemon:
+    def __init__(self, tmp: Path, llm: StubLLMServer | None, **overrides: Any) -> None:
+        self.tmp = tmp
+        self.root = tmp / "agents" / "main" / "sessions"
+        self.workspace = tmp / "workspace"
+        self.state = tmp / "state"
+        self.config_path = tmp / "config.yaml"
+        self.notify_path = tmp / "notify.sock"
+        self.log_path = tmp / "compactd.log"
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        (self.workspace / "AGENTS.md").write_text(AGENTS_MD)
+        self.config: dict[str, Any] = {
+            "sessions": {"roots": [str(tmp / "agents" / "*" / "sessions")], "idle_seconds": 0.5},
+            "models": {"providers": {"anthropic": {"models": {MODEL: {"context_tokens": 20_000}}}}},
+            "compaction": {"keep_recent_turns": 1, "keep_recent_tokens": 2_000},
+            "service": {"status_refresh_seconds": 0.2, "rescan_seconds": 1.0},
+            "state_dir": str(self.state),
+        }
+        if llm is not None:
+            self.config["summarizer"] = {
+                "base_url": llm.base_url,
+                "model": "stub-model",
+                "context_tokens": 32_768,
+                "timeout_seconds": 30,
+            }
+        for key, value in overrides.items():
+            self.config.setdefault(key, {}).update(value)
+        self.write_config(self.config)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.notify_path))
+        self.sock.settimeout(0.05)
+        self.notices: list[str] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def write_config(self, data: dict[str, Any]) -> None:
+        import yaml
+
+        self.config_path.write_text(yaml.safe_dump(data))
+
+    def start(self, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if k not in ("JOURNAL_STREAM", "STATE_DIRECTORY")}
+        env.update({"NOTIFY_SOCKET": str(self.notify_path), "PYTHONUNBUFFERED": "1", **(extra_env or {})})
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daemon",
+                "run",
+                "--config",
+                str(self.config_path),
+                "--log-level",
+                "debug",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+        return self.proc
+
+    def drain(self) -> list[str]:
+        while True:
+            try:
+                self.notices.append(self.sock.recv(65536).decode())
+            except (TimeoutError, BlockingIOError):
+                return self.notices
+
+    def wait_notice(self, text: str, timeout: float = 30.0, start: int = 0) -> int:
+        def found() -> int | None:
+            self.drain()
+            for index in range(start, len(self.notices)):
+                if text in self.notices[index]:
+                    return index + 1
+            return None
+
+        return int(wait_for(found, timeout, f"sd_notify {text!r}", self.proc))
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=10)
+        finally:
+            self.sock.close()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.sock.close()
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    made: list[Daemon] = []
+
+    def make(llm: StubLLMServer | None = None, **overrides: Any) -> Daemon:
+        d = Daemon(tmp_path, llm, **overrides)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.kill()
+
+
+def has_compaction(path: Path) -> bool:
+    return any(e.get("type") == "compaction" for e in read_transcript(path).entries)
+
+
+def memory_blocks(workspace: Path) -> int:
+    files = list((workspace / "memory").glob("*.md")) if (workspace / "memory").exists() else []
+    return sum(f.read_text().count("<!-- compactd memory flush") for f in files)
+
+
+def test_session_over_threshold_is_flushed_compacted_committed_and_loads_in_pi(
+    pi: Pi, llm_server: StubLLMServer, daemon_factory: Callable[..., Daemon]
+) -> None:
+    llm_server.responder = responder
+    d = daemon_factory(llm_server)
+    d.root.mkdir(parents=True)
+    written = pi.write(d.root, turn_ops(12, 3_000), cwd=str(d.workspace))
+    path = Path(written["path"])
+    before = read_transcript(path)
+    d.start()
+    d.wait_notice("READY=1")
+    wait_for(lambda: has_compaction(path), 60, "the compaction to be committed", d.proc)
+    assert d.stop() == 0
+    assert memory_blocks(d.workspace) == 1  # flushed exactly once, before compacting
+    assert MEMORY in next((d.workspace / "memory").glob("*.md")).read_text()
+    loaded = pi.load(path)
+    messages = loaded["messages"]
+    assert messages[0]["role"] == "compactionSummary"
+    assert "## Exact identifiers" in messages[0]["summary"]
+    assert messages[1]["role"] == "custom" and messages[1]["customType"] == "compactd.post_compaction_context"
+    assert "Never push to main." in messages[1]["content"]
+    # The kept turn is the last one, verbatim, and the original survives as an archive.
+    last_user = before.entries[-2]["message"]
+    assert messages[-2] == last_user
+    archives = list(d.root.glob("*.jsonl.bak.*"))
+    assert len(archives) == 1 and archives[0].read_bytes().startswith(path.read_bytes()[:100])
+    status = json.loads((d.state / "status.json").read_text())
+    assert status["compactions"] == 1
+    assert "compactd_compactions_total" in (d.state / "metrics.prom").read_text()
+    # Neither the flush nor the summary call ever carried a tool result's details or the runtime context.
+    bodies = [r.raw.decode() for r in llm_server.completions]
+    assert len(bodies) >= 2 and any("durable memories" in b for b in bodies)
+    assert not any(DETAILS_MARKER in b or RUNTIME_MARKER in b for b in bodies)
+
+
+def test_a_session_being_written_is_not_touched_until_it_goes_quiet(
+    pi: Pi, llm_server: StubLLMServer, daemon_factory: Callable[..., Daemon]
+) -> None:
+    llm_server.responder = responder
+    d = daemon_factory(llm_server, sessions={"idle_seconds": 2.0})
+    d.root.mkdir(parents=True)
+    path = Path(pi.write(d.root, turn_ops(12, 3_000), cwd=str(d.workspace))["path"])
+    inode = path.stat().st_ino
+    d.start()
+    d.wait_notice("READY=1")
+    # An agent keeps appending (every 0.3 s, well inside idle_seconds): compactd must leave the file alone.
+    appended = 0
+    busy_until = time.monotonic() + 4.0
+    while time.monotonic() < busy_until:
+        with open(path, "ab") as handle:
+            line = {
+                "type": "custom",
+                "id": f"b{appended:07x}",
+                "parentId": read_transcript(path).leaf_id,
+                "timestamp": "2026-11-30T00:00:00.000Z",
+                "customType": "agent.tick",
+                "data": {"n": appended},
+            }
+            handle.write(json.dumps(line).encode() + b"\n")
+        appended += 1
+        assert path.stat().st_ino == inode and not has_compaction(path), (
+            "compacted while the agent was writing"
+        )
+        time.sleep(0.3)  # the agent's own pace: this is the scenario, not a synchronisation
+    wait_for(lambda: has_compaction(path), 60, "the compaction once the session is quiet", d.proc)
+    ticks = [e for e in read_transcript(path).entries if e.get("customType") == "agent.tick"]
+    assert len(ticks) == appended  # every line the agent wrote is still there
+    assert d.stop() == 0
+
+
+def test_sigterm_during_a_model_call_exits_cleanly_and_leaves_files_intact(
+    pi: Pi, llm_server: StubLLMServer, daemon_factory: Callable[..., Daemon]
+) -> None:
+    from tests.support.llm_server import Reply
+
+    llm_server.responder = lambda request: Reply.hung()
+    d = daemon_factory(llm_server, memory_flush={"enabled": False})
+    d.root.mkdir(parents=True)
+    path = Path(pi.write(d.root, turn_ops(12, 3_000), cwd=str(d.workspace))["path"])
+    original = path.read_bytes()
+    d.start()
+    llm_server.wait_for_requests(1, timeout=60)
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=5) == 0
+    llm_server.release()
+    assert path.read_bytes() == original
+    assert sorted(p.name for p in d.root.iterdir()) == [path.name]  # no temp file, no archive, no lock
+    d.wait_notice("STOPPING=1")
+
+
+def test_sighup_with_a_broken_config_keeps_running_on_the_old_one(
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    d = daemon_factory()
+    d.root.mkdir(parents=True)
+    d.start()
+    ready = d.wait_notice("READY=1")
+    d.config_path.write_text("sessions:\n  idle_secondz: 3\n")
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGHUP)
+    after = d.wait_notice("RELOADING=1", start=ready)
+    d.wait_notice("READY=1", start=after)
+    assert d.proc.poll() is None
+    wait_for(lambda: "idle_secondz" in d.log(), 10, "the rejected key in the log", d.proc)
+    assert str(d.config_path) in d.log()
+    # Still serving: status.json keeps being refreshed.
+    first = json.loads((d.state / "status.json").read_text())["updated_at"]
+    wait_for(
+        lambda: json.loads((d.state / "status.json").read_text())["updated_at"] != first,
+        10,
+        "a status refresh",
+        d.proc,
+    )
+    assert d.stop() == 0
+
+
+def test_sd_notify_ready_status_watchdog_and_stopping(daemon_factory: Callable[..., Daemon]) -> None:
+    d = daemon_factory()
+    d.root.mkdir(parents=True)
+    d.start({"WATCHDOG_USEC": "400000"})
+    d.wait_notice("READY=1")
+    d.wait_notice("STATUS=watching")
+    d.wait_notice("WATCHDOG=1")
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=10) == 0
+    assert any("STOPPING=1" in n for n in d.drain())
+    ready = next(n for n in d.notices if "READY=1" in n)
+    assert "STATUS=watching 0 sessions" in ready
+
+
+def test_a_second_instance_refuses_to_start(daemon_factory: Callable[..., Daemon], tmp_path: Path) -> None:
+    d = daemon_factory()
+    d.root.mkdir(parents=True)
+    d.start()
+    d.wait_notice("READY=1")
+    second = subprocess.run(
+        [sys.executable, "-m", "daemon", "run", "--config", str(d.config_path)],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
+    )
+    assert second.returncode == 3
+    assert b"already running" in second.stderr.lower() or b"already" in second.stderr.lower()
+    assert d.proc is not None and d.proc.poll() is None
+    assert d.stop() == 0
+
+
+def test_a_root_created_after_start_is_watched(
+    pi: Pi, llm_server: StubLLMServer, daemon_factory: Callable[..., Daemon]
+) -> None:
+    llm_server.responder = responder
+    d = daemon_factory(llm_server)
+    d.start()
+    d.wait_notice("READY=1")
+    d.root.mkdir(parents=True)  # the agent's sessions dir appears only now
+    path = Path(pi.write(d.root, turn_ops(12, 3_000), cwd=str(d.workspace))["path"])
+    wait_for(lambda: has_compaction(path), 60, "the new root's session to be compacted", d.proc)
+    assert d.stop() == 0
