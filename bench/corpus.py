@@ -48,7 +48,15 @@ POOL_CHARS = 3_000_000
 POOL_SEED = 20261130
 EPOCH_MS = 1_764_547_200_000  # 2025-12-01T00:00:00Z
 
-WORDS = ["the", "a", "to", "of", "and", "in", "is", "it", "that", "for", "on", "with", "as", "this", "be", "are", "not", "we", "can", "should", "file", "function", "return", "value", "error", "test", "session", "line", "read", "write", "parse", "token", "ledger", "cursor", "offset", "append", "branch", "leaf", "entry", "header", "compaction", "summary", "model", "context", "window", "budget", "thresholds", "user", "assistant", "result", "call", "bash", "edit", "grep", "import", "class", "def", "async", "await", "config", "path", "json", "orjson", "bytes", "inode", "stat", "watch", "event", "batch", "debounce", "refactor", "plan", "next", "step", "check", "works", "fails", "because", "after", "before", "then", "still", "also", "only", "fix", "bug", "issue", "let", "me", "look", "at", "run", "tests", "again", "now", "here", "there", "which", "where", "what", "why", "how", "done", "ok", "good"]
+_WORD_TEXT = """
+the a to of and in is it that for on with as this be are not we can should file function return
+value error test session line read write parse token ledger cursor offset append branch leaf entry
+header compaction summary model context window budget thresholds user assistant result call bash
+edit grep import class def async await config path json orjson bytes inode stat watch event batch
+debounce refactor plan next step check works fails because after before then still also only fix bug
+issue let me look at run tests again now here there which where what why how done ok good
+"""
+WORDS = tuple(_WORD_TEXT.split())
 CJK = (
     "你好世界",
     "这个函数需要重构",
@@ -62,6 +70,11 @@ CJK = (
     "令牌估算",
 )
 EMOJI = ("✅", "❌", "🚀", "🔥", "⚠️", "👍", "📁", "→", "•", "🧪", "💡", "…", "€", "≥")
+# Tool output (trees, test runners, logs) uses BMP symbols; astral emoji are rare there. This matters: in the
+# real sessions 33–40 % of text characters are non-ASCII but under 0.3 % sit in strings with an astral
+# character, the costly case for a UTF-16 length.
+TOOL_SYMBOLS = ("✓", "✗", "→", "•", "─", "│", "├──", "└──", "⚠", "…", "€", "≥", "λ", "°")
+ASTRAL_IN_TOOL_RESULT_SHARE = 0.02
 TOOLS = ("bash", "read", "edit", "write", "grep", "find", "ls")
 MODELS = (
     ("anthropic", "claude-sonnet-4-5", "anthropic-messages"),
@@ -142,7 +155,13 @@ def _pool() -> tuple[str, list[int]]:
     while size < POOL_CHARS:
         w, v, x = rng.choice(WORDS), rng.choice(WORDS), rng.choice(WORDS)
         line = rng.choice(CODE_TEMPLATES).format(
-            w=w, v=v, x=x, W=w.capitalize(), n=rng.randrange(100_000), m=rng.randrange(60), s=rng.randrange(60)
+            w=w,
+            v=v,
+            x=x,
+            W=w.capitalize(),
+            n=rng.randrange(100_000),
+            m=rng.randrange(60),
+            s=rng.randrange(60),
         )
         starts.append(size)
         parts.append(line)
@@ -164,7 +183,11 @@ def _tool_text(rng: random.Random, chars: int) -> str:
         return text
     lines = text.split("\n")
     for _ in range(rng.randrange(1, 6)):
-        lines.insert(rng.randrange(len(lines)), f"# {rng.choice(CJK)} {rng.choice(WORDS)} {rng.choice(EMOJI)}")
+        lines.insert(
+            rng.randrange(len(lines)), f"# {rng.choice(CJK)} {rng.choice(WORDS)} {rng.choice(TOOL_SYMBOLS)}"
+        )
+    if rng.random() < ASTRAL_IN_TOOL_RESULT_SHARE:
+        lines.insert(rng.randrange(len(lines)), f"- {rng.choice(WORDS)} 🚀")
     return "\n".join(lines)
 
 
@@ -204,19 +227,30 @@ def _arguments(rng: random.Random, tool: str) -> dict[str, Any]:
     path = f"/home/user/src/{rng.choice(WORDS)}/{rng.choice(WORDS)}_{rng.choice(WORDS)}.py"
     args: dict[str, Any]
     if tool == "bash":
-        args = {"command": f"cd /home/user/src && {rng.choice(WORDS)} --{rng.choice(WORDS)} {path}", "timeout": 120}
+        args = {
+            "command": f"cd /home/user/src && {rng.choice(WORDS)} --{rng.choice(WORDS)} {path}",
+            "timeout": 120,
+        }
     elif tool == "read":
         args = {"path": path, "offset": rng.randrange(1, 400), "limit": rng.choice((100, 200, 2000))}
     elif tool in ("edit", "write"):
         args = {
             "path": path,
             "edits": [
-                {"oldText": _pool_text(rng, rng.randrange(40, 400)), "newText": _pool_text(rng, rng.randrange(40, 400))}
+                {
+                    "oldText": _pool_text(rng, rng.randrange(40, 400)),
+                    "newText": _pool_text(rng, rng.randrange(40, 400)),
+                }
                 for _ in range(rng.randrange(1, 3))
             ],
         }
     else:
-        args = {"pattern": rng.choice(WORDS), "path": os.path.dirname(path), "glob": "*.py", "ignoreCase": True}
+        args = {
+            "pattern": rng.choice(WORDS),
+            "path": os.path.dirname(path),
+            "glob": "*.py",
+            "ignoreCase": True,
+        }
     if rng.random() < NESTED_ARGS_SHARE:
         args["options"] = {
             "env": {"LANG": "zh_CN.UTF-8", "NOTE": rng.choice(CJK), "RATIO": rng.random()},
@@ -310,7 +344,9 @@ class _Writer:
             },
         )
         self.entry("model_change", {"provider": self.provider, "modelId": self.model})
-        self.entry("thinking_level_change", {"thinkingLevel": self.rng.choice(("off", "low", "medium", "high"))})
+        self.entry(
+            "thinking_level_change", {"thinkingLevel": self.rng.choice(("off", "low", "medium", "high"))}
+        )
 
     def assistant(self, blocks: list[dict[str, Any]], stop: str) -> None:
         message: dict[str, Any] = {
@@ -320,13 +356,14 @@ class _Writer:
             "provider": self.provider,
             "model": self.model,
         }
-        aborted = self.rng.random() < ABORTED_SHARE
+        # Only a final answer is aborted here: an aborted tool-use turn would leave its results orphaned.
+        aborted = stop == "stop" and self.rng.random() < ABORTED_SHARE
         if self.rng.random() < USAGE_SHARE and not aborted:
             message["usage"] = _usage(self.rng, self.context)
         else:
-            message["usage"] = {k: 0 for k in ("input", "output", "cacheRead", "cacheWrite", "totalTokens")} | {
-                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
-            }
+            message["usage"] = {
+                k: 0 for k in ("input", "output", "cacheRead", "cacheWrite", "totalTokens")
+            } | {"cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
         message["stopReason"] = "aborted" if aborted else stop
         if aborted:
             message["errorMessage"] = "Request was aborted."
@@ -335,7 +372,9 @@ class _Writer:
     def turn(self, budget: int) -> None:
         """One user prompt and the agent's steps until its final answer; tool results fit ``budget`` bytes."""
         rng = self.rng
-        self.message({"role": "user", "content": [{"type": "text", "text": _prose(rng, rng.randrange(8, 150))}]})
+        self.message(
+            {"role": "user", "content": [{"type": "text", "text": _prose(rng, rng.randrange(8, 150))}]}
+        )
         for _ in range(rng.choice((0, 0, 1, 1, 1, 2))):
             blocks: list[dict[str, Any]] = []
             if rng.random() < THINKING_SHARE:
@@ -348,7 +387,9 @@ class _Writer:
                 tool = rng.choice(TOOLS)
                 call_id = f"toolu_{self.call:04d}{rng.getrandbits(48):012x}"
                 calls.append((call_id, tool))
-                blocks.append({"type": "toolCall", "id": call_id, "name": tool, "arguments": _arguments(rng, tool)})
+                blocks.append(
+                    {"type": "toolCall", "id": call_id, "name": tool, "arguments": _arguments(rng, tool)}
+                )
             self.assistant(blocks, "toolUse")
             for call_id, tool in calls:
                 size = math.exp(rng.uniform(math.log(TOOL_RESULT_MIN_BYTES), math.log(TOOL_RESULT_MAX_BYTES)))
@@ -361,7 +402,9 @@ class _Writer:
                     "isError": rng.random() < 0.05,
                 }
                 if rng.random() < DETAILS_SHARE:
-                    result["details"] = {"truncation": {"truncated": False, "totalLines": rng.randrange(1, 5000)}}
+                    result["details"] = {
+                        "truncation": {"truncated": False, "totalLines": rng.randrange(1, 5000)}
+                    }
                 self.message(result)
         final: list[dict[str, Any]] = []
         if rng.random() < THINKING_SHARE:

@@ -13,7 +13,13 @@ from daemon import __version__
 
 
 def _print_json(data: Any, out: TextIO) -> None:
-    out.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    try:
+        text = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # lone surrogates from a transcript: JSON can still carry them, escaped
+        import json
+
+        text = json.dumps(data, indent=2, ensure_ascii=True, default=str)
+    out.write(text + "\n")
 
 
 def _print_table(rows: Sequence[tuple[str, Any]], out: TextIO) -> None:
@@ -48,12 +54,13 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     from daemon.inspection import inspect_transcript
     from daemon.transcript.reader import read_transcript
 
+    config = _load_config(args)
     transcript = read_transcript(args.file)
     report = inspect_transcript(args.file, transcript)
     if transcript.usable:
         from daemon.planning import budget_for
 
-        report.update(budget_for(_load_config(args), transcript).as_json())
+        report.update(budget_for(config, transcript).as_json())
     if args.json:
         _print_json(report, out)
         return 0
@@ -236,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")  # a transcript's lone surrogates must not crash us
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -82,6 +82,8 @@ class SessionLedger:
 
     def apply(self, entries: Iterable[Entry]) -> bool:
         """Fold appended entries in; False when one of them needs a full reload instead."""
+        if not self.usable:
+            return False
         for entry in entries:
             entry_id = entry.get("id")
             kind = entry.get("type")
@@ -89,6 +91,8 @@ class SessionLedger:
                 return False
             if entry.get("parentId") != self.leaf_id or kind == "compaction":
                 return False
+            if self.leaf_id is None and self.entries:
+                return False  # the leaf had no usable id: where this entry attaches needs the whole file
             self.entries += 1
             self.leaf_id = entry_id
             if kind == "model_change":

@@ -34,6 +34,8 @@ class Update:
     transcript: Transcript | None = None
     reason: str = ""
     malformed: int = 0
+    # Lines that are JSON but not objects: pi takes such a line as its leaf, so only a reload stays exact.
+    non_objects: int = 0
 
 
 @dataclass(slots=True)
@@ -80,8 +82,8 @@ class FileCursor:
         if cut == 0:
             return Update(Change.UNCHANGED)  # an oversized torn line is not kept; it is re-read once complete
         self.offset += cut
-        entries, malformed = _parse_lines(data[:cut])
-        return Update(Change.APPENDED, entries=entries, malformed=malformed)
+        entries, malformed, non_objects = _parse_lines(data[:cut])
+        return Update(Change.APPENDED, entries=entries, malformed=malformed, non_objects=non_objects)
 
     def _reload(self, fd: int, st: os.stat_result, reason: str) -> Update:
         data = _read_all(fd, st.st_size)
@@ -110,18 +112,20 @@ def _read_all(fd: int, size_hint: int) -> bytes:
         offset += len(chunk)
 
 
-def _parse_lines(data: bytes) -> tuple[list[dict[str, Any]], int]:
+def _parse_lines(data: bytes) -> tuple[list[dict[str, Any]], int, int]:
     entries: list[dict[str, Any]] = []
-    malformed = 0
+    malformed = non_objects = 0
     for line in _split(data):
         if not line.strip():
             continue
         value, reason = parse_line(line)
-        if reason is None and isinstance(value, dict):
+        if reason is not None:
+            malformed += 1
+        elif isinstance(value, dict):
             entries.append(value)
         else:
-            malformed += 1
-    return entries, malformed
+            non_objects += 1
+    return entries, malformed, non_objects
 
 
 def _split(data: bytes) -> Iterator[bytes]:

@@ -22,7 +22,7 @@ class SessionTracker:
         """Bring the ledger up to date with the file; appended bytes only, unless a reload is needed."""
         update = self.cursor.poll()
         if update.change is Change.APPENDED and (
-            self.ledger is None or not self.ledger.apply(update.entries)
+            self.ledger is None or update.non_objects or not self.ledger.apply(update.entries)
         ):
             self.cursor.reset()
             update = self.cursor.poll()

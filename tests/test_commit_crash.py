@@ -27,6 +27,7 @@ from daemon.transcript.reader import read_transcript
 from tests.support.crash import (
     archives_of,
     file_lines,
+    fork,
     iter_union_entries,
     make_entries,
     run_child_commit,
@@ -262,3 +263,64 @@ def _message_line(entry_id: str, parent: str, text: str) -> bytes:
         "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1},
     }
     return json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+
+
+def test_recovery_removes_an_empty_lock_our_killed_process_left(tmp_path: Path) -> None:
+    """Killed between the lock's exclusive create and the write of its body: an empty lock file, which OpenClaw
+    would honour for 30 minutes. The journal's lock record lets recovery remove it (and only it)."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"type":"session","id":"x"}\n')
+    state = tmp_path / "state"
+    lock = lock_path_for(path)
+    pid = fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            Journal(state).locking(str(path))
+            lock.touch()
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+    os.waitpid(pid, 0)
+    info = read_lock(lock)
+    assert info is not None and lock_is_live(info)  # by OpenClaw's rules: no pid, fresh mtime
+    other = tmp_path / "t.jsonl"
+    other.write_bytes(b'{"type":"session","id":"y"}\n')
+    lock_path_for(other).touch()  # an empty lock we know nothing about: not ours to remove
+    report = recover(state)
+    assert report.locks_removed == [str(lock)]
+    assert not lock.exists() and lock_path_for(other).exists()
+
+
+def test_recovery_repoints_the_leaf_when_the_killed_commit_rescued_but_did_not(
+    pi: Pi, tmp_path: Path
+) -> None:
+    """Killed after the grace period rescued a line after its own child, before the leaf fix: nothing is left
+    to rescue, but recovery must still re-point the leaf."""
+    path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
+    state = tmp_path / "state"
+    entries = make_entries(path)
+    leaf = entries.snapshot_leaf_id
+
+    def race() -> None:
+        (archive,) = archives_of(path)
+        with open(archive, "ab") as f:
+            f.write(_message_line("1a7e0001", leaf, "late"))
+        with open(path, "ab") as f:
+            f.write(_message_line("1a7e0002", "1a7e0001", "newer"))
+
+    run = run_child_commit(
+        path,
+        entries,
+        mode="rotate",
+        state_dir=state,
+        point="rotate_after_grace",
+        kill_after=None,
+        with_writer=False,
+        hooks={"rotate_after_dir_fsync": race},
+    )
+    assert os.WIFSIGNALED(run.exit_status)
+    assert file_lines(path)[-1]["id"] == "1a7e0001"  # rescued after its child: the leaf went backwards
+    report = recover(state)
+    assert report.rescued_lines == 0 and report.leaf_pointers == 1
+    loaded = pi.load(path)
+    assert {"1a7e0001", "1a7e0002"} <= set(loaded["branch_ids"])
+    assert [m["content"][0]["text"] for m in loaded["messages"][-2:]] == ["late", "newer"]

@@ -21,7 +21,7 @@ import pytest
 from daemon.commit import Journal, commit, recover, seal_torn_line
 from daemon.commit.atomic import TEST_HOOKS
 from daemon.commit.locks import lock_path_for
-from tests.support.crash import archives_of, make_entries, session_ops, temp_files
+from tests.support.crash import archives_of, fork, make_entries, session_ops, temp_files
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi
@@ -73,7 +73,7 @@ def _commit_as_nobody(path: Path, state: Path, mode: str) -> dict[str, Any]:
     """Run the commit in a child that dropped root (root ignores directory permissions)."""
     entries = make_entries(path)
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - the child
         code = 1
         try:
@@ -423,7 +423,9 @@ def test_rotation_keeps_a_foreign_owner(session: Path, tmp_path: Path) -> None:
 
 
 def test_append_refuses_an_old_format_file(tmp_path: Path) -> None:
-    fixture = Path("/work/shared/fixtures/real/pi-large-session.v1.jsonl")
+    fixture = (
+        Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "pi-large-session.v1.jsonl"
+    )
     if not fixture.exists():
         pytest.skip("the real pi fixtures are not on this machine")
     path = tmp_path / "s" / "old.jsonl"

@@ -35,9 +35,8 @@ pytest_plugins = ["tests.support.pi"]
 
 MODES = ("rotate", "append")
 SIDE_TEXTS = ("side question", "side answer")
-FIXTURES = Path("/work/shared/fixtures/real")
-if not FIXTURES.exists():
-    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+# The real pi sessions live beside the repository (never copied into it).
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 REAL = sorted(FIXTURES.glob("*.v3.jsonl")) if FIXTURES.exists() else []
 
 
@@ -385,3 +384,22 @@ def test_real_fixture_sessions(pi: Pi, tmp_path: Path, mode: str) -> None:
         os.chmod(path, 0o644)
         staged.append(commit_and_append(pi, path, tmp_path / "state", mode))
     judge(pi, staged)
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="the real pi fixtures are not on this machine")
+def test_rotation_upgrades_an_old_format_file(pi: Pi, tmp_path: Path) -> None:
+    """A v1 file (no ids) is rotated into a version 3 successor, as pi's own migration would write it."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    path = folder / "old.jsonl"
+    shutil.copyfile(FIXTURES / "pi-large-session.v1.jsonl", path)
+    path.chmod(0o644)
+    entries = make_entries(path)
+    expected = expected_after(path, entries, "rotate")
+    result = commit(path, entries, mode="rotate", state_dir=tmp_path / "state", idle_seconds=0)
+    assert result.committed, result.reason
+    assert json.loads(path.read_bytes().split(b"\n", 1)[0])["version"] == 3
+    loaded = pi.load(path)
+    assert not loaded["rewritten"]  # already version 3: pi does not migrate it again
+    assert loaded["messages"] == expected
+    assert unpaired(loaded["messages"]) == []

@@ -115,7 +115,7 @@ def msg(entry_id: str, parent: str | None, message: Json, **extra: Any) -> Json:
     }
 
 
-def compaction(entry_id: str, parent: str, first_kept: str, summary: str = "## Goal\nship it") -> Json:
+def compaction(entry_id: str, parent: str | None, first_kept: str, summary: str = "## Goal\nship it") -> Json:
     return {
         "type": "compaction",
         "id": entry_id,
@@ -276,16 +276,19 @@ def test_first_kept_not_on_branch_is_reported_on_the_compaction_line() -> None:
     assert kinds(t) == [("first_kept_not_on_branch", 4)]
 
 
-def test_first_kept_after_the_compaction_is_not_on_the_branch_before_it() -> None:
+def test_first_kept_after_the_compaction_is_not_a_problem() -> None:
+    """A rotated successor puts the compaction at the root, keeping from an entry after it: pi then emits the
+    summary and everything after the compaction, so nothing is lost."""
     t = parse_transcript(
         jsonl(
             header(),
-            msg("u1", None, user("a")),
-            compaction("c1", "u1", first_kept="u2"),
-            msg("u2", "c1", user("c")),
+            compaction("c1", None, first_kept="u2"),
+            msg("u2", "c1", user("kept")),
+            msg("a2", "u2", assistant("reply")),
         )
     )
-    assert kinds(t) == [("first_kept_not_on_branch", 3)]
+    assert t.problems == []
+    assert [m["role"] for m in build_context(t).messages] == ["compactionSummary", "user", "assistant"]
 
 
 def test_a_valid_compaction_is_not_reported() -> None:
@@ -384,11 +387,6 @@ def test_parent_cycle_behind_the_leaf_is_reported() -> None:
     assert len(build_context(t).messages) == 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: validate() skips the cycle check when the branch has one entry, so a leaf whose parentId is "
-    "its own id (pi's getBranch loops forever on it) is not reported",
-)
 def test_self_parent_leaf_is_a_parent_cycle() -> None:
     t = _parse_in_thread(jsonl(header(), msg("u1", None, user("a")), msg("u2", "u2", user("b"))))
     assert "parent_cycle" in [p.kind for p in t.problems]
@@ -748,7 +746,7 @@ _LINE = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(_LINE, max_size=12),
     st.booleans(),
@@ -766,27 +764,26 @@ def test_parse_never_raises_on_json_ish_lines(
         assert data[start:end] == data.split(b"\n")[line_no - 1]
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [b'{"id":[]}', b'{"type":"compaction","id":"c","parentId":null,"firstKeptEntryId":{}}'],
+    ids=["list-id-leaf", "dict-first-kept"],
+)
+def test_parse_never_raises_on_unhashable_ids(entry: bytes) -> None:
+    _check_shape(parse_transcript(jsonl(header()) + entry + b"\n"))
+
+
 def test_parse_never_raises_on_very_long_integers() -> None:
     for digits in (20, 400, 4_300, 5_000, 100_000):
         _check_shape(parse_transcript(jsonl(header()) + b"9" * digits + b"\n"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: parse_line falls back to json.loads, whose recursion raises RecursionError on a line nested "
-    "deeper than ~1000 levels (JSON.parse takes it)",
-)
 def test_parse_never_raises_on_deeply_nested_lines() -> None:
     for opening, closing in ((b"[", b"]"), (b'{"a":', b"}")):
         line = opening * 5_000 + b"1" + closing * 5_000
         _check_shape(parse_transcript(jsonl(header(), msg("u1", None, user("a"))) + line + b"\n"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an entry holding an integer of more than 4,300 digits is skipped as malformed (orjson and "
-    "Python's int limit), while JSON.parse keeps it (the number becomes Infinity)",
-)
 def test_entry_with_an_enormous_integer_is_loaded_like_pi() -> None:
     entry = dumps(msg("u2", "u1", user("b")))[:-1] + b',"n":' + b"1" * 5_000 + b"}"
     t = parse_transcript(jsonl(header(), msg("u1", None, user("a")), entry))

@@ -314,8 +314,10 @@ def carry_over(src_fd: int, dst_fd: int, pos: int) -> tuple[int, int]:
 
 
 def _clone_owner(tmp_fd: int, st: os.stat_result) -> None:
-    """The temp file gets the original's mode and owner: an agent must keep being able to append."""
-    os.fchmod(tmp_fd, stat.S_IMODE(st.st_mode))
+    """The temp file gets the original's mode and owner: an agent must keep being able to append.
+
+    The owner first: a ``chown`` clears set-id bits, which the ``chmod`` then restores.
+    """
     mine = os.fstat(tmp_fd)
     if (mine.st_uid, mine.st_gid) != (st.st_uid, st.st_gid):
         try:
@@ -324,6 +326,7 @@ def _clone_owner(tmp_fd: int, st: os.stat_result) -> None:
             raise Abandon(
                 "cannot give the successor the original's owner (run compactd as that user)"
             ) from None
+    os.fchmod(tmp_fd, stat.S_IMODE(st.st_mode))
 
 
 def replace_with_successor(

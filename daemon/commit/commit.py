@@ -119,6 +119,7 @@ def commit(
     if prune:
         replacements.update(prune)
     result = CommitResult(False, mode, None, None, None, _size(path), _size(path))
+    failed = False  # an error worth a warning, as opposed to "not now" (not idle, locked, branch moved)
     if entries is None and not replacements:
         result.reason = "nothing to commit"
         return result
@@ -156,6 +157,7 @@ def commit(
         result.reason = exc.reason
     except OSError as exc:
         result.reason = os_reason(exc)
+        failed = True
     if result.committed:
         log.info(
             "committed path=%s mode=%s archive=%s bytes=%d->%d carried=%d rescued=%d corrections=%d",
@@ -169,7 +171,14 @@ def commit(
             result.corrections,
         )
     else:
-        log.info("not committed path=%s mode=%s reason=%s", path, mode, result.reason)
+        failed = failed or (result.reason is not None and "mid-commit" in result.reason)
+        log.log(
+            logging.WARNING if failed else logging.INFO,
+            "not committed path=%s mode=%s reason=%s",
+            path,
+            mode,
+            result.reason,
+        )
     return result
 
 

@@ -255,7 +255,12 @@ def recover(
     """
     journal = Journal(state_dir)
     report = RecoveryReport()
-    records = journal.records()
+    try:
+        records = journal.records()
+    except OSError as exc:
+        report.errors.append(f"{journal.path}: {os_reason(exc)}")
+        log.error("cannot read the journal %s: %s", journal.path, os_reason(exc))
+        records = []
     directories: set[str] = set()
     for record in records:
         path = record.get("path")
@@ -371,7 +376,9 @@ def _rescue_from_archive(path: str, archive: str, size: int, succ_size: int) -> 
             write_all(fd, prefix + b"\n".join(missing) + b"\n")
             os.fsync(fd)
             log.warning("recovery: rescued %d late line(s) from %s into %s", len(missing), archive, path)
-        pointer = _repoint_leaf(fd, succ_size, exclude=set()) if missing else 0
+        # Even with nothing left to rescue: the killed commit may have rescued lines itself, after their
+        # children, and died before re-pointing the leaf.
+        pointer = _repoint_leaf(fd, succ_size, exclude=set())
     finally:
         os.close(fd)
     return len(missing), pointer

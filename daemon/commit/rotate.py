@@ -24,9 +24,12 @@ from daemon.commit.atomic import (
 )
 from daemon.commit.journal import Journal
 from daemon.commit.successor import Entry, PlanError, build_successor, verify
-from daemon.transcript.reader import parse_transcript
+from daemon.transcript.reader import parse_line, parse_transcript
 
 log = logging.getLogger(__name__)
+
+# The leaf reported after a rotation is read from the file's last line, found within this many final bytes.
+LAST_LINE_WINDOW = 1 << 20
 
 
 def rotate_commit(
@@ -104,9 +107,9 @@ def rotate_commit(
             result.carried_lines,
             result.rescued_lines,
         )
-        leaf = result.leaf_pointer or plan.leaf_id
+        moved = result.carried_lines or result.rescued_lines or result.leaf_pointer
         return Outcome(
-            leaf_id=leaf if not result.carried_lines and not result.rescued_lines else _last_id(path, leaf),
+            leaf_id=_last_id(path, plan.leaf_id) if moved else plan.leaf_id,
             bytes_after=result.size,
             archive=archive,
             carried_lines=result.carried_lines,
@@ -122,13 +125,13 @@ def _last_id(path: str, fallback: str | None) -> str | None:
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, size - (1 << 20)))
+            handle.seek(max(0, size - LAST_LINE_WINDOW))
             tail = handle.read()
     except OSError:
         return fallback
-    lines = tail[: tail.rfind(b"\n") + 1].split(b"\n")
-    for raw in reversed(lines):
+    for raw in reversed(tail[: tail.rfind(b"\n") + 1].split(b"\n")):
         if raw.strip():
-            transcript = parse_transcript(b'{"type":"session","id":"x"}\n' + raw + b"\n")
-            return transcript.leaf_id or fallback
+            value, _ = parse_line(raw)
+            entry_id = value.get("id") if isinstance(value, dict) else None
+            return entry_id if isinstance(entry_id, str) else fallback
     return fallback

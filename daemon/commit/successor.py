@@ -301,10 +301,20 @@ def build_successor(
     present.discard(None)
 
     kept_objs = {id(e) for e in kept}
+    # Labels survive when their target does (a label may target a label: decide in file order). A label on
+    # the kept branch stays whatever it targets: an agent may hold its id as its leaf.
+    candidate_objs = {id(e) for e in rest} | {id(e) for e in chain_candidates}
+    dropped: set[int] = set()
+    for entry in transcript.entries:
+        if entry.get("type") != "label" or id(entry) not in candidate_objs:
+            continue
+        if id(entry) in kept_objs or entry.get("targetId") in present:
+            present.add(_entry_id(entry))
+        else:
+            dropped.add(id(entry))
 
     def survives(entry: Entry) -> bool:
-        # A label on the kept branch stays whatever it targets: an agent may hold its id as its leaf.
-        return entry.get("type") != "label" or id(entry) in kept_objs or entry.get("targetId") in present
+        return id(entry) not in dropped
 
     chain = [e for e in chain_candidates if survives(e)]
     rest = [e for e in rest if survives(e)]

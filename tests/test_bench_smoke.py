@@ -1,0 +1,100 @@
+"""The benchmarks run end to end at tiny sizes, so CI proves they work.
+
+Structure and exactness only (bytes read == bytes appended, every append seen, no reload): speed is what the
+benchmarks measure when run by hand (bench/README.md), never asserted here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import bench_read, bench_service, bench_tail, corpus
+from daemon.ledger import SessionLedger
+from daemon.transcript.reader import read_transcript
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_corpus_is_deterministic_and_loads_cleanly(tmp_path: Path) -> None:
+    stats = corpus.generate_session(tmp_path / "a.jsonl", 120_000, seed=5)
+    corpus.generate_session(tmp_path / "b.jsonl", 120_000, seed=5)
+    corpus.generate_session(tmp_path / "c.jsonl", 120_000, seed=6)
+    data = (tmp_path / "a.jsonl").read_bytes()
+    assert data == (tmp_path / "b.jsonl").read_bytes()
+    assert data != (tmp_path / "c.jsonl").read_bytes()
+    assert stats.bytes == len(data) >= 120_000
+
+    transcript = read_transcript(tmp_path / "a.jsonl")
+    assert transcript.problems == []
+    assert transcript.header is not None and transcript.header["version"] == 3
+    kinds = [e["type"] for e in transcript.entries]
+    assert kinds[:2] == ["model_change", "thinking_level_change"]
+    previous = None
+    for entry in transcript.entries:  # one unbroken parentId chain of 8-hex ids
+        assert re.fullmatch(r"[0-9a-f]{8}", entry["id"])
+        assert entry["parentId"] == previous
+        previous = entry["id"]
+    messages = [e["message"] for e in transcript.entries if e["type"] == "message"]
+    roles = {m["role"] for m in messages}
+    assert roles == {"user", "assistant", "toolResult"}
+    blocks = [b for m in messages if m["role"] == "assistant" for b in m["content"]]
+    assert {"text", "toolCall"} <= {b["type"] for b in blocks}
+    assert any(
+        isinstance(b.get("arguments"), dict) and b["arguments"] for b in blocks if b["type"] == "toolCall"
+    )
+    assert any("usage" in m and m["usage"]["totalTokens"] > 0 for m in messages if m["role"] == "assistant")
+    ledger = SessionLedger.from_transcript(transcript)
+    assert ledger.tokens > 0 and ledger.tool_result_chars > 0
+
+
+def test_corpus_cli_writes_the_files_it_reports(tmp_path: Path) -> None:
+    stats = corpus.main([str(tmp_path / "corpus"), "--files", "4", "--mb", "0.2", "--seed", "3"])
+    files = sorted((tmp_path / "corpus").glob("*.jsonl"))
+    assert stats["files"] == len(files) == 4
+    assert stats["bytes"] == sum(f.stat().st_size for f in files)
+    assert 0 < stats["tool_result_byte_share"] < 1
+    assert stats["lines"] == sum(f.read_bytes().count(b"\n") for f in files)
+
+
+def test_bench_read_smoke() -> None:
+    result = bench_read.main(["--smoke", "--breakdown"])
+    assert result["files"] == 3 and result["bytes"] > 0 and result["lines"] > 0
+    assert result["orjson_mb_s"] > 0 and result["ledger_mb_s"] > 0
+    assert result["ratio"] == pytest.approx(result["ledger_mb_s"] / result["orjson_mb_s"], rel=0.01)
+    assert result["meets_target"] == (result["ratio"] >= bench_read.TARGET_RATIO)
+    assert result["breakdown"]["orjson.loads (pre-split lines)"] == 1.0
+    assert all(factor > 0 for factor in result["breakdown"].values())
+
+
+def test_bench_tail_smoke() -> None:
+    result = bench_tail.main(["--smoke"])
+    appends = result["appends"]
+    assert appends == 20
+    assert result["bytes_read_per_update"] == {"big": [1024], "small": [1024]}
+    assert result["bytes_read_equals_appended"] is True
+    assert result["updates_exact"] == {"big": appends, "small": appends}
+    assert result["reloads_during_appends"] == {"big": 0, "small": 0}
+    assert result["ledger_matches_full_read"] == {"big": True, "small": True}
+    assert result["big"]["median_us"] > 0 and result["small"]["median_us"] > 0
+    assert result["full_reparse_big_ms"] > 0
+
+
+def test_bench_service_smoke() -> None:
+    result = bench_service.main(["--smoke"])
+    latency = result["latency"]
+    assert latency["writes"] == 50
+    assert latency["missed"] == 0
+    assert latency["bytes_read"] == latency["bytes_appended"] == 50 * bench_service.LINE_BYTES
+    assert latency["reloads"] == 0
+    assert latency["median_ms"] > 0 and latency["p99_ms"] >= latency["median_ms"]
+    idle = result["idle"]
+    assert idle["sessions"] == 20 and idle["watchers"] == 1
+    assert idle["refresh_calls_while_idle"] == 0
+    assert idle["cpu_percent"] >= 0
+    memory = result["memory"]
+    assert memory["sessions_loaded"] == 50
+    assert memory["rss_mb"] > 0 and memory["peak_rss_mb"] >= memory["rss_mb"]
+    assert isinstance(memory["per_session_bytes"], int)

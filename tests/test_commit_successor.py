@@ -1,0 +1,296 @@
+"""The pure part of a commit: successor and append plans on random session trees, and their checks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daemon.commit.successor import (
+    FULL_TEXT_PLACEHOLDER,
+    PlanError,
+    build_append,
+    build_successor,
+    dumps_entry,
+    leaf_to_repoint,
+    substitute_note,
+    verify,
+)
+from daemon.transcript.context import build_context, entry_to_message
+from daemon.transcript.reader import parse_transcript
+
+HEADER = b'{"type":"session","version":3,"id":"5f0c2a9e-1b7d-4c3e-9a41-2d6b8e7f0c11","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}'
+
+Op = tuple[str, int]
+
+
+def _msg(role: str, text: str, **extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 1}
+    base.update(extra)
+    return base
+
+
+def build_file(ops: list[Op]) -> bytes:
+    """A session from random operations, written like pi writes it (each entry a child of the leaf)."""
+    entries: list[dict[str, Any]] = []
+    leaf: str | None = None
+    counter = 0
+
+    def add(kind: str, **fields: Any) -> None:
+        nonlocal leaf, counter
+        counter += 1
+        entry = {
+            "type": kind,
+            "id": f"{counter:08x}",
+            "parentId": leaf,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+        }
+        entry.update(fields)
+        entries.append(entry)
+        leaf = entry["id"]
+
+    for op, arg in ops:
+        if op == "turn":
+            add("message", message=_msg("user", f"question {counter} ✓ 日本"))
+            if arg % 2:
+                call = f"call_{counter}"
+                add(
+                    "message",
+                    message={
+                        "role": "assistant",
+                        "content": [
+                            {"type": "toolCall", "id": call, "name": "read", "arguments": {"p": arg}}
+                        ],
+                        "stopReason": "toolUse",
+                        "timestamp": 2,
+                    },
+                )
+                add(
+                    "message",
+                    message=_msg("toolResult", "x" * arg, toolCallId=call, toolName="read", isError=False),
+                )
+            add("message", message={**_msg("assistant", f"answer {counter}"), "stopReason": "stop"})
+        elif op == "model":
+            add("model_change", provider="p", modelId=f"m{arg}")
+        elif op == "thinking":
+            add("thinking_level_change", thinkingLevel=["off", "low", "high"][arg % 3])
+        elif op == "label" and entries:
+            add("label", targetId=entries[arg % len(entries)]["id"], label=f"l{arg}")
+        elif op == "custom":
+            add("custom", customType="ext", data={"n": arg})
+        elif op == "info":
+            add("session_info", name=f"name {arg}")
+        elif op == "note":
+            add("custom_message", customType="note", content=f"note {arg}", display=False)
+        elif op == "branch" and entries:
+            target = entries[arg % len(entries)]
+            leaf = target["id"]
+        elif op == "root":
+            leaf = None
+    # End on the main line: a final turn so the leaf is a message.
+    add("message", message=_msg("user", "final question"))
+    add("message", message={**_msg("assistant", "final answer"), "stopReason": "stop"})
+    return (
+        HEADER
+        + b"\n"
+        + b"".join(json.dumps(e, separators=(",", ":"), ensure_ascii=False).encode() + b"\n" for e in entries)
+    )
+
+
+ops_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["turn", "turn", "turn", "model", "thinking", "label", "custom", "info", "note", "branch", "root"]
+        ),
+        st.integers(0, 40),
+    ),
+    min_size=3,
+    max_size=40,
+)
+
+
+def compaction_for(first_kept: str) -> dict[str, Any]:
+    return {
+        "type": "compaction",
+        "id": "c0c0c0c0",
+        "parentId": None,
+        "timestamp": "2026-01-02T00:00:00.000Z",
+        "summary": "## Decisions\n- s",
+        "firstKeptEntryId": first_kept,
+        "tokensBefore": 10,
+        "details": {"readFiles": [], "modifiedFiles": []},
+        "fromHook": False,
+    }
+
+
+POST = {
+    "type": "custom_message",
+    "id": "b0b0b0b0",
+    "parentId": None,
+    "timestamp": "2026-01-02T00:00:00.001Z",
+    "customType": "compactd.post_compaction_context",
+    "content": "rules",
+    "display": False,
+}
+
+
+def user_cuts(data: bytes) -> list[str]:
+    transcript = parse_transcript(data)
+    return [e["id"] for e in transcript.branch() if e["type"] == "message" and e["message"]["role"] == "user"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops_strategy, pick=st.integers(0, 1000), with_post=st.booleans())
+def test_successor_of_any_tree_passes_its_check_and_keeps_what_it_must(
+    ops: list[Op], pick: int, with_post: bool
+) -> None:
+    data = build_file(ops)
+    original = parse_transcript(data)
+    cuts = user_cuts(data)
+    first_kept = cuts[pick % len(cuts)]
+    plan = build_successor(data, original, compaction_for(first_kept), POST if with_post else None, {})
+    loaded = verify(plan.data, plan, strict_structure=True)
+
+    lines = plan.data.split(b"\n")
+    assert lines[0] == HEADER and lines[-1] == b""
+    assert loaded.leaf_id == original.leaf_id  # the active leaf is the last line
+    original_lines = set(data.split(b"\n"))
+    branch = original.branch()
+    ids = [e["id"] for e in branch]
+    summarized = set(ids[: ids.index(first_kept)])
+    by_id = loaded.by_id()
+    for entry in original.entries:
+        if entry["id"] in summarized:
+            continue
+        if entry["type"] == "label" and entry["targetId"] not in by_id and entry["id"] not in ids:
+            continue  # a label of a removed entry, off the kept branch: dropped
+        assert entry["id"] in by_id, entry
+        survivor = by_id[entry["id"]]
+        assert {k: v for k, v in survivor.items() if k != "parentId"} == {
+            k: v for k, v in entry.items() if k != "parentId"
+        }
+    # Lines are copied byte for byte unless the entry was re-parented (or is ours).
+    for raw, entry in zip(lines[1:-1], loaded.entries, strict=True):
+        original_entry = original.by_id().get(entry["id"])
+        if original_entry is not None and original_entry.get("parentId") == entry.get("parentId"):
+            assert raw in original_lines
+    # No entry points nowhere, and the compaction is a root.
+    assert all(e.get("parentId") is None or e["parentId"] in by_id for e in loaded.entries)
+    assert loaded.entries[0]["type"] == "compaction" and loaded.entries[0]["parentId"] is None
+    # The thinking level and the kept messages are those the agent had.
+    before = build_context(original)
+    after = build_context(loaded)
+    assert after.thinking_level == before.thinking_level
+    kept = [m for e in branch[ids.index(first_kept) :] if (m := entry_to_message(e)) is not None]
+    head = [after.messages[0]] + ([entry_to_message(POST)] if with_post else [])
+    assert after.messages[0]["role"] == "compactionSummary"
+    assert after.messages == head + kept
+
+    # A second rotation of the successor works too.
+    cuts2 = user_cuts(plan.data)
+    second = build_successor(plan.data, loaded, compaction_for(cuts2[-1]) | {"id": "c1c1c1c1"}, None, {})
+    verify(second.data, second, strict_structure=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=ops_strategy, pick=st.integers(0, 1000), prune=st.booleans())
+def test_append_plan_of_any_tree_passes_its_check(ops: list[Op], pick: int, prune: bool) -> None:
+    data = build_file(ops)
+    original = parse_transcript(data)
+    cuts = user_cuts(data)
+    first_kept = cuts[pick % len(cuts)]
+    replacements: dict[str, dict[str, Any]] = {}
+    if prune:
+        branch = original.branch()
+        ids = [e["id"] for e in branch]
+        for entry in branch[ids.index(first_kept) :]:
+            if entry["type"] == "message" and entry["message"]["role"] == "toolResult":
+                replacements[entry["id"]] = {**entry, "message": {**entry["message"], "content": []}}
+    plan = build_append(original, compaction_for(first_kept), POST, replacements)
+    loaded = verify(data + plan.data, plan, strict_structure=False)
+    assert loaded.leaf_id == plan.leaf_id
+    assert (data + plan.data).startswith(data)
+    messages = build_context(loaded).messages
+    assert messages[0]["role"] == "compactionSummary" and messages[-1]["customType"] == POST["customType"]
+
+
+def test_plans_refuse_a_cut_point_that_is_not_on_the_branch() -> None:
+    data = build_file([("turn", 1), ("turn", 2), ("branch", 0), ("turn", 3)])
+    transcript = parse_transcript(data)
+    off_branch = next(
+        e["id"] for e in transcript.entries if e["id"] not in {x["id"] for x in transcript.branch()}
+    )
+    for build in (
+        lambda: build_successor(data, transcript, compaction_for(off_branch), None, {}),
+        lambda: build_append(transcript, compaction_for(off_branch), None, {}),
+    ):
+        with pytest.raises(PlanError, match="branch moved"):
+            build()
+
+
+def test_a_cut_that_splits_a_tool_call_from_its_result_is_refused() -> None:
+    data = build_file([("turn", 1), ("turn", 3), ("turn", 2)])
+    transcript = parse_transcript(data)
+    result_id = next(
+        e["id"] for e in transcript.entries if e["type"] == "message" and e["message"]["role"] == "toolResult"
+    )
+    plan = build_successor(data, transcript, compaction_for(result_id), None, {})
+    with pytest.raises(PlanError, match="orphan_tool_result"):
+        verify(plan.data, plan, strict_structure=True)
+
+
+def test_a_kept_older_compaction_would_win_so_the_check_refuses() -> None:
+    """If the kept part held an older compaction, pi would use that one, not ours: the check catches it."""
+    data = build_file([("turn", 2), ("turn", 2), ("turn", 2)])
+    transcript = parse_transcript(data)
+    users = user_cuts(data)
+    older = compaction_for(users[1]) | {"id": "0ld0ld00", "parentId": transcript.leaf_id}
+    data += json.dumps(older, separators=(",", ":")).encode() + b"\n"
+    data += (
+        json.dumps(
+            {
+                "type": "message",
+                "id": "ffff0001",
+                "parentId": "0ld0ld00",
+                "timestamp": "t",
+                "message": _msg("user", "q"),
+            }
+        ).encode()
+        + b"\n"
+    )
+    transcript = parse_transcript(data)
+    plan = build_successor(data, transcript, compaction_for(users[0]), None, {})
+    with pytest.raises(PlanError, match="context differs"):
+        verify(plan.data, plan, strict_structure=True)
+
+
+def test_leaf_to_repoint() -> None:
+    a = {"id": "a", "parentId": "L"}
+    b = {"id": "b", "parentId": "a"}
+    c = {"id": "c", "parentId": "b"}
+    assert leaf_to_repoint([a, b, c], c) is None
+    assert leaf_to_repoint([a, c, b], b) == "c"  # b was rescued after its child c
+    pointer = {"id": "p", "parentId": "a"}
+    assert leaf_to_repoint([a, b], pointer, {"a": a, "b": b, "p": pointer}) == "b"
+    assert leaf_to_repoint([], None) is None
+
+
+def test_dumps_entry_is_json_stringify() -> None:
+    entry = {"b": 1, "a": "日本 ✓ \u2028", "n": None, "f": 1.5, "nested": {"z": [1, 2], "y": True}}
+    assert dumps_entry(entry) == json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode()
+    lone = {"text": "bad \udc80 surrogate"}
+    raw = dumps_entry(lone)
+    assert json.loads(raw) == lone
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(raw)  # orjson cannot even read it back; JavaScript and our reader can
+
+
+def test_substitute_note() -> None:
+    entry = {"message": {"content": [{"type": "text", "text": f"cut [{FULL_TEXT_PLACEHOLDER}]"}]}}
+    out = substitute_note(entry, 'full text in s.jsonl.bak.2026 "quoted"')
+    assert out["message"]["content"][0]["text"] == 'cut [full text in s.jsonl.bak.2026 "quoted"]'
+    assert substitute_note({"x": 1}, "n") == {"x": 1}
