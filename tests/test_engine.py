@@ -279,7 +279,7 @@ def test_previous_summary_is_given_to_the_model_to_redistill(
                 "content": [{"type": "text", "text": "now run the smoke tests " + "z" * 3000}],
                 "timestamp": 1_790_000_100_000,
             },
-        },  # fmt: skip
+        },
         {
             "type": "message",
             "id": "a0000002",
@@ -294,7 +294,7 @@ def test_previous_summary_is_given_to_the_model_to_redistill(
                 "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2},
                 "timestamp": 1_790_000_100_100,
             },
-        },  # fmt: skip
+        },
         {
             "type": "message",
             "id": "a0000003",
@@ -305,7 +305,7 @@ def test_previous_summary_is_given_to_the_model_to_redistill(
                 "content": [{"type": "text", "text": "and then?"}],
                 "timestamp": 1_790_000_100_200,
             },
-        },  # fmt: skip
+        },
     ]
     path = tmp_path / "s.jsonl"
     path.write_bytes(data + b"".join(orjson.dumps(e) + b"\n" for e in [comp, *more]))
