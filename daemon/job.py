@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from daemon.commit.successor import FULL_TEXT_PLACEHOLDER
 from daemon.config import Config
 from daemon.defaults import SAFETY_MARGIN
 from daemon.planning import budget_for, prune_plan
@@ -170,9 +171,8 @@ async def compact_file(
         if math.ceil(result.engine.tokens_after * SAFETY_MARGIN) <= budget.compact_threshold:
             chosen = "compact_only"
     if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
-        pruning = prune_plan(
-            config, transcript, budget, note=f"full text in the archive of {os.path.basename(path)}"
-        )
+        # The commit swaps the placeholder for where the full text still is (the archive, or the entry).
+        pruning = prune_plan(config, transcript, budget, note=FULL_TEXT_PLACEHOLDER)
         replacements = {
             edit.entry_id: edit.new_message
             for edit in pruning.edits

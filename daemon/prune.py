@@ -383,7 +383,10 @@ def _plan(
         if remaining <= 0:
             break
         note = note_for(cand.entry_id) if note_for else None
-        floor_chars = min_keep + len(_to_units(truncation_suffix(1, note)))
+        # The floor leaves room for the suffix with its real count, so a result cut to the bare suffix still
+        # says how much was removed and where the full text is (OpenClaw's figure, compat, assumes one digit
+        # and then slices its own suffix apart).
+        floor_chars = min_keep + len(_to_units(truncation_suffix(1 if compat else cand.chars_before, note)))
         reducible = max(0, cand.chars - floor_chars)
         if reducible <= 0:
             continue

@@ -180,3 +180,49 @@ def test_validate_reports_an_unusable_file(tmp_path: Path) -> None:
     result = compactd("validate", str(path))
     assert result.returncode == 2 and "no_header" in result.stdout
     assert read_transcript(path).usable is False
+
+
+def tool_heavy_session(path: Path, results: int = 75, size: int = 10_000) -> None:
+    import orjson
+
+    lines: list[dict[str, object]] = [{"type": "session", "version": 3, "id": "70010000-0000-4000-8000-000000000001", "timestamp": "2026-11-01T00:00:00.000Z", "cwd": "/nonexistent"}]  # fmt: skip
+    parent = None
+
+    def add(message: dict[str, object]) -> None:
+        nonlocal parent
+        entry_id = f"{len(lines):08x}"
+        lines.append({"type": "message", "id": entry_id, "parentId": parent, "timestamp": "2026-11-01T00:00:00.000Z", "message": message})  # fmt: skip
+        parent = entry_id
+
+    add(
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "grep the logs for the outage"}],
+            "timestamp": 1,
+        }
+    )
+    for i in range(results):
+        add({"role": "assistant", "content": [{"type": "toolCall", "id": f"c{i}", "name": "bash", "arguments": {"command": f"cat log{i}"}}], "provider": "p", "model": "m", "stopReason": "toolUse", "usage": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0}, "timestamp": 2 + i})  # fmt: skip
+        text = "\n".join(f"{i:03d}-{j:05d} GET /api/v1/items 200 12ms" for j in range(size // 34))
+        add({"role": "toolResult", "toolCallId": f"c{i}", "toolName": "bash", "content": [{"type": "text", "text": text}], "isError": False, "timestamp": 3 + i})  # fmt: skip
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+
+def test_a_tool_heavy_session_is_pruned_and_names_the_archive(tmp_path: Path, pi: Pi) -> None:
+    path = tmp_path / "sessions" / "heavy.jsonl"
+    path.parent.mkdir()
+    tool_heavy_session(path)
+    env = {"STATE_DIRECTORY": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "none")}
+    inspected = json.loads(compactd("inspect", str(path), "--json", env=env).stdout)
+    assert inspected["route"] == "truncate_tool_results_only"
+    result = compactd("compact", str(path), "--force", "--json", env=env)
+    data = json.loads(result.stdout)
+    assert data["committed"] is True and data["route"] == "truncate_tool_results_only", result.stderr
+    assert data["pruned_results"] > 0 and data["archive"]
+    loaded = pi.load(path)
+    texts = [m["content"][0]["text"] for m in loaded["messages"] if m["role"] == "toolResult"]
+    pruned = [t for t in texts if "more characters truncated" in t]
+    assert len(pruned) == data["pruned_results"]
+    assert all(Path(data["archive"]).name in t for t in pruned)
+    after = json.loads(compactd("inspect", str(path), "--json", env=env).stdout)
+    assert after["route"] == "fits" and after["context_tokens"] < inspected["context_tokens"]

@@ -379,11 +379,11 @@ def test_many_medium_results_newest_first() -> None:
     texts = [chr(ord("a") + i % 26) * 3000 for i in range(20)]
     items = items_of(*texts, other_every=3)
     plan = plan_pruning(items, 16_000)
-    # 60,000 chars, budget 16,000: the newest are cut to the bare suffix (33) until 44,000 are saved.
+    # 60,000 chars, budget 16,000: the newest are cut to the bare suffix (36) until 44,000 are saved.
     edited = [e.entry_id for e in plan.edits]
     assert edited == [f"e{i}" for i in range(5, 20)]  # the oldest five are untouched
     for edit in plan.edits[1:]:
-        assert edit.chars_after == 33
+        assert edit.chars_after == len(truncation_suffix(3000)) == 36
     assert sum(3000 - e.saved for e in plan.edits) + 5 * 3000 <= 16_000
     assert plan.chars_saved == reducible_chars(items, 16_000) == 44_000
 
@@ -520,8 +520,12 @@ def test_real_sessions(name: str, window: int) -> None:
     assert sum(results) - sum(after) == plan.chars_saved
     assert plan.max_reducible_chars == reducible_chars(items, cap) == OPENCLAW_REDUCIBLE[(name, window)]
     # Our cuts and OpenClaw's differ by a few characters at most (suffix count, double cuts).
-    assert abs(plan.chars_saved - plan.max_reducible_chars) <= 2 * len(plan.edits)
-    assert sum(after) <= cap or all(c <= 33 for c in after if c)
+    # Our suffix keeps its real count where OpenClaw slices it: a few characters per edit.
+    assert abs(plan.chars_saved - plan.max_reducible_chars) <= 6 * len(plan.edits)
+    # Either the budget is met, or every result that still has text is down to its bare suffix.
+    assert sum(after) <= cap or all(
+        c <= len(truncation_suffix(n)) for c, n in zip(after, results, strict=True) if c
+    )
 
 
 # --- properties ---------------------------------------------------------------------------------------------
@@ -633,9 +637,12 @@ def test_plan_reaches_the_budget_or_the_floor(texts: list[int], max_chars: int) 
             assert edit.chars_after == chars
         after.append(chars)
     assert plan.chars_saved == sum(texts) - sum(after)
-    assert abs(plan.chars_saved - reducible_chars(items, max_chars)) <= 2 * len(plan.edits)
+    assert abs(plan.chars_saved - reducible_chars(items, max_chars)) <= 6 * len(plan.edits)
     nonempty = [n for n in texts if n]
     if len(nonempty) >= 2:
-        assert sum(after) <= max_chars or all(c <= 33 for c in after)
+        assert sum(after) <= max_chars or all(
+            c <= len(truncation_suffix(n))
+            for c, n in zip(after, [t for t in texts if t is not None], strict=False)
+        )
     else:
         assert all(c <= max_chars for c in after)

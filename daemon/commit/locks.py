@@ -272,23 +272,29 @@ def _iso_now() -> str:
 
 
 def _create_lock(lock_path: Path) -> tuple[int, bytes]:
-    fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _LOCK_MODE)
+    """Create the lock with its body already in it: write a temp file, then ``link`` it to the lock name.
+
+    ``link`` fails when the name exists, like ``O_EXCL``, but the lock never exists empty: a kill between
+    create and write would otherwise leave a body-less lock that OpenClaw honours for 30 minutes.
+    """
+    payload: dict[str, object] = {"pid": os.getpid(), "createdAt": _iso_now()}
+    starttime = process_starttime(os.getpid())
+    if starttime is not None:
+        payload["starttime"] = starttime
+    body = json.dumps(payload, indent=2).encode()  # the same layout OpenClaw writes
+    temp = lock_path.with_name(f".{lock_path.name}.compactd.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, _LOCK_MODE)
     try:
         os.fchmod(fd, _LOCK_MODE)  # the umask (UMask=0077 in the unit) must not make it private
-        payload: dict[str, object] = {"pid": os.getpid(), "createdAt": _iso_now()}
-        starttime = process_starttime(os.getpid())
-        if starttime is not None:
-            payload["starttime"] = starttime
-        body = json.dumps(payload, indent=2).encode()  # the same layout OpenClaw writes
         view = memoryview(body)
         while view:
             view = view[os.write(fd, view) :]
-    except BaseException:
+        os.link(temp, lock_path)
+    finally:
         os.close(fd)
         with suppress(OSError):
-            os.unlink(lock_path)
-        raise
-    return fd, body
+            os.unlink(temp)
+    return os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), body
 
 
 @contextmanager
