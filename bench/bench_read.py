@@ -57,7 +57,7 @@ def orjson_loop(lines: list[bytes]) -> None:
 
 def ledger_loop(datas: list[bytes]) -> None:
     for data in datas:
-        SessionLedger.from_transcript(parse_transcript(data))
+        SessionLedger.from_bytes(data)
 
 
 def _timed(fn: Callable[[], object]) -> float:

@@ -6,6 +6,10 @@ import os
 from typing import Any
 
 from daemon.ledger import SessionLedger
+from daemon.prune import tool_result_text_chars
+from daemon.tokens import estimate_tokens
+from daemon.transcript.context import build_context
+from daemon.transcript.messages import llm_visible, role_of
 from daemon.transcript.reader import FATAL_KINDS, Transcript, read_transcript
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNUSABLE = 0, 1, 2
@@ -15,20 +19,24 @@ def inspect_transcript(path: str | os.PathLike[str], transcript: Transcript | No
     transcript = transcript if transcript is not None else read_transcript(path)
     ledger = SessionLedger.from_transcript(transcript)
     figures = ledger.figures()
+    messages = [m for m in llm_visible(build_context(transcript).messages)]
+    by_role: dict[str, int] = {}
+    for message in messages:
+        by_role[role_of(message)] = by_role.get(role_of(message), 0) + estimate_tokens(message)
     return {
         "path": os.fspath(path),
         "session_id": transcript.session_id,
         "version": transcript.version,
         "entries": len(transcript.entries),
         "leaf_id": transcript.leaf_id,
-        "context_messages": figures["messages"],
+        "context_messages": len(messages),
         "context_tokens": figures["tokens"],
         "estimated_with_margin": ledger.estimate.with_margin,
         "tokens_source": figures["tokens_source"],
         "usage_tokens": figures["usage_tokens"],
         "trailing_tokens": figures["trailing_tokens"],
-        "by_role": figures["by_role"],
-        "tool_result_chars": figures["tool_result_chars"],
+        "by_role": dict(sorted(by_role.items())),
+        "tool_result_chars": sum(tool_result_text_chars(m) for m in messages),
         "provider": figures["provider"],
         "model": figures["model"],
         "bytes": transcript.size,

@@ -8,37 +8,58 @@ so ``apply`` says so and the caller reloads the file; that is rare and keeps the
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from daemon.prune import tool_result_text_chars
-from daemon.tokens import ContextEstimate, estimate_tokens, usage_tokens
-from daemon.transcript.context import SessionContext, build_context, entry_to_message
-from daemon.transcript.messages import is_runtime_context, role_of, strip_for_llm
-from daemon.transcript.reader import Entry, Transcript
+import orjson
+
+from daemon.defaults import CHARS_PER_TOKEN
+from daemon.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, js_len, usage_tokens
+from daemon.transcript.context import build_context, compaction_message, entry_to_message
+from daemon.transcript.messages import RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
+from daemon.transcript.reader import Entry, Scan, Transcript, parse_transcript
 
 _CONTEXT_TYPES = frozenset({"message", "custom_message", "branch_summary"})
 
 
 @dataclass(slots=True)
 class SessionLedger:
+    """leaf, usage anchor, trailing estimate, model: the figures thresholds need, and nothing per entry.
+
+    Messages before the usage anchor are not estimated at all (pi's figure does not need them), except when
+    the anchor predates the context's compaction summary: then everything is estimated (``stale_total``).
+    """
+
     session_id: str | None = None
     version: int = 3
     leaf_id: str | None = None
     anchor_tokens: int = 0
     anchor_seen: bool = False
+    anchor_ts: float | None = None
     trailing_tokens: int = 0
-    messages: int = 0
-    tool_result_chars: int = 0
-    by_role: dict[str, int] = field(default_factory=dict)
+    compaction_ts: float | None = None
+    stale_total: int | None = None  # every message's estimate, kept only while the anchor is stale
     provider: str | None = None
     model: str | None = None
     entries: int = 0
-    compaction_ts: float | None = None
-    anchor_ts: float | None = None
-    problems: int = 0
     usable: bool = True
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SessionLedger:
+        """The cold read: a whole file's complete lines → its ledger, equal to ``from_transcript``'s.
+
+        It keeps a few fields per entry instead of every parsed entry, and estimates only the messages the
+        figure needs (those after the usage anchor), re-reading just their lines; see ``_cold_read``.
+        """
+        paused = gc.isenabled()
+        gc.disable()  # the few small records kept are acyclic; see parse_transcript
+        try:
+            return _cold_read(data)
+        finally:
+            if paused:
+                gc.enable()
 
     @classmethod
     def from_transcript(cls, transcript: Transcript) -> SessionLedger:
@@ -46,39 +67,51 @@ class SessionLedger:
             session_id=transcript.session_id,
             version=transcript.version,
             entries=len(transcript.entries),
-            problems=len(transcript.problems),
             usable=transcript.usable,
+            leaf_id=transcript.leaf_id,
         )
         context = build_context(transcript)
-        ledger._fold_context(context)
-        ledger.leaf_id = transcript.leaf_id
+        model = context.model or {}
+        ledger.provider = _str_or_none(model.get("provider"))
+        ledger.model = _str_or_none(model.get("modelId"))
+        messages = [m for m in context.messages if not is_runtime_context(m)]
+        if messages and messages[0].get("role") == "compactionSummary":
+            ledger.compaction_ts = _num_or_none(messages[0].get("timestamp"))
+        anchor_index = None
+        for index in range(len(messages) - 1, -1, -1):
+            anchor = usage_tokens(messages[index])
+            if anchor is not None:
+                anchor_index = index
+                ledger.anchor_tokens, ledger.anchor_seen = anchor, True
+                ledger.anchor_ts = _num_or_none(messages[index].get("timestamp"))
+                break
+        start = 0 if anchor_index is None else anchor_index + 1
+        ledger.trailing_tokens = sum(message_tokens(m) for m in messages[start:])
+        if ledger.anchor_seen and ledger.anchor_is_stale:
+            ledger.stale_total = sum(message_tokens(m) for m in messages[:start]) + ledger.trailing_tokens
         return ledger
 
-    def _fold_context(self, context: SessionContext) -> None:
-        model = context.model or {}
-        self.provider = _str_or_none(model.get("provider"))
-        self.model = _str_or_none(model.get("modelId"))
-        for message in context.messages:
-            self._fold_message(message)
+    @property
+    def anchor_is_stale(self) -> bool:
+        """The usage figure was measured before the compaction summary that now opens the context."""
+        return self.compaction_ts is not None and (
+            self.anchor_ts is None or self.anchor_ts <= self.compaction_ts
+        )
 
     def _fold_message(self, message: dict[str, Any]) -> None:
         if is_runtime_context(message):
             return
-        message = strip_for_llm(message)
-        tokens = estimate_tokens(message)
-        role = role_of(message)
-        if role == "compactionSummary":
-            self.compaction_ts = _num_or_none(message.get("timestamp"))
-        self.messages += 1
-        self.by_role[role] = self.by_role.get(role, 0) + tokens
-        if role == "toolResult":
-            self.tool_result_chars += tool_result_text_chars(message)
+        tokens = message_tokens(message)
+        if self.stale_total is not None:
+            self.stale_total += tokens
         anchor = usage_tokens(message)
-        if anchor is not None:
-            self.anchor_tokens, self.anchor_seen, self.trailing_tokens = anchor, True, 0
-            self.anchor_ts = _num_or_none(message.get("timestamp"))
-        else:
+        if anchor is None:
             self.trailing_tokens += tokens
+            return
+        self.anchor_tokens, self.anchor_seen, self.trailing_tokens = anchor, True, 0
+        self.anchor_ts = _num_or_none(message.get("timestamp"))
+        if not self.anchor_is_stale:
+            self.stale_total = None
 
     def apply(self, entries: Iterable[Entry]) -> bool:
         """Fold appended entries in; False when one of them needs a full reload instead."""
@@ -106,6 +139,8 @@ class SessionLedger:
                     self.provider = _str_or_none(message.get("provider"))
                     self.model = _str_or_none(message.get("model"))
                 self._fold_message(message)
+                if self.anchor_seen and self.anchor_is_stale and self.stale_total is None:
+                    return False  # a usage older than the summary after a fresh one: out-of-order clocks
         return True
 
     @property
@@ -125,11 +160,8 @@ class SessionLedger:
         """The figure thresholds are compared with: a usage anchor older than the compaction summary is stale
         (it measured the context before compaction), so everything is estimated instead; see
         ``tokens.estimate_for_planning``."""
-        stale = self.compaction_ts is not None and (
-            self.anchor_ts is None or self.anchor_ts <= self.compaction_ts
-        )
-        if self.anchor_seen and stale:
-            return sum(self.by_role.values())
+        if self.stale_total is not None:
+            return self.stale_total
         return self.tokens
 
     def figures(self) -> dict[str, Any]:
@@ -142,13 +174,145 @@ class SessionLedger:
             "trailing_tokens": self.trailing_tokens,
             "tokens_source": "usage" if self.anchor_seen else "estimate",
             "planning_tokens": self.planning_tokens,
-            "messages": self.messages,
-            "by_role": dict(sorted(self.by_role.items())),
-            "tool_result_chars": self.tool_result_chars,
             "provider": self.provider,
             "model": self.model,
             "entries": self.entries,
         }
+
+
+class _Rec:
+    """What the cold read keeps of one entry: enough to walk the tree and to find the anchor."""
+
+    __slots__ = ("end", "entry_id", "first_kept", "kind", "model", "parent", "provider", "speaks", "start",
+                 "tokens", "ts", "usage")  # fmt: skip
+
+    def __init__(self, entry: Entry, start: int, end: int) -> None:
+        self.start, self.end = start, end
+        self.entry_id = entry.get("id")
+        self.parent = entry.get("parentId")
+        self.kind = kind = entry.get("type")
+        self.usage: int | None = None
+        self.ts: float | None = None
+        self.provider: Any = _NO_MODEL
+        self.model: Any = None
+        self.first_kept: Any = None
+        self.tokens: int | None = None
+        # speaks: the entry adds a message to the context (entry_to_message) that is not runtime context
+        self.speaks = False
+        if kind == "message":
+            message = entry.get("message")
+            if isinstance(message, dict):
+                self.speaks = not is_runtime_context(message)
+                if message.get("role") == "assistant":
+                    self.usage = usage_tokens(message)
+                    self.ts = _num_or_none(message.get("timestamp"))
+                    self.provider, self.model = message.get("provider"), message.get("model")
+        elif kind == "custom_message":
+            self.speaks = entry.get("customType") != RUNTIME_CONTEXT_TYPE
+        elif kind == "branch_summary":
+            self.speaks = bool(entry.get("summary"))
+        elif kind == "model_change":
+            self.provider, self.model = entry.get("provider"), entry.get("modelId")
+        elif kind == "compaction":
+            self.first_kept = entry.get("firstKeptEntryId")
+            summary = compaction_message(entry)
+            self.tokens = estimate_tokens(summary)
+            self.ts = _num_or_none(summary["timestamp"])
+
+
+_NO_MODEL = object()
+
+
+def _cold_read(data: bytes) -> SessionLedger:
+    scan = Scan(data)
+    records = [_Rec(entry, start, end) for entry, start, end, _line, _pos in scan.entries()]
+    scan.finish()
+    if scan.no_header or scan.header is None or scan.version < 3:
+        return SessionLedger.from_transcript(parse_transcript(data, check=False))  # v1/v2 ids: migrate first
+    leaf_value = records[-1].entry_id if records else None
+    ledger = SessionLedger(
+        session_id=scan.header.get("id"),
+        version=scan.version,
+        entries=len(records),
+        leaf_id=leaf_value if isinstance(leaf_value, str) else None,
+    )
+    # Transcript.branch(): from the leaf (the last entry) up through parentId; a missing parent or a cycle ends it.
+    index = {r.entry_id: r for r in records if isinstance(r.entry_id, str)}
+    path: list[_Rec] = []
+    if records and not scan.junk_leaf:
+        current: _Rec | None = index.get(ledger.leaf_id) if ledger.leaf_id is not None else None
+        current = current or records[-1]
+        seen: set[int] = set()
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            path.append(current)
+            parent = current.parent
+            current = index.get(parent) if isinstance(parent, str) and parent else None
+        path.reverse()
+    compaction = None
+    for rec in path:
+        if rec.provider is not _NO_MODEL:
+            ledger.provider, ledger.model = _str_or_none(rec.provider), _str_or_none(rec.model)
+        if rec.kind == "compaction":
+            compaction = rec
+    # context_entries(): the last compaction, the kept entries before it, everything after it
+    speaking: list[_Rec] = [r for r in path if r.speaks]
+    if compaction is not None:
+        position = next(
+            i for i, r in enumerate(path) if r.kind == "compaction" and r.entry_id == compaction.entry_id
+        )
+        first = next((i for i in range(position) if path[i].entry_id == compaction.first_kept), position)
+        speaking = [
+            compaction,
+            *(r for r in path[first:position] if r.speaks),
+            *(r for r in path[position + 1 :] if r.speaks),
+        ]
+        ledger.compaction_ts = compaction.ts
+    anchor = next((i for i in range(len(speaking) - 1, -1, -1) if speaking[i].usage is not None), None)
+    if anchor is not None:
+        rec = speaking[anchor]
+        ledger.anchor_tokens, ledger.anchor_seen, ledger.anchor_ts = rec.usage or 0, True, rec.ts
+    start = 0 if anchor is None else anchor + 1
+
+    def tokens(rec: _Rec) -> int:
+        if rec.tokens is None:
+            message = entry_to_message(orjson.loads(data[rec.start : rec.end]))
+            rec.tokens = message_tokens(message) if message is not None else 0
+        return rec.tokens
+
+    ledger.trailing_tokens = sum(tokens(r) for r in speaking[start:])
+    if ledger.anchor_seen and ledger.anchor_is_stale:
+        ledger.stale_total = sum(tokens(r) for r in speaking[:start]) + ledger.trailing_tokens
+    return ledger
+
+
+def message_tokens(message: dict[str, Any]) -> int:
+    """``estimate_tokens``, with a one-pass fast path for tool results (three quarters of the bytes)."""
+    if message.get("role") == "toolResult":
+        return -(-_tool_result_chars(message.get("content"))[0] // CHARS_PER_TOKEN)
+    return estimate_tokens(message)
+
+
+def _tool_result_chars(content: Any) -> tuple[int, int]:
+    """(characters pi's estimate counts, text characters pruning can reduce) of a toolResult, in one pass.
+
+    The same figures as ``tokens.message_chars`` and ``prune.tool_result_text_chars`` (a string content counts
+    for the estimate only, as in each of them).
+    """
+    if isinstance(content, str):
+        return js_len(content), 0
+    text = images = 0
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict):
+                kind = block.get("type")
+                if kind == "text":
+                    value = block.get("text")
+                    if isinstance(value, str):
+                        text += js_len(value)
+                elif kind == "image":
+                    images += 1
+    return text + IMAGE_CHARS * images, text
 
 
 def _num_or_none(value: Any) -> float | None:

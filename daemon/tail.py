@@ -31,11 +31,19 @@ class Change(Enum):
 class Update:
     change: Change
     entries: list[dict[str, Any]] = field(default_factory=list)
-    transcript: Transcript | None = None
+    data: bytes | None = None  # a reload's complete lines
     reason: str = ""
     malformed: int = 0
     # Lines that are JSON but not objects: pi takes such a line as its leaf, so only a reload stays exact.
     non_objects: int = 0
+    _transcript: Transcript | None = None
+
+    @property
+    def transcript(self) -> Transcript | None:
+        """A reload's lines parsed (lazily: the ledger's cold read does not need every entry kept)."""
+        if self._transcript is None and self.data is not None:
+            self._transcript = parse_transcript(self.data, check=False)
+        return self._transcript
 
 
 @dataclass(slots=True)
@@ -92,7 +100,7 @@ class FileCursor:
         cut = data.rfind(b"\n") + 1
         self.offset = cut
         self.partial = data[cut:] if len(data) - cut <= MAX_PARTIAL_BYTES else b""
-        return Update(Change.RELOADED, transcript=parse_transcript(data[:cut]), reason=reason)
+        return Update(Change.RELOADED, data=data[:cut], reason=reason)
 
     def reset(self) -> None:
         """Forget the file: the next poll reloads it (after our own rewrite, or on request)."""

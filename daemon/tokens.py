@@ -8,6 +8,7 @@ Lengths are JavaScript string lengths (UTF-16 code units), and a tool call's arg
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +21,14 @@ from daemon.transcript.messages import Message
 IMAGE_CHARS = 4800  # pi counts an image in a tool result or custom message as 4,800 characters.
 
 
+# CPython stores a string with any astral character 4 bytes per character (PEP 393); its size tells that kind
+# apart without scanning, so the UTF-16 re-encode is paid only by the rare strings that can hold astral text.
+_UCS4_HEADER = sys.getsizeof("\U00010000") - 2 * 4
+
+
 def js_len(text: str) -> int:
     """``text.length`` in JavaScript: astral characters count twice."""
-    if text.isascii():
+    if text.isascii() or sys.getsizeof(text) != _UCS4_HEADER + 4 * (len(text) + 1):
         return len(text)
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
@@ -57,7 +63,32 @@ def _js_number(value: float) -> str:
 
 
 def js_json_len(value: Any) -> int:
-    """``JSON.stringify(value).length``; 0 where JavaScript would give ``undefined``."""
+    """``JSON.stringify(value).length``; 0 where JavaScript would give ``undefined``.
+
+    orjson writes what JavaScript writes except for numbers (``1.0`` vs ``1``, ``1e+16`` vs digits, integers
+    beyond 2**53), so its output is measured and each such number corrected; anything orjson refuses (lone
+    surrogates, huge integers) takes the exact slow path.
+    """
+    try:
+        encoded = orjson.dumps(value)
+    except TypeError:
+        return _js_json_len_slow(value)
+    return js_len(encoded.decode()) + _number_correction(value)
+
+
+def _number_correction(value: Any) -> int:
+    if isinstance(value, float):
+        return len(_js_number(value)) - len(orjson.dumps(value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 0 if abs(value) < 2**53 else len(_js_number(float(value))) - len(str(value))
+    if isinstance(value, dict):
+        return sum(_number_correction(v) for v in value.values() if not isinstance(v, str))
+    if isinstance(value, list):
+        return sum(_number_correction(v) for v in value if not isinstance(v, str))
+    return 0
+
+
+def _js_json_len_slow(value: Any) -> int:
     if value is None:
         return 4
     if value is True:

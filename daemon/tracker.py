@@ -26,8 +26,8 @@ class SessionTracker:
         ):
             self.cursor.reset()
             update = self.cursor.poll()
-        if update.change is Change.RELOADED and update.transcript is not None:
-            self.ledger = SessionLedger.from_transcript(update.transcript)
+        if update.change is Change.RELOADED and update.data is not None:
+            self.ledger = SessionLedger.from_bytes(update.data)
             self.reloads += 1
         elif update.change is Change.MISSING:
             self.ledger = None

@@ -7,6 +7,7 @@ loader would hit (with its line number) instead of staying silent about it.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -123,101 +124,160 @@ class Transcript:
         return path
 
 
-def iter_lines(data: bytes, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
-    """(start, end, line) for every newline-separated line, the last one possibly unterminated."""
+def iter_lines(data: bytes, start: int = 0) -> Iterator[tuple[int, int, memoryview]]:
+    """(start, end, line) for every newline-separated line, the last one possibly unterminated.
+
+    Lines are memoryview slices: no copy of the file's bytes is made (orjson parses them in place).
+    """
+    view = memoryview(data)
     find = data.find
     size = len(data)
     pos = start
     while pos < size:
         nl = find(b"\n", pos)
         end = size if nl < 0 else nl
-        yield pos, end, data[pos:end]
+        yield pos, end, view[pos:end]
         pos = end + 1
 
 
-def parse_transcript(data: bytes) -> Transcript:
-    """Parse a whole file's bytes. Never raises on any input."""
-    problems: list[Problem] = []
-    start = 0
-    if data.startswith(BOM):
-        # JavaScript's trim() strips a leading BOM, so pi still loads the file, but ``pi -c`` (which parses the
-        # raw first line) no longer sees it as a session.
-        problems.append(Problem("bom", 1, "UTF-8 BOM before the header: `pi -c` will not list this session"))
-        start = len(BOM)
-    header: Entry | None = None
-    header_span: tuple[int, int] | None = None
+def parse_transcript(data: bytes, *, check: bool = True) -> Transcript:
+    """Parse a whole file's bytes. Never raises on any input (see ``_parse``).
+
+    The cyclic garbage collector is paused meanwhile: parsed entries are acyclic dicts, and letting it scan
+    every one of them again at each allocation threshold costs more than the parsing itself on large files.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(data, check=check)
+    finally:
+        if paused:
+            gc.enable()
+
+
+class Scan:
+    """One pass over a file's lines as pi's loader takes them: entries are yielded, everything else recorded.
+
+    Shared by ``parse_transcript`` (which keeps the entries) and the ledger's cold read (which keeps only a few
+    fields of each), so both see exactly the same lines.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.problems: list[Problem] = []
+        self.start = 0
+        if data.startswith(BOM):
+            # JavaScript's trim() strips a leading BOM, so pi still loads the file, but ``pi -c`` (which parses
+            # the raw first line) no longer sees it as a session.
+            self.problems.append(Problem("bom", 1, "UTF-8 BOM before the header: `pi -c` will not list it"))
+            self.start = len(BOM)
+        self.header: Entry | None = None
+        self.header_span: tuple[int, int] | None = None
+        self.junk_leaf = False
+        self.no_header = False
+        self.line_no = 0
+
+    def entries(self) -> Iterator[tuple[Entry, int, int, int, int]]:
+        """(entry, start, end, line number, index in pi's parsed array) for every entry line."""
+        data, problems, loads = self.data, self.problems, orjson.loads
+        parsed = 0
+        for begin, end, raw in iter_lines(data, self.start):
+            self.line_no += 1
+            try:
+                value: Any = loads(raw)
+            except orjson.JSONDecodeError:
+                line = bytes(raw)
+                if not line.strip():
+                    continue
+                value, reason = parse_line(line)
+                if reason is not None:
+                    if end == len(data):
+                        problems.append(
+                            Problem(
+                                "torn_last_line",
+                                self.line_no,
+                                f"unterminated last line does not parse: {reason}",
+                            )
+                        )
+                    else:
+                        problems.append(Problem("malformed_line", self.line_no, f"skipped: {reason}"))
+                    continue
+            parsed += 1
+            if self.header is None:
+                if not (
+                    isinstance(value, dict)
+                    and value.get("type") == "session"
+                    and isinstance(value.get("id"), str)
+                ):
+                    problems.append(
+                        Problem(
+                            "no_header",
+                            self.line_no,
+                            "first parsed line is not a session header; pi would wipe the file",
+                        )
+                    )
+                    self.no_header = True
+                    return
+                self.header, self.header_span = value, (begin, end)
+                if begin - self.start + HEADER_VISIBLE_BYTES < end:
+                    problems.append(
+                        Problem(
+                            "long_header",
+                            self.line_no,
+                            "header line exceeds 512 bytes: `pi -c` will not list it",
+                        )
+                    )
+                continue
+            if not isinstance(value, dict):
+                problems.append(
+                    Problem("malformed_line", self.line_no, "skipped: line is JSON but not an object")
+                )
+                self.junk_leaf = True
+                continue
+            if value.get("type") == "session":
+                continue  # pi's duplicate-flush quirk repeats the header; loaders ignore the repeat
+            self.junk_leaf = False
+            yield value, begin, end, self.line_no, parsed - 1
+
+    def finish(self) -> None:
+        data = self.data
+        if data and not data.endswith(b"\n") and not any(p.kind == "torn_last_line" for p in self.problems):
+            self.problems.append(
+                Problem(
+                    "torn_last_line",
+                    self.line_no,
+                    "file does not end with a newline: the next append would be swallowed",
+                )
+            )
+        if self.header is None and not self.no_header:
+            self.problems.append(
+                Problem("no_header", None, "empty file: no session header; pi would wipe it")
+            )
+
+    @property
+    def version(self) -> int:
+        version = (self.header or {}).get("version", 1)
+        return version if isinstance(version, int) and not isinstance(version, bool) else 1
+
+
+def _parse(data: bytes, *, check: bool = True) -> Transcript:
+    scan = Scan(data)
     entries: list[Entry] = []
     lines: list[int] = []
     spans: list[tuple[int, int]] = []
     positions: list[int] = []  # index of each entry in pi's parsed array (v1 firstKeptEntryIndex uses it)
-    parsed = 0
-    first_value_seen = False
-    junk_leaf = False
-    line_no = 0
-    loads = orjson.loads
-    for begin, end, raw in iter_lines(data, start):
-        line_no += 1
-        if not raw.strip():
-            continue
-        try:
-            value: Any = loads(raw)
-        except orjson.JSONDecodeError:
-            value, reason = parse_line(raw)
-            if reason is not None:
-                if end == len(data):
-                    problems.append(
-                        Problem("torn_last_line", line_no, f"unterminated last line does not parse: {reason}")
-                    )
-                else:
-                    problems.append(Problem("malformed_line", line_no, f"skipped: {reason}"))
-                continue
-        parsed += 1
-        if not first_value_seen:
-            first_value_seen = True
-            if not (
-                isinstance(value, dict)
-                and value.get("type") == "session"
-                and isinstance(value.get("id"), str)
-            ):
-                problems.append(
-                    Problem(
-                        "no_header",
-                        line_no,
-                        "first parsed line is not a session header; pi would wipe the file",
-                    )
-                )
-                return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
-            header = value
-            header_span = (begin, end)
-            if begin - start + HEADER_VISIBLE_BYTES < end:
-                problems.append(
-                    Problem("long_header", line_no, "header line exceeds 512 bytes: `pi -c` will not list it")
-                )
-            continue
-        if not isinstance(value, dict):
-            problems.append(Problem("malformed_line", line_no, "skipped: line is JSON but not an object"))
-            junk_leaf = True
-            continue
-        if value.get("type") == "session":
-            continue  # pi's duplicate-flush quirk repeats the header; loaders ignore the repeat
-        junk_leaf = False
+    for value, begin, end, line_no, position in scan.entries():
         entries.append(value)
-        positions.append(parsed - 1)
+        positions.append(position)
         lines.append(line_no)
         spans.append((begin, end))
-    if data and not data.endswith(b"\n") and not any(p.kind == "torn_last_line" for p in problems):
-        problems.append(
-            Problem(
-                "torn_last_line",
-                line_no,
-                "file does not end with a newline: the next append would be swallowed",
-            )
-        )
-    if header is None:
-        problems.append(Problem("no_header", None, "empty file: no session header; pi would wipe it"))
+    scan.finish()
+    problems, header, header_span, junk_leaf = scan.problems, scan.header, scan.header_span, scan.junk_leaf
+    if scan.no_header:
         return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
-    version = header.get("version", 1)
-    version = version if isinstance(version, int) and not isinstance(version, bool) else 1
+    if header is None:
+        return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
+    version = scan.version
     if version < 2:
         _migrate_v1(header, entries, positions)
     if version < 3:
@@ -250,7 +310,8 @@ def parse_transcript(data: bytes) -> Transcript:
                 "the last parsed line is not an object: pi takes it as the leaf, empty context",
             )
         )
-    transcript.problems.extend(validate(transcript))
+    if check:
+        transcript.problems.extend(validate(transcript))
     return transcript
 
 
