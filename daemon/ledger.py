@@ -9,6 +9,7 @@ so ``apply`` says so and the caller reloads the file; that is rare and keeps the
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -320,4 +321,5 @@ def _num_or_none(value: Any) -> float | None:
 
 
 def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    # Interned: thousands of sessions share a handful of provider and model names.
+    return sys.intern(value) if isinstance(value, str) else None

@@ -24,6 +24,7 @@ from daemon import __version__
 from daemon.config import Config, ConfigError, load_config
 from daemon.planning import Decision, budget_for, decide, quick_budget
 from daemon.state import Backoff, SessionState
+from daemon.tail import Change
 from daemon.tracker import SessionTracker
 from daemon.transcript.reader import read_transcript
 from daemon.watch import expand_roots, scan_root, watch_root
@@ -31,11 +32,11 @@ from daemon.watch import expand_roots, scan_root, watch_root
 log = logging.getLogger(__name__)
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
-# Sessions whose margin-adjusted estimate is within this share of the threshold count as "near" in STATUS.
-NEAR_THRESHOLD_SHARE = 0.8
+# status.json is rewritten at least this often even when nothing changed (its updated_at is a heartbeat).
+STATE_HEARTBEAT_SECONDS = 60.0
 
 
-@dataclass
+@dataclass(slots=True)
 class Session:
     tracker: SessionTracker
     in_flight: bool = False
@@ -81,6 +82,8 @@ class Service:
         self.stopping = False
         self.started_at = time.time()
         self.heartbeat = time.monotonic()
+        self.dirty = True  # something changed since state files were last written
+        self.last_written = 0.0
         self.task_group: anyio.abc.TaskGroup | None = None
         self._client: Any = None
 
@@ -106,10 +109,13 @@ class Service:
         if session is None:
             session = self.sessions[path] = Session(SessionTracker(path))
         try:
-            session.tracker.refresh()
+            update = session.tracker.refresh()
         except OSError as exc:
             log.warning("session=%s action=read_failed error=%s", path, exc.strerror)
             return
+        if update.change is Change.UNCHANGED and path in self.state:
+            return  # nothing new: the rescan's common case, kept cheap
+        self.dirty = True
         ledger = session.tracker.ledger
         if ledger is None:
             self.sessions.pop(path, None)
@@ -208,7 +214,6 @@ class Service:
             if decision.action in ("none", "flush", "skip"):
                 session.due = False
                 return Outcome(path, "flush" if decision.flush else decision.action, detail=detail)
-            started = time.monotonic()
             result = await compact_file(
                 path, self.config, client=self.client(), force=force, route=budget.route
             )
@@ -268,7 +273,6 @@ class Service:
                 detail["level"],
                 result.reason,
             )
-            _ = started
             return Outcome(path, result.route, result.committed, detail)
         except Exception as exc:
             log.exception("session=%s action=failed", path)
@@ -277,6 +281,7 @@ class Service:
             return Outcome(path, "error", detail={"reason": str(exc)})
         finally:
             session.in_flight = False
+            self.dirty = True
 
     def _back_off(self, st: SessionState, now: float, reason: str) -> None:
         s = self.config.service
@@ -381,14 +386,19 @@ class Service:
         self.roots.pop(root, None)
 
     async def status_loop(self) -> None:
+        """Refresh status.json, sessions.json and metrics.prom every few seconds when something changed, and
+        at least once a minute (status.json's ``updated_at`` doubles as a heartbeat for ``compactd status``)."""
         while not self.stopping:
-            await anyio.to_thread.run_sync(self.write_state)
-            self.notifier.status(self.status_line())
+            if self.dirty or time.monotonic() - self.last_written >= STATE_HEARTBEAT_SECONDS:
+                await anyio.to_thread.run_sync(self.write_state)
+                self.notifier.status(self.status_line())
             await anyio.sleep(self.config.service.status_refresh_seconds)
 
     def write_state(self) -> None:
-        from daemon.state import build_status, write_status
+        from daemon.state import write_status
 
+        self.dirty = False
+        self.last_written = time.monotonic()
         self.metrics.set_sessions(len(self.sessions), self.near_threshold())
         try:
             write_status(self.config.state_dir, self.status())
@@ -396,7 +406,6 @@ class Service:
             self.store.write_metrics(self.metrics)
         except OSError as exc:
             log.warning("action=state_write_failed error=%s", exc)
-        _ = build_status
 
     async def watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval
@@ -453,6 +462,7 @@ class Service:
 
     def reload(self) -> None:
         self.notifier.reloading()
+        self.dirty = True
         try:
             config = load_config(self.config_path)
         except ConfigError as exc:

@@ -9,6 +9,7 @@ session that keeps failing is not retried in a loop just because the daemon was 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import math
 import os
@@ -380,7 +381,7 @@ class StateStore:
             for path, data in items.items()
             if isinstance(path, str) and isinstance(data, dict)
         }
-        self._last_saved = raw
+        self._last_saved = hashlib.blake2b(raw, digest_size=16).digest()
         return sessions
 
     def save_sessions(self, sessions: Mapping[str, SessionState] | Iterable[SessionState]) -> bool:
@@ -391,10 +392,11 @@ class StateStore:
             "sessions": {s.path: s.to_json() for s in sorted(states, key=lambda s: s.path)},
         }
         data = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
-        if data == self._last_saved and self.sessions_path.exists():
+        digest = hashlib.blake2b(data, digest_size=16).digest()  # not the bytes: they grow with the sessions
+        if digest == self._last_saved and self.sessions_path.exists():
             return False
         write_atomic(self.sessions_path, data)
-        self._last_saved = data
+        self._last_saved = digest
         return True
 
     def write_status(self, status: Mapping[str, Any]) -> None:

@@ -374,14 +374,16 @@ def test_sighup_with_a_broken_config_keeps_running_on_the_old_one(
     assert d.proc.poll() is None
     wait_for(lambda: "idle_secondz" in d.log(), 10, "the rejected key in the log", d.proc)
     assert str(d.config_path) in d.log()
-    # Still serving: status.json keeps being refreshed.
-    first = json.loads((d.state / "status.json").read_text())["updated_at"]
-    wait_for(
-        lambda: json.loads((d.state / "status.json").read_text())["updated_at"] != first,
-        10,
-        "a status refresh",
-        d.proc,
+    # Still serving on the old config: a session written now is picked up and reported.
+    session = (
+        b'{"type":"session","version":3,"id":"late-1","timestamp":"2026-11-30T00:00:00.000Z","cwd":"/"}\n'
     )
+    (d.root / "late.jsonl").write_bytes(session)
+
+    def watched() -> bool:
+        return json.loads((d.state / "status.json").read_text())["sessions_watched"] == 1
+
+    wait_for(watched, 10, "the new session in status.json", d.proc)
     assert d.stop() == 0
 
 
