@@ -32,6 +32,11 @@ from daemon.watch import expand_roots, scan_root, watch_root
 log = logging.getLogger(__name__)
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
+# A worker with nothing due sleeps this long at most (new work wakes it at once).
+IDLE_WAKE_SECONDS = 60.0
+# Watchers yield an empty batch this often when nothing happens: the heartbeat the watchdog checks. Stopping
+# does not wait for it (the stop event is seen within one step).
+WATCH_HEARTBEAT_MS = 5_000
 # status.json is rewritten at least this often even when nothing changed (its updated_at is a heartbeat).
 STATE_HEARTBEAT_SECONDS = 60.0
 
@@ -348,6 +353,7 @@ class Service:
 
     # --- loops ----------------------------------------------------------------------------------------------
     async def worker(self) -> None:
+        """Act on the fullest ready session; otherwise sleep until one is due, goes idle or ends its back-off."""
         while not self.stopping:
             now = time.time()
             ready = self.ready_sessions(now)
@@ -355,8 +361,21 @@ class Service:
                 await self.act(ready[0])
                 continue
             self.wakeup = anyio.Event()
-            with anyio.move_on_after(1.0):
+            with anyio.move_on_after(self.next_wake(now)):
                 await self.wakeup.wait()
+
+    def next_wake(self, now: float) -> float:
+        """Seconds until a due session may become ready (idle, or out of back-off); long when none is due."""
+        idle = self.config.sessions.idle_seconds
+        waits = [
+            max(
+                self.session_state(s.path).backoff_remaining(now),
+                s.tracker.cursor.mtime + idle - now,
+            )
+            for s in self.sessions.values()
+            if s.due and not s.in_flight
+        ]
+        return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
 
     async def watch_roots(self, tg: Any) -> None:
         """Start a watcher for every root, now and whenever a new one appears; rescan periodically."""
@@ -377,7 +396,9 @@ class Service:
     async def _watch_one(self, root: str, stop: anyio.Event) -> None:
         s = self.config.service
         try:
-            async for paths in watch_root(root, stop, debounce_ms=s.debounce_ms, step_ms=s.step_ms):
+            async for paths in watch_root(
+                root, stop, debounce_ms=s.debounce_ms, step_ms=s.step_ms, rust_timeout_ms=WATCH_HEARTBEAT_MS
+            ):
                 self.heartbeat = time.monotonic()
                 for path in paths:
                     self.refresh(path)
@@ -406,21 +427,19 @@ class Service:
             self.store.write_metrics(self.metrics)
         except OSError as exc:
             log.warning("action=state_write_failed error=%s", exc)
+        release_free_memory()  # the documents just built were large and short-lived
 
     async def watchdog_loop(self) -> None:
+        """WATCHDOG=1 at half of WATCHDOG_USEC, but only while the watchers show progress: their heartbeat (an
+        empty batch every few seconds) stops if the pipeline wedges, and then systemd restarts us."""
         interval = self.notifier.watchdog_interval
         if not interval:
             return
         while not self.stopping:
-            # Ping only while the loop shows progress: a wedged pipeline must be restarted by systemd.
-            if time.monotonic() - self.heartbeat < max(2 * interval, 5.0):
+            stale = time.monotonic() - self.heartbeat > max(2 * interval, 2 * WATCH_HEARTBEAT_MS / 1000)
+            if not (self.roots and stale):
                 self.notifier.watchdog()
             await anyio.sleep(interval)
-
-    async def heartbeat_loop(self) -> None:
-        while not self.stopping:
-            self.heartbeat = time.monotonic()
-            await anyio.sleep(min(1.0, (self.notifier.watchdog_interval or 1.0) / 2))
 
     def near_threshold(self) -> int:
         return sum(1 for path in self.sessions if self.session_state(path).near_threshold())
@@ -478,6 +497,7 @@ class Service:
         """Run until SIGTERM/SIGINT or ``shutdown_trigger`` returns; 0 on a clean stop, 3 if another runs."""
         from daemon.commit.locks import AlreadyRunning, InstanceLock
 
+        limit_malloc_arenas()
         self.store.ensure()
         lock = InstanceLock(self.config.state_dir)
         try:
@@ -501,8 +521,8 @@ class Service:
                 for root in self.root_paths():
                     for path in scan_root(root):
                         self.refresh(path)
+                release_free_memory()  # the start-up read of every transcript leaves freed heap behind
                 tg.start_soon(self.watch_roots, tg)
-                tg.start_soon(self.heartbeat_loop)
                 for _ in range(self.config.summarizer.max_concurrency):
                     tg.start_soon(self.worker)
                 tg.start_soon(self.status_loop)
@@ -528,6 +548,31 @@ class Service:
 
         self.store.remove_stale_temps()
         recover(self.config.state_dir)
+
+
+def limit_malloc_arenas() -> None:
+    """One glibc malloc arena for the whole process (``M_ARENA_MAX``): the watcher and worker threads would
+    otherwise each grow an arena of their own that is never given back; compactd is not allocation-bound."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+def release_free_memory() -> None:
+    """Hand freed heap pages back to the system (glibc's ``malloc_trim``); a no-op where it is not available.
+
+    Reading thousands of transcripts at start allocates and frees far more than the ledgers keep; without this
+    the resident size stays near that peak for the daemon's whole life.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def run_service(config: Config, *, config_path: str | None = None) -> int:
