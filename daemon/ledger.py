@@ -182,46 +182,47 @@ class SessionLedger:
 
 
 class _Rec:
-    """What the cold read keeps of one entry: enough to walk the tree and to find the anchor."""
+    """What the cold read keeps of one entry: enough to walk the tree and to find the anchor.
 
-    __slots__ = ("end", "entry_id", "first_kept", "kind", "model", "parent", "provider", "speaks", "start",
-                 "tokens", "ts", "usage")  # fmt: skip
+    Assistant details are kept raw (``said``) and interpreted only for the one that ends up the anchor.
+    """
+
+    __slots__ = ("end", "entry_id", "extra", "kind", "parent", "said", "speaks", "start", "tokens")
 
     def __init__(self, entry: Entry, start: int, end: int) -> None:
         self.start, self.end = start, end
         self.entry_id = entry.get("id")
         self.parent = entry.get("parentId")
         self.kind = kind = entry.get("type")
-        self.usage: int | None = None
-        self.ts: float | None = None
-        self.provider: Any = _NO_MODEL
-        self.model: Any = None
-        self.first_kept: Any = None
         self.tokens: int | None = None
+        self.said: tuple[Any, ...] | None = None  # an assistant's (message dict, provider, model)
+        self.extra: tuple[Any, ...] | None = (
+            None  # model_change (provider, model); compaction (first kept, ts)
+        )
         # speaks: the entry adds a message to the context (entry_to_message) that is not runtime context
         self.speaks = False
         if kind == "message":
             message = entry.get("message")
             if isinstance(message, dict):
-                self.speaks = not is_runtime_context(message)
-                if message.get("role") == "assistant":
-                    self.usage = usage_tokens(message)
-                    self.ts = _num_or_none(message.get("timestamp"))
-                    self.provider, self.model = message.get("provider"), message.get("model")
+                role = message.get("role")
+                if role == "assistant":
+                    self.speaks = True
+                    usage = message.get("usage")
+                    # only what usage_tokens() and the model need, not the text
+                    self.said = ({"role": role, "usage": usage, "stopReason": message.get("stopReason"),
+                                  "timestamp": message.get("timestamp")}, message.get("provider"), message.get("model"))  # fmt: skip
+                else:
+                    self.speaks = not (role == "custom" and message.get("customType") == RUNTIME_CONTEXT_TYPE)
         elif kind == "custom_message":
             self.speaks = entry.get("customType") != RUNTIME_CONTEXT_TYPE
         elif kind == "branch_summary":
             self.speaks = bool(entry.get("summary"))
         elif kind == "model_change":
-            self.provider, self.model = entry.get("provider"), entry.get("modelId")
+            self.extra = (entry.get("provider"), entry.get("modelId"))
         elif kind == "compaction":
-            self.first_kept = entry.get("firstKeptEntryId")
             summary = compaction_message(entry)
             self.tokens = estimate_tokens(summary)
-            self.ts = _num_or_none(summary["timestamp"])
-
-
-_NO_MODEL = object()
+            self.extra = (entry.get("firstKeptEntryId"), _num_or_none(summary["timestamp"]))
 
 
 def _cold_read(data: bytes) -> SessionLedger:
@@ -251,28 +252,37 @@ def _cold_read(data: bytes) -> SessionLedger:
             current = index.get(parent) if isinstance(parent, str) and parent else None
         path.reverse()
     compaction = None
+    model: tuple[Any, ...] = (None, None)
     for rec in path:
-        if rec.provider is not _NO_MODEL:
-            ledger.provider, ledger.model = _str_or_none(rec.provider), _str_or_none(rec.model)
-        if rec.kind == "compaction":
+        if rec.said is not None:
+            model = rec.said[1:]
+        elif rec.kind == "model_change" and rec.extra is not None:
+            model = rec.extra
+        elif rec.kind == "compaction":
             compaction = rec
+    ledger.provider, ledger.model = _str_or_none(model[0]), _str_or_none(model[1])
     # context_entries(): the last compaction, the kept entries before it, everything after it
     speaking: list[_Rec] = [r for r in path if r.speaks]
     if compaction is not None:
         position = next(
             i for i, r in enumerate(path) if r.kind == "compaction" and r.entry_id == compaction.entry_id
         )
-        first = next((i for i in range(position) if path[i].entry_id == compaction.first_kept), position)
+        first_kept, ledger.compaction_ts = compaction.extra or (None, None)
+        first = next((i for i in range(position) if path[i].entry_id == first_kept), position)
         speaking = [
             compaction,
             *(r for r in path[first:position] if r.speaks),
             *(r for r in path[position + 1 :] if r.speaks),
         ]
-        ledger.compaction_ts = compaction.ts
-    anchor = next((i for i in range(len(speaking) - 1, -1, -1) if speaking[i].usage is not None), None)
-    if anchor is not None:
-        rec = speaking[anchor]
-        ledger.anchor_tokens, ledger.anchor_seen, ledger.anchor_ts = rec.usage or 0, True, rec.ts
+    anchor = None
+    for i in range(len(speaking) - 1, -1, -1):
+        said = speaking[i].said
+        usage = usage_tokens(said[0]) if said is not None else None
+        if usage is not None:
+            anchor = i
+            ledger.anchor_tokens, ledger.anchor_seen = usage, True
+            ledger.anchor_ts = _num_or_none(said[0]["timestamp"]) if said is not None else None
+            break
     start = 0 if anchor is None else anchor + 1
 
     def tokens(rec: _Rec) -> int:

@@ -32,6 +32,8 @@ from daemon.watch import expand_roots, scan_root, watch_root
 log = logging.getLogger(__name__)
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
+# A session an agent has locked (or is writing) is looked at again after this long; not counted as a failure.
+BUSY_RETRY_SECONDS = 10.0
 # A worker with nothing due sleeps this long at most (new work wakes it at once).
 IDLE_WAKE_SECONDS = 60.0
 # Watchers yield an empty batch this often when nothing happens: the heartbeat the watchdog checks. Stopping
@@ -193,6 +195,7 @@ class Service:
         session.in_flight = True
         try:
             if session_is_locked(path):
+                self._retry_later(st, "an agent holds the session lock")
                 return Outcome(path, "busy", detail={"reason": "an agent holds the session lock"})
             transcript = await anyio.to_thread.run_sync(read_transcript, path)
             if not transcript.usable:
@@ -265,8 +268,10 @@ class Service:
                     detail["reason"] = "still over threshold after compaction; backing off"
                 else:
                     Backoff.record_success(st)
-            elif result.reason and result.reason.startswith(("nothing to compact", "not idle", "busy")):
-                session.due = result.reason.startswith("not idle")
+            elif result.reason and result.reason.startswith("nothing to compact"):
+                session.due = False
+            elif result.reason and result.reason.startswith(("not idle", "locked")):
+                self._retry_later(st, result.reason)  # an agent is at work: not a failure, just not now
             else:
                 self.metrics.record_failure("commit")
                 self._back_off(st, now, result.reason or "not committed")
@@ -287,6 +292,11 @@ class Service:
         finally:
             session.in_flight = False
             self.dirty = True
+
+    def _retry_later(self, st: SessionState, reason: str) -> None:
+        """Look again after a short wait without counting a failure (a live agent holds or writes the file)."""
+        st.backoff_until = time.time() + max(BUSY_RETRY_SECONDS, self.config.sessions.idle_seconds)
+        st.next_action = f"retry: {reason}"
 
     def _back_off(self, st: SessionState, now: float, reason: str) -> None:
         s = self.config.service

@@ -431,3 +431,30 @@ def test_a_root_created_after_start_is_watched(
     path = Path(pi.write(d.root, turn_ops(12, 3_000), cwd=str(d.workspace))["path"])
     wait_for(lambda: has_compaction(path), 60, "the new root's session to be compacted", d.proc)
     assert d.stop() == 0
+
+
+def test_a_session_locked_by_a_live_agent_waits_for_the_lock(
+    pi: Pi, llm_server: StubLLMServer, daemon_factory: Callable[..., Daemon]
+) -> None:
+    from datetime import UTC, datetime
+
+    llm_server.responder = responder
+    d = daemon_factory(llm_server)
+    d.root.mkdir(parents=True)
+    path = Path(pi.write(d.root, turn_ops(12, 3_000), cwd=str(d.workspace))["path"])
+    lock = path.with_name(path.name + ".lock")
+    created = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    lock.write_text(json.dumps({"pid": os.getpid(), "createdAt": created}))  # OpenClaw's lock, a live pid
+    original = path.read_bytes()
+    d.start()
+    d.wait_notice("READY=1")
+
+    def retrying() -> bool:
+        rows = json.loads((d.state / "status.json").read_text())["sessions"]
+        return any(str(r.get("next_action", "")).startswith("retry") for r in rows)
+
+    wait_for(retrying, 30, "the locked session to be deferred", d.proc)
+    assert path.read_bytes() == original and not list(d.root.glob("*.bak.*"))
+    lock.unlink()  # the agent's run ends
+    wait_for(lambda: has_compaction(path), 60, "the compaction once the lock is gone", d.proc)
+    assert d.stop() == 0
