@@ -25,7 +25,8 @@ from typing import Any
 
 import orjson
 
-from daemon.commit.locks import process_starttime
+from daemon.commit.atomic import fsync_dir
+from daemon.commit.locks import pid_alive, process_starttime
 from daemon.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS, STATUS_REFRESH_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -76,14 +77,6 @@ _TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp\Z")
 # --- atomic writes ------------------------------------------------------------------------------------------
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Path, data: bytes, *, mode: int = STATE_FILE_MODE) -> None:
     """Replace ``path`` with ``data`` all at once: temp file in the same directory, fsync, rename, fsync dir.
 
@@ -106,21 +99,7 @@ def write_atomic(path: Path, data: bytes, *, mode: int = STATE_FILE_MODE) -> Non
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    except (OverflowError, OSError):
-        return False
-    return True
+    fsync_dir(path.parent)
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -336,7 +315,7 @@ class StateStore:
             return removed
         for name in names:
             match = _TEMP_NAME.match(name)
-            if not match or match["target"] not in ours or _pid_alive(int(match["pid"])):
+            if not match or match["target"] not in ours or pid_alive(int(match["pid"])):
                 continue
             path = self.state_dir / name
             with contextlib.suppress(OSError):
@@ -506,7 +485,7 @@ def read_status(state_dir: Path, *, on_problem: Callable[[str], None] | None = N
 def daemon_running(status: Mapping[str, Any]) -> bool:
     """Whether the process that wrote ``status`` is still alive (the same process, not a reused pid)."""
     pid = status.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or not _pid_alive(pid):
+    if not isinstance(pid, int) or isinstance(pid, bool) or not pid_alive(pid):
         return False
     recorded = status.get("pid_starttime")
     if isinstance(recorded, int) and not isinstance(recorded, bool):

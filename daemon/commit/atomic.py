@@ -171,7 +171,7 @@ def tmp_pid(name: str) -> int | None:
     return int(middle) if middle.isdigit() else None
 
 
-def fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

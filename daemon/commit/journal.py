@@ -49,7 +49,7 @@ from daemon.commit.atomic import (
     tmp_pid,
     write_all,
 )
-from daemon.commit.locks import lock_is_live, lock_path_for, read_lock, remove_stale_lock
+from daemon.commit.locks import lock_is_live, lock_path_for, pid_alive, read_lock, remove_stale_lock
 from daemon.commit.successor import dumps_entry, fresh_id, iso_timestamp, leaf_pointer_entry, leaf_to_repoint
 from daemon.transcript.reader import parse_line, parse_transcript
 
@@ -64,24 +64,6 @@ STALE_TMP_SECONDS = 600.0
 _tx_counter = itertools.count()
 
 Record = dict[str, Any]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OverflowError, OSError):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return True
-    fields = raw[raw.rfind(b")") + 1 :].split()
-    return not (fields and fields[0] == b"Z")
 
 
 def _lstat(path: str) -> os.stat_result | None:
@@ -274,7 +256,7 @@ def recover(
         tx = intent.get("tx")
         if not isinstance(path, str) or not isinstance(tx, str):
             continue
-        if isinstance(pid, int) and pid != os.getpid() and _pid_alive(pid):
+        if isinstance(pid, int) and pid != os.getpid() and pid_alive(pid):
             report.skipped.append(path)  # a commit still running in another process
             continue
         try:
@@ -457,7 +439,7 @@ def _drop_our_empty_locks(records: list[Record], report: RecoveryReport) -> None
             not isinstance(pid, int)
             or not isinstance(when, int | float)
             or pid == os.getpid()
-            or _pid_alive(pid)
+            or pid_alive(pid)
         ):
             continue
         lock = lock_path_for(path)
@@ -492,7 +474,7 @@ def _clean_directory(directory: str, report: RecoveryReport) -> None:
                 if not stat.S_ISREG(st.st_mode):
                     continue
                 pid = tmp_pid(name)
-                alive = pid is not None and (pid == os.getpid() or _pid_alive(pid))
+                alive = pid is not None and (pid == os.getpid() or pid_alive(pid))
                 if not alive or now - st.st_mtime > STALE_TMP_SECONDS:
                     os.unlink(full)
                     report.temps_removed.append(full)

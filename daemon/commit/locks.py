@@ -130,7 +130,10 @@ def _process_state(pid: int) -> bytes | None:
     return fields[0] if fields else None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs: it exists (even as another user's) and is not a zombie."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -208,7 +211,7 @@ def stale_reasons(info: LockInfo, *, now: float, stale_seconds: float = LOCK_STA
     reasons: list[str] = []
     if info.pid is None:
         reasons.append("missing-pid")
-    elif not _pid_alive(info.pid):
+    elif not pid_alive(info.pid):
         reasons.append("dead-pid")
     elif info.starttime is not None:
         current = process_starttime(info.pid)

@@ -203,7 +203,9 @@ class CompactionEngine:
             )
         suffix = augment.build_suffix(
             recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
-            tool_failures=augment.collect_tool_failures(span),
+            tool_failures=augment.collect_tool_failures(
+                plan.to_summarize
+            ),  # with details: exit codes live there
             read_files=ops.read,
             modified_files=ops.modified,
             critical_rules=rules,
