@@ -161,15 +161,28 @@ class Service:
             self.wakeup.set()
 
     def rescan(self) -> None:
-        """The safety net for dropped events: every transcript under every root, reconciled by stat."""
+        """The safety net for dropped events: every transcript under every root, reconciled by stat; and an
+        idle file whose last line is torn is sealed, so the agent's next append is not swallowed by it."""
         seen: set[str] = set()
+        now = time.time()
         for root in self.root_paths():
             for path in scan_root(root):
                 seen.add(path)
                 self.refresh(path)
+                session = self.sessions.get(path)
+                if session is not None and session.tracker.cursor.partial:
+                    self.seal(session, now)
         for path in [p for p in self.sessions if p not in seen]:
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
+
+    def seal(self, session: Session, now: float) -> None:
+        from daemon.commit.seal import seal_torn_line
+
+        idle = self.config.sessions.idle_seconds
+        if now - session.tracker.cursor.mtime >= idle and seal_torn_line(session.path, idle):
+            log.warning("session=%s action=sealed_torn_line (a writer stopped mid-line)", session.path)
+            self.refresh(session.path)
 
     # --- acting ---------------------------------------------------------------------------------------------
     def ready_sessions(self, now: float, *, force: bool = False) -> list[Session]:

@@ -226,3 +226,22 @@ def test_a_tool_heavy_session_is_pruned_and_names_the_archive(tmp_path: Path, pi
     assert all(Path(data["archive"]).name in t for t in pruned)
     after = json.loads(compactd("inspect", str(path), "--json", env=env).stdout)
     assert after["route"] == "fits" and after["context_tokens"] < inspected["context_tokens"]
+
+
+def test_an_idle_torn_last_line_is_sealed_and_the_next_append_survives(tmp_path: Path, pi: Pi) -> None:
+    sessions, env = demo(tmp_path)
+    path = sessions / SHORT
+    torn = b'{"type":"message","id":"deadbeef","parentId":null,"message":{"role":"user","con'
+    with open(path, "ab") as handle:
+        handle.write(torn)  # a writer died mid-line
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    before = path.read_bytes()
+    result = compactd("once", "--sessions", str(sessions), "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    after = path.read_bytes()
+    assert after == before + b"\n"  # sealed with one newline: nothing truncated, nothing rewritten
+    exchange = pi.append_exchange(path, "still there?", "yes")
+    loaded = pi.load(path)
+    assert [m["role"] for m in loaded["messages"][-2:]] == ["user", "assistant"]
+    assert loaded["leaf_id"] == exchange["assistant_id"]
