@@ -250,8 +250,7 @@ class Service:
                 }
             )
             now = time.time()
-            session.tracker.cursor.reset()
-            session.tracker.refresh()
+            session.tracker.cursor.reset()  # the file may have been rewritten: read it afresh below
             if result.committed:
                 self.metrics.record_compaction(result.route, engine.level if engine else "none")
                 ids = engine.identifiers if engine else None
@@ -271,12 +270,9 @@ class Service:
                         kept_by_model=ids.kept_by_model,
                         in_summary=ids.in_summary,
                     )
-                self.refresh(path)
-                if (
-                    session.due
-                    and self.sessions.get(path) is session
-                    and st.planning_tokens > (st.compact_threshold or 0)
-                ):
+            self.refresh(path)
+            if result.committed:
+                if session.due and st.planning_tokens > (st.compact_threshold or 0):
                     self._back_off(st, now, "still over its threshold after compaction")
                     detail["reason"] = "still over threshold after compaction; backing off"
                 else:

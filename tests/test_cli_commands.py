@@ -61,6 +61,7 @@ def test_once_on_the_bundled_examples_compacts_the_long_session_only(tmp_path: P
     assert result.returncode == 0, result.stderr
     rows = {Path(r["path"]).name: r for r in json.loads(result.stdout)}
     assert rows[LONG]["committed"] is True and rows[LONG]["level"] == "digest"
+    assert rows[LONG]["reason"] is None  # brought under its threshold: no back-off
     assert rows[SHORT]["action"] == "fits"
     assert (sessions / SHORT).read_bytes() == short_before
     archives = list(sessions.glob(f"{LONG}.bak.*"))
@@ -73,7 +74,8 @@ def test_once_on_the_bundled_examples_compacts_the_long_session_only(tmp_path: P
     status = compactd("status", "--json", env=env)
     assert status.returncode == 0
     doc = json.loads(status.stdout)
-    assert doc["compactions"] == 1 and doc["sessions_watched"] == 2
+    assert doc["compactions"] == 1 and doc["sessions_watched"] == 2 and doc["failures"] == 0
+    assert doc["backing_off"] == 0
     table = compactd("status", env=env)
     assert "not running" in table.stdout and LONG[-20:] in table.stdout
 

@@ -295,7 +295,7 @@ def test_session_over_threshold_is_flushed_compacted_committed_and_loads_in_pi(
     archives = list(d.root.glob("*.jsonl.bak.*"))
     assert len(archives) == 1 and archives[0].read_bytes().startswith(path.read_bytes()[:100])
     status = json.loads((d.state / "status.json").read_text())
-    assert status["compactions"] == 1
+    assert status["compactions"] == 1 and status["failures"] == 0 and status["backing_off"] == 0
     assert "compactd_compactions_total" in (d.state / "metrics.prom").read_text()
     # Neither the flush nor the summary call ever carried a tool result's details or the runtime context.
     bodies = [r.raw.decode() for r in llm_server.completions]
