@@ -70,6 +70,7 @@ async def test_the_preflight_refuses_the_same_prompt_without_a_request(real_mode
     assert info.value.kind == "context_overflow" and info.value.preflight
 
 
+@pytest.mark.timeout(900)  # a 135M model on 2 CPU cores: seconds per call, minutes on a loaded machine
 async def test_a_rambling_real_model_still_yields_a_summary_with_every_heading_and_identifier(
     real_model_url: str, tmp_path: Path, pi: Pi
 ) -> None:
