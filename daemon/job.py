@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -98,7 +98,6 @@ class JobResult:
     reason: str | None = None
     pruned: int = 0
     chars_saved: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "route": self.route}
@@ -129,7 +128,6 @@ class JobResult:
                 "chars_saved": self.chars_saved,
             }
         )
-        out.update(self.extra)
         return out
 
 

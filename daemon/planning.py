@@ -27,14 +27,6 @@ class Decision:
     budget: Budget | None
     reason: str
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "flush": self.flush,
-            "reason": self.reason,
-            **(self.budget.as_json() if self.budget else {}),
-        }
-
 
 def tool_result_items(transcript: Transcript) -> list[tuple[str, dict[str, Any]]]:
     """(entry id, message) of every tool result in the current context, oldest first."""

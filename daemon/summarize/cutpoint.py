@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.tokens import estimate_tokens
-from daemon.transcript.context import compaction_message, entry_to_message
+from daemon.transcript.context import entry_to_message
 from daemon.transcript.reader import Entry
 
 _CUT_ROLES = frozenset({"bashExecution", "custom", "branchSummary", "compactionSummary", "user", "assistant"})
@@ -57,11 +57,6 @@ class CutPlan:
             return None
         details = previous.get("details")
         return details if isinstance(details, dict) else None
-
-    @property
-    def summarized_entry_ids(self) -> list[str]:
-        end = self.turn_start_index if self.is_split_turn else self.first_kept_index
-        return [e["id"] for e in self.path[self.boundary_start : end] if isinstance(e.get("id"), str)]
 
 
 def _is_cut_point(entry: Entry) -> bool:
@@ -139,8 +134,3 @@ def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: i
     if not plan.to_summarize and not plan.turn_prefix:
         return None
     return plan
-
-
-def previous_summary_message(plan: CutPlan) -> dict[str, Any] | None:
-    previous = plan.previous_compaction
-    return compaction_message(previous) if previous is not None else None

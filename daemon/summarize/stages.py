@@ -35,11 +35,6 @@ DEFAULT_PARTS = 2
 MAX_OVERFLOW_SPLITS = 6
 
 
-class Completion(Protocol):
-    text: str
-    finish_reason: str | None
-
-
 class Summarizer(Protocol):
     """What the stages need of a model client (``daemon.summarize.llm.SummarizerClient``)."""
 

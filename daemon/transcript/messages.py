@@ -68,10 +68,6 @@ def tool_call_id(message: Message) -> str | None:
     return None
 
 
-def image_count(message: Message) -> int:
-    return sum(1 for b in blocks_of(message) if b.get("type") == "image")
-
-
 def is_runtime_context(message: Message) -> bool:
     return role_of(message) == "custom" and message.get("customType") == RUNTIME_CONTEXT_TYPE
 
