@@ -2,7 +2,8 @@
 
 A summary keeps task progress but tends to drop the rules an agent was told at the start (peers.md (c) 1);
 re-injecting the workspace's "Session Startup" and "Red Lines" sections puts them back in front of the agent.
-Everything here is pure except ``find_agents_md``/``read_agents_md``, which read one file from the workspace.
+Everything here is pure except ``find_agents_md``/``read_agents_md``, which read one file from the workspace
+(as its owner: see :mod:`daemon.workspace`).
 """
 
 from __future__ import annotations
@@ -145,32 +146,42 @@ def critical_rules(
     return _cut("\n\n".join(found), max_chars)
 
 
-def find_agents_md(workspace: Path) -> Path | None:
-    """The workspace's AGENTS.md as a resolved path, or None: missing, not a regular file, unreadable, or a
-    symlink that leads outside the workspace (a session's ``cwd`` is not trusted to point anywhere)."""
+def find_agents_md(workspace: Path, owner: int | None = None) -> Path | None:
+    """The workspace's AGENTS.md as a resolved path, or None: missing, not a regular file, unreadable, a
+    symlink that leads outside the workspace (a session's ``cwd`` is not trusted to point anywhere), or, when
+    ``owner`` is given, a file that user does not own (someone else's rules are not the agent's)."""
     try:
         root = workspace.resolve(strict=True)
         target = (root / AGENTS_MD).resolve(strict=True)
         if not target.is_relative_to(root):
             logger.warning("ignoring %s: it resolves outside the workspace to %s", root / AGENTS_MD, target)
             return None
-        if not stat.S_ISREG(target.stat().st_mode):
+        info = target.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if owner is not None and info.st_uid != owner:
+            logger.warning(
+                "ignoring %s: owned by uid %d, not by the workspace owner %d", target, info.st_uid, owner
+            )
             return None
         return target
     except (OSError, RuntimeError):  # RuntimeError: a symlink loop on older Pythons
         return None
 
 
-def read_agents_md(workspace: Path, max_bytes: int = AGENTS_MD_MAX_BYTES) -> str | None:
+def read_agents_md(
+    workspace: Path, max_bytes: int = AGENTS_MD_MAX_BYTES, *, owner: int | None = None
+) -> str | None:
     """The text of the workspace's AGENTS.md (see ``find_agents_md``), or None on any error."""
-    path = find_agents_md(workspace)
+    path = find_agents_md(workspace, owner)
     if path is None:
         return None
     try:
         # O_NOFOLLOW: the resolved path has no symlink left; refuse one swapped in since the check.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode) or (owner is not None and info.st_uid != owner):
                 return None
             data = handle.read(max_bytes + 1)
     except OSError:

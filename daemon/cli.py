@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -126,8 +127,14 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     async def go() -> Any:
         client = make_client(config)
         try:
+            # The file named, resolved once: from here on only that file is read and committed.
             return await compact_file(
-                args.file, config, client=client, dry_run=args.dry_run, mode=args.mode, force=args.force
+                os.path.realpath(args.file),
+                config,
+                client=client,
+                dry_run=args.dry_run,
+                mode=args.mode,
+                force=args.force,
             )
         finally:
             if client is not None:

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from daemon import defaults as d
+from daemon.roots import forbidden_root, literal_base, pattern_may_match
 
 __all__ = [
     "AgentDefaults",
@@ -201,7 +202,31 @@ def _parse_roots(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[st
     items = _string_list(value, ctx, path)
     if not items:
         raise _Invalid("expected at least one glob of session directories")
-    return tuple(ctx.anchor(p) for p in items)
+    roots = tuple(ctx.anchor(p) for p in items)
+    for index, root in enumerate(roots):
+        why = _forbidden_root_pattern(expand_user(root, ctx.env))
+        if why is not None:
+            ctx.add((*path, index), why)
+    return roots
+
+
+def _forbidden_root_pattern(pattern: str) -> str | None:
+    """Why a root glob can never be used: its fixed part (before the first wildcard) is ``/`` or lies under
+    ``/proc``, ``/sys`` or ``/dev``, as written or once resolved (compactd rewrites what it finds there)."""
+    if not os.path.isabs(pattern):
+        return None
+    base = literal_base(os.path.normpath(pattern))
+    for candidate in dict.fromkeys((base, os.path.realpath(base))):
+        why = forbidden_root(candidate)
+        if why is not None:
+            what = (
+                "a sessions root" if base == os.path.normpath(pattern) else f"the fixed part {base} of a glob"
+            )
+            return (
+                f"{what} must not be / nor lie under /proc, /sys or /dev ({candidate}: {why}); "
+                "name the directories that hold session files"
+            )
+    return None
 
 
 def _parse_globs(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[str, ...]:
@@ -611,6 +636,7 @@ def _build(
         raise ConfigError(source, ctx.problems)
     compaction = data.get("compaction")
     ctx.explicit_reserve = isinstance(compaction, Mapping) and "reserve_tokens" in compaction
+    ctx.explicit_state_dir = data.get("state_dir") is not None
     config = ctx.dataclass_of(Config, data, ())
     if config is not None and not ctx.problems:
         _check_across(config, ctx)
@@ -667,6 +693,35 @@ def _check_across(config: Config, ctx: _Ctx) -> None:
         ctx.add(("summarizer", "retry", "max_seconds"), "expected at least summarizer.retry.base_seconds")
     if config.service.backoff_max_seconds < config.service.backoff_base_seconds:
         ctx.add(("service", "backoff_max_seconds"), "expected at least service.backoff_base_seconds")
+    _check_state_dir_outside_roots(config, ctx)
+
+
+def _check_state_dir_outside_roots(config: Config, ctx: _Ctx) -> None:
+    """The state directory must not be a sessions root or inside one: its journal.jsonl would be taken for a
+    session, and a root's files are what compactd rewrites. Reported at state_dir when it is configured."""
+    state = os.path.normpath(str(config.state_dir))
+    states = dict.fromkeys((state, os.path.realpath(state)))
+    for index, root in enumerate(config.sessions.roots):
+        pattern = os.path.normpath(expand_user(root, ctx.env))
+        if not os.path.isabs(pattern):
+            continue
+        base = literal_base(pattern)
+        rebased = os.path.realpath(base) + pattern[len(base) :]
+        if not any(pattern_may_match(p, s) for p in (pattern, rebased) for s in states):
+            continue
+        if ctx.explicit_state_dir:
+            ctx.add(
+                ("state_dir",),
+                f"is inside the sessions root {root} (sessions.roots[{index}]); "
+                "put compactd's state outside every sessions root",
+            )
+        else:
+            ctx.add(
+                ("sessions", "roots", index),
+                f"holds the state directory {state}; put compactd's state outside every sessions root "
+                "(set state_dir)",
+            )
+        return
 
 
 # --- the validating builder ---------------------------------------------------------------------------------
@@ -740,6 +795,7 @@ class _Ctx:
     marks: Mapping[tuple[str | int, ...], tuple[int, int]]
     problems: list[ConfigProblem] = field(default_factory=list)
     explicit_reserve: bool = False
+    explicit_state_dir: bool = False
 
     def add(self, path: tuple[str | int, ...], message: str, *, at_key: bool = False) -> None:
         mark = self.marks.get(("key", *path)) if at_key else None

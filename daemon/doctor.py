@@ -8,7 +8,10 @@ from typing import TextIO
 import anyio
 
 from daemon.config import Config, ConfigError, load_config
-from daemon.watch import expand_roots, scan_root
+from daemon.watch import discover_roots, scan_root
+
+# A session header is one line of at most a few hundred bytes; junk before it is rare.
+HEADER_READ_BYTES = 64 * 1024
 
 
 def _ok(out: TextIO, text: str) -> None:
@@ -21,7 +24,14 @@ def _bad(out: TextIO, text: str, fix: str) -> None:
 
 def check_roots(config: Config, out: TextIO) -> int:
     problems = 0
-    roots = expand_roots(config.sessions.roots)
+    roots, refused = discover_roots(config.sessions.roots, state_dir=config.state_dir)
+    for refusal in refused:
+        problems += 1
+        _bad(
+            out,
+            f"{refusal.path} (from {refusal.pattern}) is not used as a sessions root: {refusal.reason}",
+            "remove the symlink or name the real directory in sessions.roots",
+        )
     if not roots:
         problems += 1
         _bad(
@@ -44,6 +54,33 @@ def check_roots(config: Config, out: TextIO) -> int:
         else:
             _ok(out, f"{root}: {count} transcripts, readable and writable")
     return problems
+
+
+def _header(path: str) -> dict[str, object] | None:
+    """The session header from the start of a transcript (doctor needs only its ``cwd``)."""
+    from daemon.transcript.reader import parse_transcript
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            head = handle.read(HEADER_READ_BYTES)
+    except OSError:
+        return None
+    return parse_transcript(head[: head.rfind(b"\n") + 1], check=False).header
+
+
+def check_workspaces(config: Config, roots: list[str], out: TextIO) -> None:
+    """Say which sessions run without workspace features, and why (a refused ``cwd`` is not a fault)."""
+    from daemon.workspace import workspace_for
+
+    for root in roots:
+        for path in scan_root(root):
+            choice = workspace_for(config, path, _header(path), log_refusal=False)
+            if choice.reason is not None:
+                out.write(
+                    f"note  {path}: cwd {choice.cwd!r} is not used as its workspace (no AGENTS.md rules, "
+                    f"no memory/): {choice.reason}\n"
+                )
 
 
 def check_state_dir(config: Config, out: TextIO) -> int:
@@ -98,5 +135,6 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
         return 1
     _ok(out, f"config {config.source} is valid")
     problems = check_roots(config, out) + check_state_dir(config, out) + check_summarizer(config, out)
+    check_workspaces(config, discover_roots(config.sessions.roots, state_dir=config.state_dir)[0], out)
     out.write("all good\n" if not problems else f"{problems} thing(s) to fix\n")
     return 0 if not problems else 1

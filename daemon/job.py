@@ -10,7 +10,6 @@ import math
 import os
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,8 +18,11 @@ from daemon.commit.successor import FULL_TEXT_PLACEHOLDER
 from daemon.config import Config
 from daemon.defaults import SAFETY_MARGIN
 from daemon.planning import budget_for, prune_plan
+from daemon.roots import is_session_path
 from daemon.summarize.engine import CompactionEngine, EngineResult, EngineSettings
 from daemon.transcript.reader import Transcript, read_transcript
+from daemon.workspace import Workspace, read_agents_md
+from daemon.workspace import workspace_for as choose_workspace
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +73,10 @@ def make_client(config: Config, limiter: anyio.CapacityLimiter | None = None) ->
     )
 
 
-def workspace_for(config: Config, path: str | os.PathLike[str], transcript: Transcript) -> Path | None:
-    """Where AGENTS.md and memory/ live: the configured workspace, else the session header's ``cwd``."""
-    configured = config.agents.workspace_for(path)
-    if configured is not None:
-        return configured
-    cwd = (transcript.header or {}).get("cwd")
-    return Path(cwd) if isinstance(cwd, str) and cwd and os.path.isabs(cwd) else None
+def workspace_for(config: Config, path: str | os.PathLike[str], transcript: Transcript) -> Workspace | None:
+    """Where AGENTS.md and memory/ live: the configured workspace, else the session header's ``cwd`` when the
+    trust rule of :mod:`daemon.workspace` allows it (a refusal is logged there)."""
+    return choose_workspace(config, path, transcript.header).workspace
 
 
 def snapshot_size(transcript: Transcript) -> int:
@@ -142,8 +141,14 @@ async def compact_file(
     route: str | None = None,
     now: datetime | None = None,
 ) -> JobResult:
-    """Run the engine on one transcript and, unless ``dry_run``, commit its result."""
-    transcript = await anyio.to_thread.run_sync(read_transcript, path)
+    """Run the engine on one transcript and, unless ``dry_run``, commit its result.
+
+    ``path`` must be the file's real path (no symlink anywhere in it): what is read, sent and committed is
+    that file and no other, whatever is swapped in meanwhile (the commit checks again).
+    """
+    if not is_session_path(path):
+        return JobResult(path, "none", reason="refusing: not a regular file reached without symlinks")
+    transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)
         return JobResult(path, "none", reason=f"unusable transcript: {reason}")
@@ -157,9 +162,9 @@ async def compact_file(
     kept_ids: set[str] | None = None
     if chosen != "truncate_tool_results_only":
         engine = CompactionEngine(engine_settings(config), client)
-        result.engine = await engine.compact(
-            transcript, workspace=workspace_for(config, path, transcript), now=now
-        )
+        workspace = workspace_for(config, path, transcript)
+        rules = await anyio.to_thread.run_sync(read_agents_md, workspace) if workspace else None
+        result.engine = await engine.compact(transcript, agents_md=rules, now=now)
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
             return result

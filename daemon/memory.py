@@ -5,7 +5,9 @@ and the built-in flush turns every error, an LLM outage included, into a :class:
 ``failed``. The built-in flush writes to exactly one file, ``<workspace>/memory/YYYY-MM-DD.md`` (local
 date), and only ever appends to it: the workspace is the agent's home, and AGENTS.md, MEMORY.md, SOUL.md and
 their kind are the agent's own (spec-openclaw §14). The confinement is enforced with directory file
-descriptors and ``O_NOFOLLOW``, so a symlink swapped in after a check still cannot redirect the write.
+descriptors and ``O_NOFOLLOW``, so a symlink swapped in after a check still cannot redirect the write; as root
+the write is made as the workspace's owner (:mod:`daemon.workspace`), so their permissions apply and the file
+is theirs.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from daemon.summarize.prompts import NO_REPLY, fence, is_no_reply, memory_flush_
 from daemon.summarize.redact import redact_secrets
 from daemon.summarize.serialize import PART_SEPARATOR, TOOL_RESULT_MAX_CHARS, serialize_transcript
 from daemon.transcript.messages import Message
+from daemon.workspace import Workspace, WorkspaceChildError, run_as
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ __all__ = [
     "HookStatus",
     "MemoryWriteRefused",
     "append_memory",
+    "append_memory_as_owner",
     "before_compaction_event",
     "encode_event",
     "flush_memories",
@@ -379,6 +383,16 @@ def _open_dir(name: str, dir_fd: int, shown: Path) -> int:
         raise
 
 
+def _check_owner(fd: int, owner: int | None, shown: Path) -> None:
+    """Refuse a workspace, ``memory/`` or memory file another user owns: writing there would put this
+    session's memories into that user's files (a header ``cwd`` is only a claim)."""
+    if owner is None:
+        return
+    uid = os.fstat(fd).st_uid
+    if uid != owner:
+        raise MemoryWriteRefused(f"refusing to write into {shown}: owned by uid {uid}, not by uid {owner}")
+
+
 def _separator(fd: int, size: int) -> bytes:
     """What goes before a new block so that it starts after exactly one blank line."""
     if size == 0:
@@ -412,6 +426,7 @@ def append_memory(
     now: datetime,
     session_id: str | None = None,
     target: Path | None = None,
+    owner: int | None = None,
 ) -> Path | None:
     """Append ``text`` as one block to ``<workspace>/memory/YYYY-MM-DD.md``; None when ``text`` is blank.
 
@@ -419,7 +434,8 @@ def append_memory(
     separated from earlier content by a blank line, and it is fsynced. ``memory/`` is created with the
     workspace's permissions when missing. Raises :class:`MemoryWriteRefused` when the write would leave that
     one file (a symlinked ``memory/`` or target, a path outside ``memory/``, a bootstrap file name, a hard
-    link, something that is not a regular file); OSError for a failed write.
+    link, something that is not a regular file, or, when ``owner`` is given, a workspace, ``memory/`` or
+    memory file that user does not own); OSError for a failed write.
     """
     body = text.strip("\n").rstrip()
     if not body.strip():
@@ -439,6 +455,7 @@ def append_memory(
     ws_fd = os.open(real_workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     mem_fd = fd = -1
     try:
+        _check_owner(ws_fd, owner, real_workspace)
         try:
             mem_fd = _open_dir(MEMORY_DIR_NAME, ws_fd, memory_dir)
         except FileNotFoundError:
@@ -449,6 +466,7 @@ def append_memory(
             except FileExistsError:
                 pass  # created meanwhile; checked like any other below
             mem_fd = _open_dir(MEMORY_DIR_NAME, ws_fd, memory_dir)
+        _check_owner(mem_fd, owner, memory_dir)
         try:
             existing = os.lstat(name, dir_fd=mem_fd)
         except FileNotFoundError:
@@ -468,6 +486,7 @@ def append_memory(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise MemoryWriteRefused(f"refusing to write {path}: it is not a regular file")
+        _check_owner(fd, owner, path)
         if info.st_nlink > 1:
             # A hard link could alias a bootstrap file; appending would edit it behind its name.
             raise MemoryWriteRefused(f"refusing to write {path}: it has {info.st_nlink} hard links")
@@ -481,6 +500,36 @@ def append_memory(
             if descriptor >= 0:
                 os.close(descriptor)
     return path
+
+
+def append_memory_as_owner(
+    workspace: Workspace, text: str, *, now: datetime, session_id: str | None = None
+) -> Path | None:
+    """:func:`append_memory` done as the workspace's owner (see :mod:`daemon.workspace`): a forked child
+    with that user's identity when compactd is root, so the file is the user's and their permissions apply.
+    Raises what ``append_memory`` raises; a child that fails otherwise is an OSError."""
+
+    def job() -> dict[str, Any]:
+        try:
+            path = append_memory(workspace.path, text, now=now, session_id=session_id, owner=workspace.owner)
+        except MemoryWriteRefused as exc:
+            return {"refused": str(exc)}
+        except OSError as exc:
+            return {"errno": exc.errno or 0, "strerror": exc.strerror or str(exc)}
+        return {"path": None if path is None else str(path)}
+
+    try:
+        reply = run_as(workspace.identity, job)
+    except WorkspaceChildError as exc:
+        raise OSError(errno.EIO, f"writing as the workspace owner failed: {exc}") from None
+    if not isinstance(reply, dict):
+        raise OSError(errno.EIO, "writing as the workspace owner failed: no answer")
+    if "refused" in reply:
+        raise MemoryWriteRefused(str(reply["refused"]))
+    if "errno" in reply:
+        raise OSError(int(reply["errno"]), str(reply["strerror"]))
+    path = reply.get("path")
+    return Path(path) if isinstance(path, str) else None
 
 
 # --- the built-in flush -------------------------------------------------------------------------------------
@@ -568,7 +617,7 @@ async def flush_memories(
     client: FlushClient | None,
     messages: Sequence[Message],
     *,
-    workspace: Path,
+    workspace: Path | Workspace,
     session_id: str | None,
     now: datetime,
     tool_result_max_chars: int = TOOL_RESULT_MAX_CHARS,
@@ -581,7 +630,8 @@ async def flush_memories(
     Never raises (except cancellation): a model outage, a refusal or a failed write is logged and returned as
     ``failed``, because the compaction that follows must not wait on memories. Without a client: ``skipped``.
     The span is serialized without ``toolResult.details`` or runtime-context messages and with secrets
-    redacted; when it does not fit the summarizer's window, its newest messages are sent.
+    redacted; when it does not fit the summarizer's window, its newest messages are sent. The answer is
+    written as the workspace's owner (a plain path is a workspace the caller vouches for, written as ourselves).
     """
     if client is None:
         return FlushResult("skipped", error="no summarizer configured")
@@ -631,8 +681,11 @@ async def flush_memories(
     if not answer or is_no_reply(answer):
         logger.info("memory flush: session=%s nothing to store (NO_REPLY)", session_id)
         return FlushResult("no_reply", latency_s=latency)
+    where = workspace if isinstance(workspace, Workspace) else Workspace.trusted(workspace)
     try:
-        path = append_memory(workspace, answer, now=now, session_id=session_id)
+        path = await anyio.to_thread.run_sync(
+            lambda: append_memory_as_owner(where, answer, now=now, session_id=session_id)
+        )
     except (MemoryWriteRefused, OSError) as exc:
         logger.warning("memory flush failed: session=%s cannot append: %s", session_id, exc)
         return FlushResult("failed", error=str(exc), latency_s=latency)

@@ -6,6 +6,7 @@ status writer, signals and sd_notify. Shutdown is an injectable trigger (hyperco
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ import orjson
 from daemon import __version__
 from daemon.config import Config, ConfigError, load_config
 from daemon.planning import Decision, budget_for, decide, quick_budget
+from daemon.roots import is_session_path
 from daemon.state import Backoff, SessionState
 from daemon.tail import Change
 from daemon.tracker import SessionTracker
@@ -79,6 +81,7 @@ class Service:
         self.sessions: dict[str, Session] = {}
         self.roots: dict[str, anyio.Event] = {}
         self.explicit_roots: list[str] | None = None
+        self.refused: set[str] = set()  # paths refused as symlinks (logged once)
         self.store = StateStore(config.state_dir)
         self.state: dict[str, SessionState] = {}
         self.metrics = Metrics()
@@ -102,16 +105,25 @@ class Service:
         return st
 
     def root_paths(self) -> list[str]:
-        return (
-            self.explicit_roots
-            if self.explicit_roots is not None
-            else expand_roots(self.config.sessions.roots)
-        )
+        if self.explicit_roots is not None:
+            escaped = [glob.escape(root) for root in self.explicit_roots]  # paths, not patterns
+            return expand_roots(escaped, state_dir=self.config.state_dir)
+        return expand_roots(self.config.sessions.roots, state_dir=self.config.state_dir)
 
     def refresh(self, path: str) -> None:
         """Reconcile one path with the file system (only appended bytes are read), then decide if it is due."""
         if self.config.sessions.is_ignored(path):
             return
+        if os.path.lexists(path) and not is_session_path(path):
+            # Swapped for a symlink, or its directory was: what it leads to is not under a root.
+            if self.sessions.pop(path, None) is not None or path not in self.refused:
+                log.warning(
+                    "session=%s action=refused reason=not a regular file reached without symlinks", path
+                )
+            self.refused.add(path)
+            self.metrics.forget_session(path)
+            return
+        self.refused.discard(path)
         session = self.sessions.get(path)
         if session is None:
             session = self.sessions[path] = Session(SessionTracker(path))
@@ -210,7 +222,10 @@ class Service:
             if session_is_locked(path):
                 self._retry_later(st, "an agent holds the session lock")
                 return Outcome(path, "busy", detail={"reason": "an agent holds the session lock"})
-            transcript = await anyio.to_thread.run_sync(read_transcript, path)
+            if not is_session_path(path):
+                session.due = False
+                return Outcome(path, "skip", detail={"reason": "not a regular file reached without symlinks"})
+            transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
             if not transcript.usable:
                 session.due = False
                 return Outcome(path, "skip", detail={"reason": "unusable transcript"})
@@ -319,7 +334,7 @@ class Service:
         from daemon.memory import before_compaction_event, flush_memories, run_hooks
         from daemon.summarize.engine import CompactionEngine
 
-        workspace = workspace_for(self.config, path, transcript)
+        workspace = workspace_for(self.config, path, transcript)  # None when its cwd is not trusted
         if self.config.memory_flush.hooks:
             event = before_compaction_event(
                 session_id=transcript.session_id,
@@ -328,7 +343,7 @@ class Service:
                 context_window=budget.context_window,
                 flush_threshold=budget.flush_threshold,
                 compact_threshold=budget.compact_threshold,
-                memory_dir=(workspace / "memory") if workspace else None,
+                memory_dir=workspace.memory_dir if workspace else None,
             )
 
             async def hooks() -> None:

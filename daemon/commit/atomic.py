@@ -119,8 +119,9 @@ def os_reason(exc: OSError) -> str:
 def checked_path(path: str | os.PathLike[str]) -> str:
     """The absolute path of a regular transcript file we may write next to; Abandon otherwise.
 
-    Refuses a symlink (we would write where it points) and a path whose real location leaves its directory.
-    The directory itself may be reached through a symlink: it is where the agents write too.
+    Refuses a symlink (we would write where it points) and a path that leads through one anywhere: callers pass
+    the real path found under a root, so a directory swapped for a symlink since (during a model call, say)
+    would send the commit out of the root.
     """
     absolute = os.path.abspath(os.fspath(path))
     try:
@@ -131,9 +132,8 @@ def checked_path(path: str | os.PathLike[str]) -> str:
         raise Abandon("path is a symlink: refusing to follow it")
     if not stat.S_ISREG(st.st_mode):
         raise Abandon("path is not a regular file")
-    directory, name = os.path.split(absolute)
-    if os.path.realpath(absolute) != os.path.join(os.path.realpath(directory), name):
-        raise Abandon("path resolves outside its directory")
+    if os.path.realpath(absolute) != absolute:
+        raise Abandon("path leads through a symlink: refusing to follow it")
     return absolute
 
 

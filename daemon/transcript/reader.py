@@ -451,10 +451,16 @@ def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Prob
     return problems
 
 
-def read_transcript(path: str | os.PathLike[str]) -> Transcript:
-    """Read and parse a file; an unreadable file is a Transcript with an ``unreadable`` problem, not an error."""
+def _open_nofollow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def read_transcript(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> Transcript:
+    """Read and parse a file; an unreadable file is a Transcript with an ``unreadable`` problem, not an error.
+
+    ``follow_symlinks=False`` (the daemon's reads) refuses a file swapped for a symlink since it was found."""
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb", opener=None if follow_symlinks else _open_nofollow) as handle:
             data = handle.read()
     except OSError as exc:
         return Transcript(
