@@ -15,6 +15,7 @@ import difflib
 import math
 import os
 import re
+import stat
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -51,7 +52,9 @@ __all__ = [
     "SummarizerConfig",
     "agent_id_for",
     "expand_user",
+    "file_kind",
     "load_config",
+    "read_small_file",
     "resolve_state_dir",
 ]
 
@@ -535,9 +538,12 @@ class SummarizerConfig:
         if self.api_key_file:
             path = expand_user(self.api_key_file, environ)
             try:
-                text = Path(path).read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+                text = read_small_file(path, KEY_FILE_MAX_BYTES).decode("utf-8").strip()
+            except (OSError, UnicodeDecodeError, _Refused) as exc:
+                if isinstance(exc, _Refused):
+                    reason = str(exc)
+                else:
+                    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
                 problem = ConfigProblem(
                     "summarizer.api_key_file", f"cannot read the key file {path}: {reason}"
                 )
@@ -1013,15 +1019,77 @@ def _parse_yaml(
     return data, marks, problems
 
 
+# A real configuration is a few kilobytes; PyYAML takes about a second per MiB and far more memory, so a
+# larger file is refused before it is parsed (a 100 MB one took 93 s).
+CONFIG_MAX_BYTES = 1 << 20
+# An API key file holds one key.
+KEY_FILE_MAX_BYTES = 64 << 10
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10} KiB"
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a directory``...: what a file that is not a regular file is, for an error message."""
+    return _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+class _Refused(Exception):
+    """A file that is not read at all: not a regular file, or larger than its limit."""
+
+
+def read_small_file(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (symlinks followed).
+
+    Opened non-blocking, so a FIFO cannot hang us, and checked on the open descriptor, so ``/dev/zero`` or
+    a file growing while we read cannot exhaust memory: at most ``limit + 1`` bytes are ever read. Raises
+    OSError, or ``_Refused`` with the reason.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Refused(f"not a regular file ({file_kind(st.st_mode)})")
+        too_big = f"larger than {_size(limit)}, refusing to parse it"
+        if st.st_size > limit:
+            raise _Refused(f"{too_big} ({st.st_size:,} bytes)")
+        parts: list[bytes] = []
+        got = 0
+        while got <= limit:
+            chunk = os.read(fd, limit + 1 - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        if got > limit:
+            raise _Refused(too_big)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
 def load_config(path: str | os.PathLike[str] | None, *, env: Mapping[str, str] | None = None) -> Config:
-    """Load and validate a YAML file; ``None`` gives the built-in defaults. Raises only ConfigError."""
+    """Load and validate a YAML file; ``None`` gives the built-in defaults. Raises only ConfigError.
+
+    The file must be a regular file of at most ``CONFIG_MAX_BYTES`` (1 MiB).
+    """
     if path is None:
         return Config.defaults(env)
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_small_file(path, CONFIG_MAX_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(source, [ConfigProblem("", "cannot read configuration: not UTF-8 text")]) from None
+    except _Refused as exc:
+        raise ConfigError(source, [ConfigProblem("", f"cannot read configuration: {exc}")]) from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ConfigError(source, [ConfigProblem("", f"cannot read configuration: {reason}")]) from None

@@ -13,6 +13,9 @@ from daemon.watch import discover_roots, scan_root
 # A session header is one line of at most a few hundred bytes; junk before it is rare.
 HEADER_READ_BYTES = 64 * 1024
 
+# Past this many sessions with one kind of problem the rest are counted, not listed.
+MAX_LISTED = 20
+
 
 def _ok(out: TextIO, text: str) -> None:
     out.write(f"ok    {text}\n")
@@ -83,6 +86,62 @@ def check_workspaces(config: Config, roots: list[str], out: TextIO) -> None:
                 )
 
 
+def check_sessions(config: Config, out: TextIO) -> int:
+    """Each transcript read and judged as the daemon does: those it cannot read and those it would skip
+    (a window under the hard minimum) are things to fix, not "fits"; then the failures the daemon recorded."""
+    from daemon.planning import quick_budget, skip_reason
+    from daemon.state import describe_error, read_status
+    from daemon.tracker import SessionTracker
+
+    unreadable: list[str] = []
+    skipped: list[str] = []
+    reported: set[str] = set()
+    for root in discover_roots(config.sessions.roots, state_dir=config.state_dir)[0]:
+        for path in scan_root(root):
+            if config.sessions.is_ignored(path):
+                continue
+            tracker = SessionTracker(path)
+            try:
+                tracker.refresh()
+            except Exception as exc:
+                unreadable.append(f"{path}: cannot read it: {describe_error(exc)}")
+                reported.add(path)
+                continue
+            ledger = tracker.ledger
+            if ledger is None:
+                continue
+            budget = quick_budget(
+                config, provider=ledger.provider, model=ledger.model, tokens=ledger.planning_tokens
+            )
+            reason = skip_reason(budget)
+            if reason is not None:
+                skipped.append(f"{path}: skipped: {reason}")
+                reported.add(path)
+    failing: list[str] = []
+    status = read_status(config.state_dir, on_problem=lambda _text: None)
+    for row in (status or {}).get("sessions", []):
+        path, error = row.get("path"), row.get("last_error")
+        if isinstance(error, str) and error and path not in reported:
+            stage = row.get("error_stage") or "last attempt"
+            failing.append(f"{path}: {stage} failed: {error}")
+    _list(out, unreadable, "run compactd as the user who owns the sessions, or fix the file's permissions")
+    _list(
+        out,
+        skipped,
+        "set the model's real window under models.providers.<provider>.models.<model>.context_tokens "
+        "(and agents.defaults.context_tokens) to at least 16,000",
+    )
+    _list(out, failing, "see `compactd status`; the session is retried after its back-off")
+    return len(unreadable) + len(skipped) + len(failing)
+
+
+def _list(out: TextIO, lines: list[str], fix: str) -> None:
+    for line in lines[:MAX_LISTED]:
+        _bad(out, line, fix)
+    if len(lines) > MAX_LISTED:
+        out.write(f"      ... and {len(lines) - MAX_LISTED:,} more like these\n")
+
+
 def check_state_dir(config: Config, out: TextIO) -> int:
     state = config.state_dir
     try:
@@ -134,7 +193,12 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
         _bad(out, f"config: {exc}", "fix the key named above")
         return 1
     _ok(out, f"config {config.source} is valid")
-    problems = check_roots(config, out) + check_state_dir(config, out) + check_summarizer(config, out)
+    problems = (
+        check_roots(config, out)
+        + check_sessions(config, out)
+        + check_state_dir(config, out)
+        + check_summarizer(config, out)
+    )
     check_workspaces(config, discover_roots(config.sessions.roots, state_dir=config.state_dir)[0], out)
     out.write("all good\n" if not problems else f"{problems} thing(s) to fix\n")
     return 0 if not problems else 1

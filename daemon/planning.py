@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from daemon.budget import Budget, compute_budget, resolve_window, tool_result_max_chars
 from daemon.config import Config
+from daemon.defaults import GUARD_HARD_MIN_TOKENS
 from daemon.prune import PrunePlan, plan_pruning, reducible_chars
 from daemon.tokens import estimate_for_planning
 from daemon.transcript.context import build_context, context_entries, entry_to_message
@@ -58,12 +59,32 @@ def quick_budget(config: Config, *, provider: str | None, model: str | None, tok
     return compute_budget(config, provider=provider, model=model, estimated_tokens=tokens, reducible_chars=0)
 
 
+_WINDOW_SOURCES = {
+    "models_config": "the model's models.providers.*.context_tokens",
+    "agent_cap": "agents.defaults.context_tokens",
+    "default": "the built-in default window",
+}
+
+
+def skip_reason(budget: Budget) -> str | None:
+    """Why compactd leaves a session with this budget alone whatever its size, or None.
+
+    OpenClaw refuses to run a model whose window is under the hard minimum; compacting for it would only
+    hide a misconfigured window, so the session is reported as skipped instead (never as ``fits``).
+    """
+    if budget.guard == "block":
+        return (
+            f"context window {budget.context_window:,} tokens is below the hard minimum of "
+            f"{GUARD_HARD_MIN_TOKENS:,} (set by {_WINDOW_SOURCES[budget.window_source]})"
+        )
+    return None
+
+
 def decide(config: Config, budget: Budget, *, transcript_bytes: int, flushed_this_cycle: bool) -> Decision:
     """Nothing, a memory flush, a pruning, a compaction, or both, for a session with this budget."""
-    if budget.guard == "block":
-        return Decision(
-            "skip", False, budget, f"context window {budget.context_window} is below the hard minimum"
-        )
+    skipped = skip_reason(budget)
+    if skipped is not None:
+        return Decision("skip", False, budget, skipped)
     flush_cfg = config.memory_flush
     wants_flush = flush_cfg.enabled and (
         budget.over_flush_threshold

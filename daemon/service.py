@@ -10,6 +10,7 @@ import glob
 import logging
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -19,13 +20,12 @@ from typing import Any, TextIO
 
 import anyio
 import anyio.abc
-import orjson
 
 from daemon import __version__
-from daemon.config import Config, ConfigError, load_config
-from daemon.planning import Decision, budget_for, decide, quick_budget
+from daemon.config import Config, ConfigError, file_kind, load_config
+from daemon.planning import Decision, budget_for, decide, quick_budget, skip_reason
 from daemon.roots import is_session_path
-from daemon.state import Backoff, SessionState
+from daemon.state import Backoff, SessionState, describe_error
 from daemon.tail import Change
 from daemon.tracker import SessionTracker
 from daemon.transcript.reader import read_transcript
@@ -45,6 +45,15 @@ WATCH_HEARTBEAT_MS = 5_000
 STATE_HEARTBEAT_SECONDS = 60.0
 
 
+def _signature(path: str) -> tuple[int, ...] | None:
+    """What changes when a file is replaced, written, truncated or chmod-ed (None: it cannot be stat-ed)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
 @dataclass(slots=True)
 class Session:
     tracker: SessionTracker
@@ -62,6 +71,11 @@ class Outcome:
     action: str
     committed: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        """This session needs attention: it failed now, or it is backing off after a failure."""
+        return self.action in ("failed", "backoff")
 
     def line(self) -> str:
         extra = " ".join(f"{k}={v}" for k, v in self.detail.items() if v is not None)
@@ -96,6 +110,10 @@ class Service:
         self.last_written = 0.0
         self.task_group: anyio.abc.TaskGroup | None = None
         self._client: Any = None
+        # What was last logged per path (a failure, an ignored file), so a repeat is not logged again.
+        self._reported: dict[str, str] = {}
+        self._state_write_error: str | None = None
+        self._unreadable: dict[str, tuple[int, ...] | None] = {}  # path -> its stat when reading it failed
 
     # --- sessions -------------------------------------------------------------------------------------------
     def session_state(self, path: str) -> SessionState:
@@ -111,8 +129,45 @@ class Service:
         return expand_roots(self.config.sessions.roots, state_dir=self.config.state_dir)
 
     def refresh(self, path: str) -> None:
-        """Reconcile one path with the file system (only appended bytes are read), then decide if it is due."""
+        """Reconcile one path with the file system (only appended bytes are read), then decide if it is due.
+
+        The session boundary for reading: whatever this one file raises is recorded in its state (with a
+        back-off, during which it is read again only if its inode, size, times or mode change) and never
+        reaches the caller, so the start-up read, a watcher batch or a rescan goes on with every other session.
+        """
         if self.config.sessions.is_ignored(path):
+            return
+        st = self.state.get(path)
+        if st is not None and st.error_stage == "read" and st.in_backoff(time.time()):
+            failed_on = self._unreadable.get(path)
+            if failed_on is not None and failed_on == _signature(path):
+                if path not in self.sessions:
+                    self.sessions[path] = Session(SessionTracker(path))
+                return
+        try:
+            self._refresh(path)
+        except Exception as exc:
+            session = self.sessions.get(path)
+            if session is not None:  # forget what was half read: the next attempt reads the file afresh
+                session.due = False
+                session.tracker.cursor.reset()
+                session.tracker.ledger = None
+            self._unreadable[path] = _signature(path)
+            self.fail(path, "read", exc)
+        else:
+            self._unreadable.pop(path, None)
+
+    def _refresh(self, path: str) -> None:
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            mode = stat.S_IFREG  # gone: the tracker reports it missing and it is forgotten below
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            # Not a transcript (scan_root never lists one); opening a FIFO would block the whole service.
+            self.sessions.pop(path, None)
+            self.metrics.forget_session(path)
+            kind = file_kind(mode)
+            self._report_once(path, kind, logging.WARNING, f"action=ignored reason=not a transcript: {kind}")
             return
         if os.path.lexists(path) and not is_session_path(path):
             # Swapped for a symlink, or its directory was: what it leads to is not under a root.
@@ -127,11 +182,7 @@ class Service:
         session = self.sessions.get(path)
         if session is None:
             session = self.sessions[path] = Session(SessionTracker(path))
-        try:
-            update = session.tracker.refresh()
-        except OSError as exc:
-            log.warning("session=%s action=read_failed error=%s", path, exc.strerror)
-            return
+        update = session.tracker.refresh()
         if update.change is Change.UNCHANGED and path in self.state:
             return  # nothing new: the rescan's common case, kept cheap
         self.dirty = True
@@ -144,6 +195,11 @@ class Service:
             self.config, provider=ledger.provider, model=ledger.model, tokens=ledger.planning_tokens
         )
         st = self.session_state(path)
+        if st.error_stage == "read":  # readable again
+            Backoff.record_success(st)
+            st.next_action = None
+            self._reported.pop(path, None)
+            log.info("session=%s action=recovered (readable again)", path)
         st.session_id = ledger.session_id
         st.tokens = ledger.planning_tokens  # the stale pre-compaction usage anchor would mislead here
         st.planning_tokens = budget.estimated_with_margin
@@ -153,13 +209,18 @@ class Service:
         self.metrics.set_session(
             path, session_id=ledger.session_id, tokens=ledger.tokens, window=budget.context_window
         )
+        skipped = skip_reason(budget)
+        if skipped != st.skipped:
+            st.skipped = skipped
+            if skipped:
+                log.warning("session=%s action=skipped reason=%s", path, skipped)
         flush = self.config.memory_flush
         flush_due = (
             flush.enabled
             and not st.flushed_this_cycle
             and (budget.over_flush_threshold or 0 < flush.force_bytes <= session.tracker.cursor.size)
         )
-        due = budget.guard != "block" and (budget.over_compact_threshold or flush_due)
+        due = skipped is None and (budget.over_compact_threshold or flush_due)
         if due and not session.due:
             log.info(
                 "session=%s action=due tokens=%d threshold=%d",
@@ -183,7 +244,10 @@ class Service:
                 self.refresh(path)
                 session = self.sessions.get(path)
                 if session is not None and session.tracker.cursor.partial:
-                    self.seal(session, now)
+                    try:
+                        self.seal(session, now)
+                    except Exception as exc:
+                        self.fail(path, "seal", exc)
         for path in [p for p in self.sessions if p not in seen]:
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
@@ -211,13 +275,15 @@ class Service:
         return sorted(ready, key=lambda s: -(self.session_state(s.path).percent_of_budget() or 0.0))
 
     async def act(self, session: Session, *, force: bool = False, dry_run: bool = False) -> Outcome:
-        """Flush, then prune and/or compact one session. Never raises for ordinary failures."""
+        """Flush, then prune and/or compact one session. Never raises: this is the session boundary, and a
+        failure at any stage is recorded in the session's state with a back-off and returned as ``failed``."""
         from daemon.commit.locks import session_is_locked
         from daemon.job import compact_file
 
         path = session.path
         st = self.session_state(path)
         session.in_flight = True
+        stage = "read"  # where an exception stopped this session, for its state and the log
         try:
             if session_is_locked(path):
                 self._retry_later(st, "an agent holds the session lock")
@@ -228,7 +294,9 @@ class Service:
             transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
             if not transcript.usable:
                 session.due = False
-                return Outcome(path, "skip", detail={"reason": "unusable transcript"})
+                st.skipped = "unusable transcript: " + "; ".join(p.message for p in transcript.problems)
+                return Outcome(path, "skipped", detail={"reason": st.skipped})
+            stage = "plan"
             budget = budget_for(self.config, transcript)
             decision: Decision = decide(
                 self.config,
@@ -245,11 +313,17 @@ class Service:
                     path, decision.action, detail={**detail, "flush": decision.flush, "route": budget.route}
                 )
             if decision.flush:
+                stage = "flush"
                 await self.flush(path, transcript, budget)
                 st.mark_flushed(time.time())
-            if decision.action in ("none", "flush", "skip"):
+            if decision.action == "skip":
+                session.due = False
+                st.skipped = decision.reason
+                return Outcome(path, "skipped", detail={"reason": decision.reason})
+            if decision.action in ("none", "flush"):
                 session.due = False
                 return Outcome(path, "flush" if decision.flush else decision.action, detail=detail)
+            stage = "compact"
             result = await compact_file(
                 path, self.config, client=self.client(), force=force, route=budget.route
             )
@@ -264,6 +338,7 @@ class Service:
                     "reason": result.reason,
                 }
             )
+            stage = "commit"
             now = time.time()
             session.tracker.cursor.reset()  # the file may have been rewritten: read it afresh below
             if result.committed:
@@ -286,19 +361,24 @@ class Service:
                         in_summary=ids.in_summary,
                     )
             self.refresh(path)
+            failed = False
             if result.committed:
                 if session.due and st.planning_tokens > (st.compact_threshold or 0):
-                    self._back_off(st, now, "still over its threshold after compaction")
+                    self._back_off(st, now, "still over its threshold after compaction", "compact")
                     detail["reason"] = "still over threshold after compaction; backing off"
                 else:
                     Backoff.record_success(st)
+                    self._reported.pop(path, None)
             elif result.reason and result.reason.startswith("nothing to compact"):
                 session.due = False
             elif result.reason and result.reason.startswith(("not idle", "locked")):
                 self._retry_later(st, result.reason)  # an agent is at work: not a failure, just not now
             else:
-                self.metrics.record_failure("commit")
-                self._back_off(st, now, result.reason or "not committed")
+                failed = True
+                where = "read" if (result.reason or "").startswith("unusable") else "commit"
+                self.metrics.record_failure(where)
+                delay = self._back_off(st, now, result.reason or "not committed", where)
+                detail = {"stage": where, **detail, "retry_in": round(delay)}
             log.info(
                 "session=%s action=%s committed=%s level=%s reason=%s",
                 path,
@@ -307,12 +387,16 @@ class Service:
                 detail["level"],
                 result.reason,
             )
+            if failed:
+                return Outcome(path, "failed", False, detail)
             return Outcome(path, result.route, result.committed, detail)
-        except Exception as exc:
-            log.exception("session=%s action=failed", path)
-            self.metrics.record_failure("compact")
-            self._back_off(st, time.time(), f"{type(exc).__name__}: {exc}")
-            return Outcome(path, "error", detail={"reason": str(exc)})
+        except Exception as exc:  # still due: tried again when its back-off ends
+            delay = self.fail(path, stage, exc)
+            return Outcome(
+                path,
+                "failed",
+                detail={"stage": stage, "reason": describe_error(exc), "retry_in": round(delay)},
+            )
         finally:
             session.in_flight = False
             self.dirty = True
@@ -322,11 +406,43 @@ class Service:
         st.backoff_until = time.time() + max(BUSY_RETRY_SECONDS, self.config.sessions.idle_seconds)
         st.next_action = f"retry: {reason}"
 
-    def _back_off(self, st: SessionState, now: float, reason: str) -> None:
+    def _back_off(
+        self, st: SessionState, now: float, reason: str, stage: str, exc: BaseException | None = None
+    ) -> float:
+        """Count a failure of this session and back it off; logged once while the reason stays the same
+        (an exception that is not an OS error is a bug: its one log line carries the traceback)."""
         s = self.config.service
-        delay = Backoff.record_failure(st, now, s.backoff_base_seconds, s.backoff_max_seconds, error=reason)
+        delay = Backoff.record_failure(
+            st, now, s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
+        )
         st.next_action = f"retry in {delay:.0f}s"
-        log.warning("session=%s action=backoff seconds=%.0f reason=%s", st.path, delay, reason)
+        self.dirty = True
+        bug = exc is not None and not isinstance(exc, OSError)
+        self._report_once(
+            st.path,
+            f"{stage}: {reason}",
+            logging.ERROR if bug else logging.WARNING,
+            f"action=failed stage={stage} reason={reason} retry_in={delay:.0f}s",
+            exc if bug else None,
+        )
+        return delay
+
+    def fail(self, path: str, stage: str, exc: BaseException) -> float:
+        """An exception at the boundary of one session: counted, recorded in its state with a back-off and
+        logged once with the path and the reason; the service goes on with every other session."""
+        self.metrics.record_failure(stage)
+        return self._back_off(self.session_state(path), time.time(), describe_error(exc), stage, exc)
+
+    def _report_once(
+        self, path: str, key: str, level: int, text: str, exc: BaseException | None = None
+    ) -> None:
+        """Log ``session=<path> <text>`` at ``level``, or at debug when ``key`` was the last thing logged for
+        ``path`` (a session failing the same way on every rescan is not a new event)."""
+        if self._reported.get(path) == key:
+            log.debug("session=%s %s", path, text)
+            return
+        self._reported[path] = key
+        log.log(level, "session=%s %s", path, text, exc_info=exc)
 
     async def flush(self, path: str, transcript: Any, budget: Any) -> None:
         """Hooks (fire-and-forget) and the built-in memory extraction; neither can block the compaction."""
@@ -347,8 +463,11 @@ class Service:
             )
 
             async def hooks() -> None:
-                for result in await run_hooks(self.config.memory_flush.hooks, event):
-                    self.metrics.record_hook(result.status)
+                try:
+                    for result in await run_hooks(self.config.memory_flush.hooks, event):
+                        self.metrics.record_hook(result.status)
+                except Exception:  # run in the service's task group: an escape would stop the service
+                    log.exception("session=%s action=hooks_failed", path)
 
             if self.task_group is not None:
                 self.task_group.start_soon(hooks)
@@ -436,8 +555,13 @@ class Service:
                 self.heartbeat = time.monotonic()
                 for path in paths:
                     self.refresh(path)
-        except (OSError, FileNotFoundError) as exc:
-            log.warning("root=%s watcher stopped: %s", root, exc)
+        except Exception as exc:  # e.g. watchfiles cannot decode a file name that is not UTF-8
+            log.warning(
+                "root=%s action=watcher_stopped error=%s (restarted at the next rescan, which also catches "
+                "what it missed)",
+                root,
+                describe_error(exc),
+            )
         self.roots.pop(root, None)
 
     async def status_loop(self) -> None:
@@ -459,8 +583,15 @@ class Service:
             write_status(self.config.state_dir, self.status())
             self.store.save_sessions(self.state)
             self.store.write_metrics(self.metrics)
-        except OSError as exc:
-            log.warning("action=state_write_failed error=%s", exc)
+        except Exception as exc:  # a full disk or an odd value: the sessions are still served
+            reason = describe_error(exc)
+            if reason != self._state_write_error:
+                log.warning(
+                    "action=state_write_failed error=%s", reason, exc_info=not isinstance(exc, OSError)
+                )
+            self._state_write_error = reason
+        else:
+            self._state_write_error = None
         release_free_memory()  # the documents just built were large and short-lived
 
     async def watchdog_loop(self) -> None:
@@ -621,8 +752,14 @@ def run_once(
     force: bool = False,
     sessions: list[str] | None = None,
     out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
 ) -> int:
-    """One pass over every session: what ``run`` would do now, then exit (for cron and for trying it out)."""
+    """One pass over every session: what ``run`` would do now, then exit (for cron and for trying it out).
+
+    Returns 0 when every session was handled (compacted, fits, skipped, waiting for its agent), 1 when at
+    least one failed or is backing off after a failure; those are listed as ``failed``/``backoff`` with the
+    stage and the reason, and every other session is still done.
+    """
 
     async def go() -> list[Outcome]:
         service = Service(config)
@@ -638,23 +775,7 @@ def run_once(
             now = time.time()
             ready = {s.path for s in service.ready_sessions(now, force=force or dry_run)}
             for path, session in sorted(service.sessions.items()):
-                st = service.session_state(path)
-                if path in ready:
-                    outcomes.append(await service.act(session, force=force, dry_run=dry_run))
-                elif session.due and st.in_backoff(now):
-                    outcomes.append(
-                        Outcome(path, "backoff", detail={"retry_in": round(st.backoff_remaining(now))})
-                    )
-                elif session.due:
-                    outcomes.append(Outcome(path, "wait", detail={"reason": "not idle yet"}))
-                else:
-                    outcomes.append(
-                        Outcome(
-                            path,
-                            "fits",
-                            detail={"tokens": st.planning_tokens, "threshold": st.compact_threshold},
-                        )
-                    )
+                outcomes.append(await _once_outcome(service, path, session, path in ready, now))
         finally:
             if not dry_run:
                 service.write_state()
@@ -662,13 +783,46 @@ def run_once(
                 await service._client.close()
         return outcomes
 
+    async def _once_outcome(
+        service: Service, path: str, session: Session, ready: bool, now: float
+    ) -> Outcome:
+        st = service.session_state(path)
+        if ready:
+            return await service.act(session, force=force, dry_run=dry_run)
+        if st.error_stage == "read" and st.last_error:
+            detail = {"stage": "read", "reason": st.last_error, "retry_in": round(st.backoff_remaining(now))}
+            return Outcome(path, "failed", detail=detail)
+        if st.skipped:
+            return Outcome(path, "skipped", detail={"reason": st.skipped})
+        if session.due and st.in_backoff(now) and st.last_error:
+            detail = {
+                "retry_in": round(st.backoff_remaining(now)),
+                "stage": st.error_stage,
+                "reason": st.last_error,
+            }
+            return Outcome(path, "backoff", detail=detail)
+        if session.due and st.in_backoff(now):  # an agent held the lock or was writing: not a failure
+            return Outcome(
+                path,
+                "wait",
+                detail={"reason": "an agent was at work", "retry_in": round(st.backoff_remaining(now))},
+            )
+        if session.due:
+            return Outcome(path, "wait", detail={"reason": "not idle yet"})
+        return Outcome(path, "fits", detail={"tokens": st.planning_tokens, "threshold": st.compact_threshold})
+
     outcomes = anyio.run(go)
     if as_json:
+        from daemon.state import dump_json
+
         rows = [{"path": o.path, "action": o.action, "committed": o.committed, **o.detail} for o in outcomes]
-        out.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        out.write(dump_json(rows).decode())
     else:
         if not outcomes:
             out.write("no sessions found under the configured roots\n")
         for outcome in outcomes:
             out.write(outcome.line() + "\n")
-    return 1 if any(o.action == "error" for o in outcomes) else 0
+    failed = sum(1 for o in outcomes if o.failed)
+    if failed:
+        err.write(f"compactd: {failed} of {len(outcomes)} session(s) failed or are backing off (see above)\n")
+    return 1 if failed else 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import math
 import os
@@ -25,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from daemon.commit.atomic import fsync_dir
+from daemon.commit.atomic import fsync_dir, os_reason
 from daemon.commit.locks import pid_alive, process_starttime
 from daemon.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS, STATUS_REFRESH_SECONDS
 
@@ -41,6 +42,9 @@ __all__ = [
     "StateStore",
     "build_status",
     "daemon_running",
+    "describe_error",
+    "dump_json",
+    "load_json",
     "read_status",
     "render_status_table",
     "write_atomic",
@@ -102,6 +106,35 @@ def write_atomic(path: Path, data: bytes, *, mode: int = STATE_FILE_MODE) -> Non
     fsync_dir(path.parent)
 
 
+def dump_json(doc: Any) -> bytes:
+    """A state document as JSON. File names that are not UTF-8 and ids with a lone surrogate reach us as
+    strings orjson refuses; one such session must not stop every state write, so the standard library then
+    writes the document with those characters escaped (``load_json`` reads them back exactly)."""
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    except TypeError:
+        return (json.dumps(doc, indent=2, ensure_ascii=True, default=str) + "\n").encode()
+
+
+def load_json(raw: bytes) -> Any:
+    """orjson's fast path; the standard library for what ``dump_json`` wrote with escaped lone surrogates.
+    Raises ValueError for anything that is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a log, ``status`` and ``once``: ``EACCES: Permission denied``, else the type and text
+    (of the first exception inside a task group's exception group, which says nothing by itself)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, OSError):
+        return os_reason(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _iso(epoch: float | None) -> str | None:
     if epoch is None:
         return None
@@ -128,6 +161,7 @@ class SessionState:
     """What compactd knows about one transcript across restarts (the ledger itself is rebuilt by reading).
 
     ``failures`` counts consecutive failures and drives the back-off; ``failures_total`` never resets.
+    ``last_error`` and ``error_stage`` say what the last failure was until a success clears them.
     ``flushed_cycle`` is the value of ``compactions`` when the memory flush last ran, so the flush runs once
     per compaction cycle (OpenClaw's ``memoryFlushCompactionCount``).
     """
@@ -146,6 +180,8 @@ class SessionState:
     failures_total: int = 0
     backoff_until: float | None = None  # epoch seconds
     last_error: str | None = None
+    error_stage: str | None = None  # where last_error happened: read, plan, flush, compact, commit, seal
+    skipped: str | None = None  # why compactd leaves this session alone (e.g. a window under the minimum)
     flushed_cycle: int | None = None
     compactions: int = 0
     last_level: str | None = None  # "llm", "llm_partial", "digest"
@@ -178,6 +214,8 @@ class SessionState:
         return 100.0 * self.planning_tokens / self.compact_threshold
 
     def near_threshold(self) -> bool:
+        if self.skipped:
+            return False  # left alone whatever its size: never "about to be compacted"
         if self.flush_threshold:
             return self.planning_tokens >= self.flush_threshold
         if self.compact_threshold:
@@ -272,6 +310,7 @@ class Backoff:
         max_delay: float = BACKOFF_MAX_SECONDS,
         *,
         error: str | None = None,
+        stage: str | None = None,
     ) -> float:
         """Count a failure and set ``backoff_until``; returns the delay."""
         state.failures += 1
@@ -279,6 +318,7 @@ class Backoff:
         delay = Backoff.next_delay(state.failures, base, max_delay)
         state.backoff_until = now + delay
         state.last_error = error
+        state.error_stage = stage
         return delay
 
     @staticmethod
@@ -286,6 +326,7 @@ class Backoff:
         state.failures = 0
         state.backoff_until = None
         state.last_error = None
+        state.error_stage = None
 
 
 # --- the store ----------------------------------------------------------------------------------------------
@@ -338,7 +379,7 @@ class StateStore:
             )
             return {}
         try:
-            doc = orjson.loads(raw)
+            doc = load_json(raw)
             if not isinstance(doc, dict) or doc.get("format") != SESSIONS_FORMAT:
                 raise ValueError(f"not a format-{SESSIONS_FORMAT} sessions file")
             items = doc.get("sessions")
@@ -370,7 +411,7 @@ class StateStore:
             "format": SESSIONS_FORMAT,
             "sessions": {s.path: s.to_json() for s in sorted(states, key=lambda s: s.path)},
         }
-        data = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+        data = dump_json(doc)
         digest = hashlib.blake2b(data, digest_size=16).digest()  # not the bytes: they grow with the sessions
         if digest == self._last_saved and self.sessions_path.exists():
             return False
@@ -408,6 +449,8 @@ def _session_row(state: SessionState, now: float) -> dict[str, Any]:
         "failures": state.failures,
         "backoff_until": _iso(state.backoff_until) if state.in_backoff(now) else None,
         "last_error": state.last_error,
+        "error_stage": state.error_stage,
+        "skipped": state.skipped,
         "compactions": state.compactions,
         "last_level": state.last_level,
         "identifier_retention": None if retention is None else round(retention, 4),
@@ -444,6 +487,8 @@ def build_status(
         "backing_off": sum(1 for s in states if s.in_backoff(now)),
         "compactions": sum(s.compactions for s in states),
         "failures": sum(s.failures_total for s in states),
+        "failing": sum(1 for s in states if s.last_error is not None),
+        "skipped": sum(1 for s in states if s.skipped is not None),
         "sessions_listed": min(len(ordered), max_sessions),
         "sessions": [_session_row(s, now) for s in ordered[:max_sessions]],
     }
@@ -454,8 +499,7 @@ def build_status(
 
 def write_status(state_dir: Path, status: Mapping[str, Any]) -> None:
     """``status.json``, atomically (``compactd status`` may read it at any moment)."""
-    data = orjson.dumps(dict(status), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
-    write_atomic(Path(state_dir) / STATUS_FILE, data)
+    write_atomic(Path(state_dir) / STATUS_FILE, dump_json(dict(status)))
 
 
 def read_status(state_dir: Path, *, on_problem: Callable[[str], None] | None = None) -> dict[str, Any] | None:
@@ -472,8 +516,8 @@ def read_status(state_dir: Path, *, on_problem: Callable[[str], None] | None = N
         report(f"cannot read {path}: {exc.strerror or exc}")
         return None
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        doc = load_json(raw)
+    except ValueError as exc:
         report(f"{path} is not valid JSON ({exc}); it is rewritten within seconds by a running compactd")
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("sessions", []), list):
@@ -515,6 +559,9 @@ def _cut(text: str, width: int) -> str:
 
 
 def _next_column(row: Mapping[str, Any], now: float) -> str:
+    skipped = row.get("skipped")
+    if isinstance(skipped, str) and skipped:
+        return f"skipped: {skipped}"
     until = _epoch(row.get("backoff_until"))
     if until is not None and until > now:
         failures = row.get("failures")
@@ -557,6 +604,8 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
         f"sessions watched {_int(status.get('sessions_watched'))}, near threshold "
         f"{_int(status.get('near_threshold'))}, backing off {_int(status.get('backing_off'))}, "
         f"compactions {_int(status.get('compactions'))}, failures {_int(status.get('failures'))}"
+        + (f", failing now {_int(status.get('failing'))}" if status.get("failing") else "")
+        + (f", skipped {_int(status.get('skipped'))}" if status.get("skipped") else "")
     )
     rows = [r for r in status.get("sessions", []) if isinstance(r, Mapping)]
     if not rows:
@@ -587,6 +636,15 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
     listed, watched = len(rows), status.get("sessions_watched")
     if isinstance(watched, int) and watched > listed:
         lines.append(f"... and {watched - listed:,} more sessions (the fullest {listed} are listed)")
+    failing = [r for r in rows if isinstance(r.get("last_error"), str) and r["last_error"]]
+    if failing:
+        lines.append("")
+        lines.append("errors (each session backs off; the others are served as usual):")
+        for row in failing:
+            name = row.get("file") or os.path.basename(str(row.get("path", "")))
+            stage = row.get("error_stage")
+            where = f"{stage} failed" if isinstance(stage, str) and stage else "failed"
+            lines.append(f"  {name}: {where}: {row['last_error']} ({_next_column(row, now)})")
     return "\n".join(lines) + "\n"
 
 
@@ -594,6 +652,8 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
 
 
 def _escape_label(value: str) -> str:
+    # A lone surrogate (from a file name that is not UTF-8) has no UTF-8 form: written as its escape.
+    value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 

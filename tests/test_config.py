@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import resource
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 from daemon import defaults as d
 from daemon.config import (
+    CONFIG_MAX_BYTES,
     Config,
     ConfigError,
     agent_id_for,
@@ -694,3 +698,66 @@ def test_ignore_globs_match_base_names(tmp_path: Path) -> None:
     assert config.sessions.is_ignored(Path("/s/tmp1.jsonl"))
     assert not config.sessions.is_ignored("/tmp1/a.jsonl")
     assert not Config.defaults(ENV).sessions.is_ignored("/s/a-scratch.jsonl")
+
+
+# --- files that are not configurations (issue 9, item 7) ----------------------------------------------------
+
+
+def load_in_child(path: Path, *, key: bool = False) -> subprocess.CompletedProcess[str]:
+    """``load_config`` (and the key file, with ``key``) in a child with 1 GiB of address space and a deadline,
+    so a config that hangs or grows without bound fails this test instead of hanging or exhausting the host."""
+    limit = 1 << 30
+    code = (
+        "import sys\n"
+        "from daemon.config import ConfigError, load_config\n"
+        "try:\n"
+        "    config = load_config(sys.argv[1])\n"
+        "    if sys.argv[2] == 'key':\n"
+        "        config.summarizer.api_key({})\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n"
+        "    sys.exit(2)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(path), "key" if key else "config"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+
+
+def test_a_fifo_or_a_device_as_the_config_is_refused_at_once_naming_the_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)  # nobody ever writes to it: opening it for reading would block for ever
+    done = load_in_child(fifo)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.startswith(f"{fifo}: cannot read configuration: not a regular file (a FIFO)")
+    done = load_in_child(Path("/dev/zero"))  # endless: read whole, it grows until the process is killed
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.startswith(
+        "/dev/zero: cannot read configuration: not a regular file (a character device)"
+    )
+    key_file = tmp_path / "key"
+    os.mkfifo(key_file)
+    config = write(
+        tmp_path, f"summarizer:\n  base_url: http://127.0.0.1:9/v1\n  model: m\n  api_key_file: {key_file}\n"
+    )
+    done = load_in_child(config, key=True)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot read the key file {key_file}: not a regular file (a FIFO)" in done.stdout
+
+
+def test_a_config_over_1_mib_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    head = "log_level: warning\n"
+    padding = "# " + "x" * 1021 + "\n"  # 1 KiB of comment per line
+    at_limit = write(tmp_path, head + padding * ((CONFIG_MAX_BYTES - len(head)) // 1024), "at-limit.yaml")
+    with at_limit.open("a") as handle:
+        handle.write("#" * (CONFIG_MAX_BYTES - at_limit.stat().st_size - 1) + "\n")
+    assert at_limit.stat().st_size == CONFIG_MAX_BYTES == 1 << 20
+    assert load_config(at_limit, env=ENV).log_level == "WARNING"
+    over = write(tmp_path, at_limit.read_text() + "#\n", "over.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_config(over, env=ENV)
+    assert str(info.value).startswith(f"{over}: cannot read configuration: larger than 1 MiB")

@@ -186,7 +186,9 @@ class Daemon:
 
         self.config_path.write_text(yaml.safe_dump(data))
 
-    def start(self, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, extra_env: dict[str, str] | None = None, preexec_fn: Callable[[], None] | None = None
+    ) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if k not in ("JOURNAL_STREAM", "STATE_DIRECTORY")}
         env.update({"NOTIFY_SOCKET": str(self.notify_path), "PYTHONUNBUFFERED": "1", **(extra_env or {})})
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
@@ -205,6 +207,7 @@ class Daemon:
             env=env,
             stdout=log,
             stderr=log,
+            preexec_fn=preexec_fn,
         )
         log.close()
         return self.proc

@@ -492,3 +492,44 @@ def test_metrics_file_is_written_atomically_and_readable(tmp_path: Path) -> None
     parse_prom(text)
     assert temp_files(tmp_path) == [] and not [n for n in os.listdir(tmp_path) if n.startswith(".")]
     assert path.stat().st_mode & 0o777 == 0o644  # node_exporter runs as another user
+
+
+# --- failing and skipped sessions (issue 9, items 1 and 7) --------------------------------------------------
+
+
+def test_a_failing_and_a_skipped_session_say_why_in_status_and_its_table() -> None:
+    failing = SessionState(path="/s/locked.jsonl", tokens=10)
+    Backoff.record_failure(failing, NOW, 60, 3600, error="EACCES: Permission denied", stage="read")
+    skipped = SessionState(
+        path="/s/tiny.jsonl", tokens=90_000, planning_tokens=90_000, compact_threshold=4_000
+    )
+    skipped.skipped = "context window 8,000 tokens is below the hard minimum of 16,000"
+    status = status_for([failing, skipped, SessionState(path="/s/fine.jsonl")], pid=os.getpid())
+    assert status["failing"] == 1 and status["skipped"] == 1 and status["backing_off"] == 1
+    assert status["near_threshold"] == 0  # a skipped session is never about to be compacted
+    rows = {r["file"]: r for r in status["sessions"]}  # type: ignore[attr-defined]
+    assert rows["locked.jsonl"]["error_stage"] == "read" and rows["locked.jsonl"]["failures"] == 1
+    assert rows["tiny.jsonl"]["skipped"] == skipped.skipped and rows["fine.jsonl"]["skipped"] is None
+    table = render_status_table(status, now=NOW + 10)
+    assert "failing now 1, skipped 1" in table
+    tiny = next(line for line in table.splitlines() if line.startswith("tiny.jsonl"))
+    assert tiny.endswith(f"skipped: {skipped.skipped}")
+    assert "  locked.jsonl: read failed: EACCES: Permission denied (back-off 50s, 1 failure)" in table
+    Backoff.record_success(failing)
+    assert failing.last_error is None and failing.error_stage is None
+
+
+def test_names_and_ids_that_are_not_utf8_do_not_stop_the_state_files(tmp_path: Path) -> None:
+    # A file name with an undecodable byte (surrogateescape) and a session id holding a lone surrogate.
+    odd = SessionState(path="/s/bad-\udcff.jsonl", session_id="half \ud83d", tokens=5, compactions=1)
+    store = StateStore(tmp_path)
+    assert store.save_sessions({odd.path: odd})
+    assert StateStore(tmp_path).load_sessions() == {odd.path: odd}
+    write_status(tmp_path, status_for([odd]))
+    status = read_status(tmp_path)
+    assert status is not None and status["sessions"][0]["path"] == odd.path
+    metrics = Metrics(started_at=NOW)
+    metrics.set_session(odd.path, session_id=odd.session_id, tokens=5)
+    text = write_metrics(tmp_path, metrics, now=NOW).read_text(encoding="utf-8")
+    assert 'file="bad-\\\\udcff.jsonl"' in text
+    parse_prom(text)
