@@ -581,7 +581,8 @@ async def flush_memories(
     Never raises (except cancellation): a model outage, a refusal or a failed write is logged and returned as
     ``failed``, because the compaction that follows must not wait on memories. Without a client: ``skipped``.
     The span is serialized without ``toolResult.details`` or runtime-context messages and with secrets
-    redacted; when it does not fit the summarizer's window, its newest messages are sent.
+    redacted (as is the answer before it is appended); when it does not fit the summarizer's window, its newest
+    messages are sent.
     """
     if client is None:
         return FlushResult("skipped", error="no summarizer configured")
@@ -631,6 +632,8 @@ async def flush_memories(
     if not answer or is_no_reply(answer):
         logger.info("memory flush: session=%s nothing to store (NO_REPLY)", session_id)
         return FlushResult("no_reply", latency_s=latency)
+    if redact:  # the memory file's one way in: whatever the model wrote, no secret is stored
+        answer = redact_secrets(answer)
     try:
         path = append_memory(workspace, answer, now=now, session_id=session_id)
     except (MemoryWriteRefused, OSError) as exc:
