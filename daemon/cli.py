@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import orjson
 
@@ -45,10 +46,13 @@ def default_config_path(env: dict[str, str] | None = None) -> str | None:
 
 def _load_config(args: argparse.Namespace) -> Any:
     from daemon.config import load_config
+    from daemon.logs import protect_config_secrets
 
     path = getattr(args, "config", None) or default_config_path()
     args.config = path
-    return load_config(path)
+    config = load_config(path)
+    protect_config_secrets(config)
+    return config
 
 
 def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
@@ -255,15 +259,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")  # a transcript's lone surrogates must not crash us
     parser = build_parser()
     args = parser.parse_args(argv)
+    from daemon.logs import ScrubbedOutput, configure_logging, scrub
+
+    # Every command logs through the same scrubbing handler as ``run`` (which sets its own level) and prints
+    # through the same scrub, so a key never reaches a terminal or a journal from any of them.
+    configure_logging("warning")
+    out = cast(TextIO, ScrubbedOutput(sys.stdout))
     try:
-        code: int = args.handler(args, sys.stdout)
+        code: int = args.handler(args, out)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last line of defence: a clear message, never a traceback
         from daemon.config import ConfigError
 
         if isinstance(exc, ConfigError):
-            sys.stderr.write(f"compactd: {exc}\n")
+            sys.stderr.write(scrub(f"compactd: {exc}\n"))
             return 2
-        raise
+        # Through the scrubbing handler: a raw traceback could quote the endpoint and its key.
+        logging.getLogger("daemon.cli").critical("compactd %s failed: %r", args.command, exc, exc_info=True)
+        return 1
     return code

@@ -192,6 +192,9 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
     except ConfigError as exc:
         _bad(out, f"config: {exc}", "fix the key named above")
         return 1
+    from daemon.logs import protect_config_secrets
+
+    protect_config_secrets(config)  # before any line names the endpoint
     _ok(out, f"config {config.source} is valid")
     problems = (
         check_roots(config, out)

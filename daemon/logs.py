@@ -1,6 +1,9 @@
 """Log output for the ``compactd`` process: one line per event, journald-aware, secrets scrubbed.
 
-Only the entry point calls :func:`configure_logging`; library modules use ``logging.getLogger(__name__)``.
+Only the entry point calls :func:`configure_logging` (for every command, not only ``run``), and it prints through
+:class:`ScrubbedOutput`; library modules use ``logging.getLogger(__name__)``. One scrub serves both: the
+configured key and the base_url's credentials (registered by :func:`protect_config_secrets`) and any URL's
+password or credential-named query value, so no command's log line or printed line carries them.
 Under systemd (``JOURNAL_STREAM`` naming our stderr) lines carry a ``<N>`` syslog priority prefix, which
 journald strips and stores (``journalctl -p warning`` works), and no timestamp, since the journal adds its
 own (engineering.md §3.4). Elsewhere lines start with a UTC timestamp.
@@ -15,14 +18,23 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+from urllib.parse import unquote_plus, urlsplit
+
+from daemon.summarize.redact import redact_url_secrets
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 __all__ = [
     "LOG_LEVELS",
     "LineFormatter",
+    "ScrubbedOutput",
     "add_secret",
+    "add_url_secrets",
     "clear_secrets",
     "configure_logging",
+    "protect_config_secrets",
     "scrub",
 ]
 
@@ -53,6 +65,38 @@ def add_secret(value: str) -> None:
         _secret_pattern = re.compile("|".join(re.escape(s) for s in ordered))
 
 
+def add_url_secrets(url: str) -> None:
+    """Register what a configured URL carries that may be a credential: its userinfo and every query value.
+
+    Every query value, not only those named like keys: an endpoint's ``?code=`` or ``?sig=`` is as secret as
+    ``?api-key=``, and masking a harmless one costs nothing.
+    """
+    try:
+        parts = urlsplit(url)
+        userinfo = (parts.username, parts.password)
+    except ValueError:
+        return
+    values = [raw.partition("=")[2] for raw in parts.query.split("&")] + [v for v in userinfo if v]
+    for value in values:  # as written in the config, and decoded as a server (or an error message) has it
+        add_secret(value)
+        add_secret(unquote_plus(value))
+
+
+def protect_config_secrets(config: Config) -> None:
+    """Register the summarizer's key and its base_url's credentials; every command calls it on loading."""
+    from daemon.config import ConfigError
+
+    s = config.summarizer
+    if s.base_url:
+        add_url_secrets(s.base_url)
+    try:
+        key = s.api_key()
+    except ConfigError:
+        return  # unreadable key file: the command that needs the key reports it
+    if key:
+        add_secret(key)
+
+
 def clear_secrets() -> None:
     global _secret_pattern
     with _secrets_lock:
@@ -61,9 +105,31 @@ def clear_secrets() -> None:
 
 
 def scrub(text: str) -> str:
-    """``text`` with every registered secret replaced by ``***``."""
+    """``text`` with every registered secret replaced by ``***`` and any URL's credentials redacted."""
     pattern = _secret_pattern
-    return text if pattern is None else pattern.sub(SECRET_MASK, text)
+    if pattern is not None:
+        text = pattern.sub(SECRET_MASK, text)
+    return redact_url_secrets(text)
+
+
+class ScrubbedOutput:
+    """A text stream that scrubs what it is given before writing it on: the ``out`` every command prints to.
+
+    Scrubbing is per write; every line a command prints is written whole, so no secret straddles two writes.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(scrub(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
 
 
 def _syslog_priority(levelno: int) -> int:
@@ -116,6 +182,17 @@ class _CompactdHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Marks the handler we installed, so a second configure_logging replaces it and leaves others alone."""
 
 
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when a line is written: ``main()`` may run in a process (a test) that swaps
+    it, and a handler must never keep writing to a stream that was closed since."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def _is_journal_stream(stream: TextIO, env: Mapping[str, str]) -> bool:
     """True when ``JOURNAL_STREAM`` describes ``stream`` (systemd.exec: compare device and inode).
 
@@ -149,9 +226,9 @@ def configure_logging(
     if name not in LOG_LEVELS:
         raise ValueError(f"invalid log level {level!r}; valid levels: {', '.join(LOG_LEVELS)}")
     env = os.environ if env is None else env
-    out: TextIO = sys.stderr if stream is None else stream
-    handler = _CompactdHandler(out)
-    handler.setFormatter(LineFormatter(journal=_is_journal_stream(out, env)))
+    journal = _is_journal_stream(sys.stderr if stream is None else stream, env)
+    handler = _CompactdHandler(_CurrentStderr() if stream is None else stream)
+    handler.setFormatter(LineFormatter(journal=journal))
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _CompactdHandler)]:
         root.removeHandler(old)

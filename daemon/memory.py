@@ -630,8 +630,9 @@ async def flush_memories(
     Never raises (except cancellation): a model outage, a refusal or a failed write is logged and returned as
     ``failed``, because the compaction that follows must not wait on memories. Without a client: ``skipped``.
     The span is serialized without ``toolResult.details`` or runtime-context messages and with secrets
-    redacted; when it does not fit the summarizer's window, its newest messages are sent. The answer is
-    written as the workspace's owner (a plain path is a workspace the caller vouches for, written as ourselves).
+    redacted (as is the answer before it is appended); when it does not fit the summarizer's window, its newest
+    messages are sent. The answer is written as the workspace's owner (a plain path is a workspace the caller
+    vouches for, written as ourselves).
     """
     if client is None:
         return FlushResult("skipped", error="no summarizer configured")
@@ -681,6 +682,8 @@ async def flush_memories(
     if not answer or is_no_reply(answer):
         logger.info("memory flush: session=%s nothing to store (NO_REPLY)", session_id)
         return FlushResult("no_reply", latency_s=latency)
+    if redact:  # the memory file's one way in: whatever the model wrote, no secret is stored
+        answer = redact_secrets(answer)
     where = workspace if isinstance(workspace, Workspace) else Workspace.trusted(workspace)
     try:
         path = await anyio.to_thread.run_sync(

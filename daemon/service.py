@@ -497,11 +497,9 @@ class Service:
 
             self._client = make_client(self.config, self.limiter)
             if self._client is not None:
-                from daemon.logs import add_secret
+                from daemon.logs import protect_config_secrets
 
-                key = self.config.summarizer.api_key()
-                if key:
-                    add_secret(key)
+                protect_config_secrets(self.config)  # this config may be a reloaded one
         return self._client
 
     # --- loops ----------------------------------------------------------------------------------------------

@@ -256,6 +256,21 @@ def test_tool_failure_lines_caps_and_dedup() -> None:
     assert render_tool_failures([]) == ""
 
 
+def test_only_a_failure_status_word_comes_from_details() -> None:
+    """``details`` never reach a model, and the summary reaches the next one: a tool's own status text stays out."""
+    failures = [
+        result("c1", "boom", error=True, details={"status": "Failed", "exitCode": 2}),
+        result("c2", "bang", error=True, details={"status": "see DETAILS-ONLY-7f3a", "exitCode": 3}),
+        result("c3", "pow", error=True, details={"status": "DETAILS-ONLY-7f3a"}),
+    ]
+    lines = render_tool_failures(failures).splitlines()
+    assert lines[1:] == [
+        "- bash (status=failed exitCode=2): boom",
+        "- bash (exitCode=3): bang",
+        "- bash: pow",
+    ]
+
+
 def test_tool_failure_with_exit_code_in_text() -> None:
     line = render_tool_failures([result("c", "Command exited with code 1", error=True)]).splitlines()[1]
     assert line == "- bash (exitCode=1): Command exited with code 1"

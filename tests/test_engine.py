@@ -330,6 +330,26 @@ def test_agents_md_sections_become_the_post_compaction_message(
     assert "<workspace-critical-rules>" in result.summary
 
 
+def test_model_text_and_agents_md_reach_the_summary_redacted_unless_redaction_is_off(
+    llm_server: StubLLMServer, transcript: Transcript, tmp_path: Path
+) -> None:
+    """What the model writes and what AGENTS.md holds is written into the session too: redacted like the rest,
+    and stored as is only when the operator turned redaction off."""
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    (tmp_path / "AGENTS.md").write_text("## Red Lines\nNever push with password: Tr0ub4dor-horse-77\n")
+    reply = GOOD.replace("- Use the staging cluster.", f"- Use the staging cluster with {token}.")
+    llm_server.script(reply, reply)
+    redacted = run(CompactionEngine(settings(), client_for(llm_server)), transcript, workspace=tmp_path)
+    assert redacted.post_message is not None
+    written = redacted.summary + redacted.post_message["content"]
+    assert token not in written and "Tr0ub4dor-horse-77" not in written
+    assert "[REDACTED:github_token]" in redacted.summary and "[REDACTED:password]" in written
+    kept = run(
+        CompactionEngine(settings(redact=False), client_for(llm_server)), transcript, workspace=tmp_path
+    )
+    assert token in kept.summary and "Tr0ub4dor-horse-77" in kept.summary
+
+
 @pytest.fixture
 def real_session(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     name = request.param

@@ -14,7 +14,18 @@ from typing import TextIO
 
 import pytest
 
-from daemon.logs import LOG_LEVELS, LineFormatter, add_secret, clear_secrets, configure_logging, scrub
+from daemon.config import load_config
+from daemon.logs import (
+    LOG_LEVELS,
+    LineFormatter,
+    ScrubbedOutput,
+    add_secret,
+    add_url_secrets,
+    clear_secrets,
+    configure_logging,
+    protect_config_secrets,
+    scrub,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -204,6 +215,64 @@ def test_too_short_values_are_not_registered() -> None:
     add_secret("")
     add_secret("ab")
     assert scrub("ab cd") == "ab cd"
+
+
+def test_any_url_credentials_are_masked_without_registration() -> None:
+    """A status file or an error may name an endpoint this process never configured."""
+    line = "HTTP 404 from https://bot:pw-77aa@h.example/v1?api-key=Zq81xYt3Kp0&page=2 model 'm'"
+    assert scrub(line) == (
+        "HTTP 404 from https://bot:[REDACTED:url_password]@h.example/v1?api-key=[REDACTED:url_secret]&page=2 "
+        "model 'm'"
+    )
+
+
+def test_a_configured_url_registers_every_query_value_as_written_and_decoded() -> None:
+    add_url_secrets("https://h.example/v1?code=Zq81%2Bxy9&deployment=prod-east-2&v=1")
+    assert scrub("code Zq81%2Bxy9 / Zq81+xy9, on prod-east-2, v=1") == "code *** / ***, on ***, v=1"
+
+
+def test_the_config_registers_its_key_and_base_url_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "summarizer:\n  base_url: http://127.0.0.1:9/v1?api-key=Zq81xYt3Kp0\n  model: m\n"
+        "  api_key_env: TEST_COMPACTD_KEY\n"
+    )
+    monkeypatch.setenv("TEST_COMPACTD_KEY", "local-Kq7Wm3Zx9Pt2Ld")
+    protect_config_secrets(load_config(str(config)))
+    assert scrub("key local-Kq7Wm3Zx9Pt2Ld, query Zq81xYt3Kp0") == "key ***, query ***"
+
+
+def test_an_unreadable_key_file_registers_the_rest_and_raises_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "summarizer:\n  base_url: http://127.0.0.1:9/v1?api-key=Zq81xYt3Kp0\n  model: m\n"
+        f"  api_key_file: {tmp_path / 'missing'}\n"
+    )
+    protect_config_secrets(load_config(str(config)))
+    assert scrub("Zq81xYt3Kp0") == "***"
+
+
+def test_scrubbed_output_scrubs_what_a_command_prints() -> None:
+    add_secret("local-Kq7Wm3Zx9Pt2Ld")
+    out = io.StringIO()
+    printer = ScrubbedOutput(out)
+    printer.write("ok    summarizer http://h/v1?sig=local-Kq7Wm3Zx9Pt2Ld serves m\n")
+    printer.flush()
+    assert out.getvalue() == "ok    summarizer http://h/v1?sig=*** serves m\n"
+
+
+def test_the_default_handler_writes_to_the_current_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``main()`` run in-process (by a test) must never keep a stream that is swapped and closed later."""
+    configure_logging("info", env={})
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    logging.getLogger("t").warning("one")
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("t").warning("two")
+    assert "one" in first.getvalue() and "two" not in first.getvalue()
+    assert "two" in second.getvalue()
 
 
 def test_clear_secrets() -> None:

@@ -534,6 +534,28 @@ async def test_the_request_never_carries_details_runtime_context_or_secrets(
 
 
 @pytest.mark.anyio
+async def test_a_secret_in_the_answer_never_reaches_the_memory_file(
+    llm_server: StubLLMServer, workspace: Path
+) -> None:
+    """The model's text is not trusted: whatever it writes, the memory file holds no secret (with redaction on,
+    the default), and with redaction off it is stored as written."""
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    answer = f"- Deploy with password: Tr0ub4dor-horse-77\n- The CI token is {token}."
+    llm_server.script(answer, answer)
+    async with make_client(llm_server) as client:
+        result = await flush_memories(client, span(), workspace=workspace, session_id="s1", now=NOW)
+    assert result.status == "written" and result.path is not None
+    text = result.path.read_text()
+    assert "Tr0ub4dor-horse-77" not in text and token not in text
+    assert "- Deploy with password: [REDACTED:password]" in text and "[REDACTED:github_token]" in text
+    async with make_client(llm_server) as client:
+        await flush_memories(
+            client, span(), workspace=workspace, session_id="s2", now=NOW + timedelta(days=1), redact=False
+        )
+    assert answer in memory_files(workspace)[-1].read_text()
+
+
+@pytest.mark.anyio
 async def test_a_server_error_fails_without_raising(
     llm_server: StubLLMServer, workspace: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

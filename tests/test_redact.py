@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.summarize.redact import redact_secrets, redact_secrets_counted
+from daemon.summarize.redact import redact_secrets, redact_secrets_counted, redact_url_secrets, redact_value
 
 # Assembled at run time so no scanner mistakes this file for a leak.
 OPENAI = "sk-" + "proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv"
@@ -48,6 +48,10 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7b\nq9Zk3\n-----END RSA 
         ("client_secret = 'q8Zr!x7'", "q8Zr!x7", "secret"),
         ("mysql --password hunter22 -u root", "hunter22", "secret"),
         ("deploy --token=abc12345", "abc12345", "secret"),
+        ("GET https://h.example/v1?api-key=Zq81xYt3Kp0&page=2", "Zq81xYt3Kp0", "url_secret"),
+        ("https://fn.azurewebsites.net/api/run?code=aBcD1234xyz==", "aBcD1234xyz==", "url_secret"),
+        ("s3 https://b.s3.amazonaws.com/o?X-Amz-Signature=9f8e7d6c5b4a", "9f8e7d6c5b4a", "url_secret"),
+        ("wss://rt.example/ws?x=1&token=qwerty123456", "qwerty123456", "url_secret"),
     ],
 )
 def test_secret_is_redacted(text: str, secret: str, kind: str) -> None:
@@ -61,6 +65,30 @@ def test_secret_is_redacted(text: str, secret: str, kind: str) -> None:
 def test_url_user_stays_and_password_goes() -> None:
     out = redact_secrets("see postgres://admin:s3cr3t@db.internal:5432/app for details")
     assert out == "see postgres://admin:[REDACTED:url_password]@db.internal:5432/app for details"
+
+
+def test_url_secrets_alone_are_redacted_by_redact_url_secrets() -> None:
+    """The URL-only pass (what every log line and printed line gets) takes URL credentials and nothing else."""
+    text = f"https://u:pw-9z8y7x@h.example/v1?key=Zq81xYt3Kp0&v=2 and {OPENAI} and password=hunter22"
+    assert redact_url_secrets(text) == (
+        f"https://u:[REDACTED:url_password]@h.example/v1?key=[REDACTED:url_secret]&v=2 and {OPENAI} and "
+        "password=hunter22"
+    )
+
+
+def test_redact_value_redacts_every_string_but_the_links_between_entries() -> None:
+    message = {
+        "role": "assistant",
+        "id": OPENAI,  # an id is never rewritten: two redacted ids would collide
+        "content": [
+            {"type": "toolCall", "id": "call_1", "arguments": {"cmd": [f"export K={OPENAI}"], "n": 3}}
+        ],
+        "toolCallId": OPENAI,
+    }
+    out = redact_value(message)
+    assert out["content"][0]["arguments"] == {"cmd": ["export K=[REDACTED:openai_key]"], "n": 3}
+    assert out["id"] == out["toolCallId"] == OPENAI and out["content"][0]["id"] == "call_1"
+    assert message["content"][0]["arguments"]["cmd"] == [f"export K={OPENAI}"]  # a copy: the input is kept
 
 
 def test_key_names_and_surroundings_are_kept() -> None:
@@ -101,6 +129,8 @@ def test_unterminated_private_key_is_redacted_to_the_end() -> None:
         "Authorization: required for every call",
         "process.env.ANTHROPIC_API_KEY = undefined`",
         "credentials: ~/.aws/credentials",
+        "https://example.com/search?q=keys&page=2&author=jane&error_code=E1234",
+        "https://api.example/v1?api-key=${API_KEY}",
         "",
     ],
 )

@@ -4,6 +4,9 @@ The suffix carries what a summary most often loses and an agent most needs to go
 word, the tool calls that failed (so they are not blindly retried), the files touched, and the workspace's
 critical rules. Under the size cap the suffix wins over the body, because the body is the part a model wrote
 and the suffix is the part that is exact.
+
+Being exact, it copies transcript text as it is: the caller passes messages already redacted (the engine does,
+before anything reads them), since a secret cut by a cap here would be a fragment no pattern recognises.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ ELLIPSIS = "…"
 _SPACE = re.compile(r"\s+")
 # "Command exited with code 1" (pi's bash), "exit code: 2", "exit status 127", "Process exited with code 3".
 _EXIT_CODE = re.compile(r"\bexit(?:ed)?(?:\s+with)?[\s_-]*(?:code|status)\b\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
+# ``details`` never reach a model, and the summary reaches the next one: of them only the exit code and one of
+# these status words are shown, never a tool's own details text.
 _FAILED_STATUSES = frozenset({"error", "failed", "failure", "timeout", "timed_out", "killed", "cancelled"})
 
 
@@ -161,8 +166,8 @@ def render_tool_failure(message: Message) -> str:
     tool = name if isinstance(name, str) and name else "tool"
     meta = []
     status = status_of(message)
-    if status is not None:
-        meta.append(f"status={_collapse(status)}")
+    if status is not None and status.strip().lower() in _FAILED_STATUSES:
+        meta.append(f"status={status.strip().lower()}")
     code = exit_code_of(message)
     if code is not None:
         meta.append(f"exitCode={code}")

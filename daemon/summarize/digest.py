@@ -348,7 +348,10 @@ def tool_failures(messages: Sequence[Message], read: TextOf = _text) -> list[Fai
                 args = call.get("arguments")
                 command = args.get("command") if isinstance(args, dict) else None
                 if isinstance(command, str):
-                    commands[call["id"]] = _collapse(command_identifier(command), FAILURE_COMMAND_MAX_CHARS)
+                    # Redacted whole, before the cut: a cut secret is a fragment no pattern recognises.
+                    commands[call["id"]] = _collapse(
+                        command_identifier(redact_secrets(command)), FAILURE_COMMAND_MAX_CHARS
+                    )
         elif role == "toolResult":
             text = read(message)
             match = _EXIT_CODE.search(text)
@@ -374,7 +377,7 @@ def tool_failures(messages: Sequence[Message], read: TextOf = _text) -> list[Fai
                         code,
                         _collapse(redact_secrets(str(output)), FAILURE_TEXT_MAX_CHARS),
                         _collapse(
-                            redact_secrets(command_identifier(str(command))), FAILURE_COMMAND_MAX_CHARS
+                            command_identifier(redact_secrets(str(command))), FAILURE_COMMAND_MAX_CHARS
                         ),
                     )
                 )

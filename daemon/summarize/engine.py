@@ -3,6 +3,11 @@
 Order of work: cut → strip and repair the span → rank identifiers → summarize (LLM level 1, partial level 2,
 digest level 3) → quality guard → identifier repair → augmentation → entries. Nothing here writes to disk; the
 model call is the only IO, behind ``Summarizer``.
+
+With ``redact`` on, secrets are redacted at the engine's three edges: the messages and the previous summary as
+they are read (so nothing downstream, cap or cut included, ever holds a secret or half of one), every prompt as
+it leaves (:class:`RedactedPrompts`), and what else is written: the summary's parts before they are fitted to
+the cap (model text, a split-turn summary) and AGENTS.md before its rules and post-compaction text are cut.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from daemon.summarize.identifiers import (
     extract_identifiers,
     rank_identifiers,
 )
+from daemon.summarize.redact import redact_secrets, redact_value
 from daemon.summarize.stages import LEVEL_DIGEST, LEVEL_LLM, LEVEL_PARTIAL, Stages, StageSettings, Summarizer
 from daemon.tokens import estimate_context_tokens, estimate_tokens
 from daemon.transcript.context import build_context, compaction_message
@@ -87,6 +93,17 @@ class EngineResult:
         post = [_custom_message(self.post_message)] if self.post_message else []
         kept = self.plan.kept
         return [summary, *post, *kept] if mode == "rotate" else [summary, *kept, *post]
+
+
+class RedactedPrompts:
+    """A :class:`Summarizer` whose every prompt is redacted on its way out, whichever stage built it and
+    whatever it carries (the span, a previous summary, partial summaries, retry reasons, operator text)."""
+
+    def __init__(self, client: Summarizer) -> None:
+        self.client = client
+
+    async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Any:
+        return await self.client.complete(redact_secrets(system), redact_secrets(user), max_tokens=max_tokens)
 
 
 def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
@@ -170,9 +187,15 @@ class CompactionEngine:
         s = self.settings
         span = repair_tool_pairing(list(llm_visible(plan.to_summarize)), errored_policy="drop").messages
         prefix = list(llm_visible(plan.turn_prefix))
+        failures = augment.collect_tool_failures(plan.to_summarize)  # with details: exit codes live there
+        previous = plan.previous_summary
+        if s.redact:  # everything below reads these, so a cap or a cut can never leave half a secret
+            span = [redact_value(m) for m in span]
+            prefix = [redact_value(m) for m in prefix]
+            failures = [redact_value(m) for m in failures]
+            previous = redact_secrets(previous) if previous else previous
         ranked = rank_identifiers(extract_identifiers([*span, *prefix]), cap=s.identifier_cap)
         latest_ask = latest_user_ask([*span, *prefix])
-        previous = plan.previous_summary
 
         body, level, quality_info, calls, notes = await self._summarize(
             list(span), previous, ranked, latest_ask
@@ -181,7 +204,8 @@ class CompactionEngine:
         if prefix:
             split_summary, extra_calls = await self._split_turn(prefix)
             calls += extra_calls
-        body, id_report = ensure_identifiers(body, ranked)
+        # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
+        body, id_report = ensure_identifiers(self._clean(body), ranked)
         ops = file_operations([*span, *prefix], plan.previous_details)
         markdown = agents_md
         if markdown is None and workspace is not None:
@@ -194,6 +218,7 @@ class CompactionEngine:
         if markdown:
             from daemon.agents_md import critical_rules, post_compaction_context
 
+            markdown = self._clean(markdown)  # before its sections are cut to fit: whole secrets only
             rules = critical_rules(markdown, sections=s.post_compaction_sections)
             post_text = post_compaction_context(
                 markdown,
@@ -201,15 +226,15 @@ class CompactionEngine:
                 max_chars=s.post_compaction_max_chars,
                 now=moment,
             )
-        suffix = augment.build_suffix(
-            recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
-            tool_failures=augment.collect_tool_failures(
-                plan.to_summarize
-            ),  # with details: exit codes live there
-            read_files=ops.read,
-            modified_files=ops.modified,
-            critical_rules=rules,
-            split_turn_summary=split_summary,
+        suffix = self._clean(
+            augment.build_suffix(
+                recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
+                tool_failures=failures,
+                read_files=ops.read,
+                modified_files=ops.modified,
+                critical_rules=rules,
+                split_turn_summary=split_summary,
+            )
         )
         body = _fit_body(body.rstrip(), max(0, s.summary_max_chars - len(suffix)))
         summary = augment.cap_summary(body, suffix, s.summary_max_chars)
@@ -260,6 +285,15 @@ class CompactionEngine:
         result.tokens_after = sum(estimate_tokens(m) for m in after)
         return result
 
+    def _clean(self, text: str) -> str:
+        """Text the engine writes (the summary's body and suffix, AGENTS.md's copies), redacted before any cap
+        cuts it."""
+        return redact_secrets(text) if self.settings.redact else text
+
+    def _model(self) -> Summarizer:
+        assert self.client is not None
+        return RedactedPrompts(self.client) if self.settings.redact else self.client
+
     def _check(self, body: str, latest_ask: str | None) -> quality.QualityReport:
         # Identifiers are guaranteed by ensure_identifiers afterwards, so they cost no regeneration here.
         return quality.check_summary(
@@ -300,7 +334,7 @@ class CompactionEngine:
 
         s = self.settings
         stages = Stages(
-            self.client,
+            self._model(),
             StageSettings(
                 window=s.summarizer_window,
                 identifier_policy=s.identifier_policy,
@@ -363,7 +397,7 @@ class CompactionEngine:
 
             s = self.settings
             stages = Stages(
-                self.client,
+                self._model(),
                 StageSettings(
                     window=s.summarizer_window, identifier_policy=s.identifier_policy, redact=s.redact
                 ),

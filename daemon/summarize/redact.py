@@ -1,4 +1,4 @@
-"""Secrets out of everything that leaves the process (summarizer prompts) or lands in a summary.
+"""Secrets out of everything that leaves the process (summarizer prompts, output) or lands in a summary.
 
 A transcript routinely holds keys the agent read from ``.env`` files or echoed in a ``curl``; a summary would
 copy them into every later prompt, and an external summarizer would receive them. Each secret is replaced by
@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 Replacer = Callable[[re.Match[str]], str]
 
@@ -79,6 +80,12 @@ def _cli_secret(m: re.Match[str]) -> str:
     return f"{m.group('prefix')}[REDACTED:secret]"
 
 
+def _url_query(m: re.Match[str]) -> str:
+    if _PLACEHOLDER.match(m.group("cred")):
+        return m.group(0)  # ?api-key=$KEY in a usage text
+    return f"{m.group('prefix')}[REDACTED:url_secret]"
+
+
 def _assignment(m: re.Match[str]) -> str:
     value = m.group("value")
     quote = value[0] if value[:1] in ("'", '"') else ""
@@ -125,6 +132,28 @@ def _in_class(char: str, spec: str) -> bool:
     return (char.isascii() and char.isalnum()) or (
         char in spec[5:] if spec.startswith("alnum") else char in spec
     )
+
+
+# Secrets a URL carries: scheme://user:password@host (the user name stays, it is an identifier) and a query
+# parameter named like a credential (?api-key=, &token=, X-Amz-Signature=, Azure's ?code=, Google's ?key=).
+_URL_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        ("://",),
+        re.compile(r"(?P<prefix>://[^\s:/@\[\]]+:)(?P<cred>(?!\[REDACTED)[^\s/@]+)(?=@)"),
+        _keep_prefix("url_password"),
+    ),
+    _Rule(
+        ("?", "&"),
+        re.compile(
+            r"(?P<prefix>[?&](?:"
+            r"(?:[A-Za-z0-9_.~-]*[_.-])?(?:key|apikey|token|secret|signature|password|passwd|credentials?)"
+            r"|sig|code|auth|pwd|pass)=)"
+            r"(?P<cred>(?!\[REDACTED)[^&#\s\"'<>`]{4,})",
+            re.IGNORECASE,
+        ),
+        _url_query,
+    ),
+)
 
 
 # Order matters: whole blocks first, then token formats whose prefix names the kind, then the generic
@@ -190,12 +219,7 @@ _RULES: tuple[_Rule, ...] = (
         _keep_prefix("bearer"),
         "alnum_",
     ),
-    # scheme://user:password@host — the user name stays (it is an identifier), the password goes.
-    _Rule(
-        ("://",),
-        re.compile(r"(?P<prefix>://[^\s:/@\[\]]+:)(?P<cred>(?!\[REDACTED)[^\s/@]+)(?=@)"),
-        _keep_prefix("url_password"),
-    ),
+    *_URL_RULES,
     _Rule(
         ("--",),
         re.compile(
@@ -218,11 +242,15 @@ _RULES: tuple[_Rule, ...] = (
 
 def redact_secrets_counted(text: str) -> tuple[str, dict[str, int]]:
     """The redacted text and how many secrets of each kind were replaced (for logs and metrics)."""
+    return _redact(text, _RULES)
+
+
+def _redact(text: str, rules: tuple[_Rule, ...]) -> tuple[str, dict[str, int]]:
     counts: dict[str, int] = {}
     if not text:
         return text, counts
     lowered = text.lower()
-    for rule in _RULES:
+    for rule in rules:
         if not any(n in lowered for n in rule.needles):
             continue
 
@@ -259,3 +287,25 @@ def _substitute(rule: _Rule, text: str, replace: Replacer) -> str:
 def redact_secrets(text: str) -> str:
     """``text`` with every recognised secret replaced by ``[REDACTED:<kind>]``."""
     return redact_secrets_counted(text)[0]
+
+
+def redact_url_secrets(text: str) -> str:
+    """Only the credentials URLs carry (userinfo password, credential-named query values): cheap enough for
+    every log line and every line a command prints, and it cannot touch anything else in them."""
+    return _redact(text, _URL_RULES)[0]
+
+
+# Keys whose values link entries and tool calls: never rewritten, or two redacted ids could collide.
+_LINK_KEYS = frozenset({"id", "parentId", "toolCallId"})
+
+
+def redact_value(value: Any) -> Any:
+    """A copy of a JSON value (a message, its content blocks, tool-call arguments) with every string redacted,
+    so whatever later renders, caps or cuts it can never cut a secret into a fragment no pattern recognises."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, list):
+        return [redact_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: v if k in _LINK_KEYS else redact_value(v) for k, v in value.items()}
+    return value
