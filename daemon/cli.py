@@ -144,7 +144,21 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
             if client is not None:
                 await client.close()
 
-    result = anyio.run(go)
+    if args.dry_run:
+        result = anyio.run(go)
+    else:
+        from daemon.commit.claim import ClaimBusy, SessionClaim
+        from daemon.commit.journal import recover
+        from daemon.job import JobResult
+
+        # Like run and once: finish what a killed commit left (its late lines belong in the file this
+        # compaction is planned on), and never work on a session another compactd is flushing or compacting.
+        recover(config.state_dir)
+        try:
+            with SessionClaim(config.state_dir, args.file):
+                result = anyio.run(go)
+        except ClaimBusy as exc:
+            result = JobResult(args.file, "none", mode=args.mode, reason=f"busy: {exc}")
     data = result.as_json()
     if args.json:
         _print_json(data, out)
@@ -188,13 +202,14 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
-    from daemon.state import read_status, render_status_table
+    from daemon.state import archive_usage, read_status, render_status_table
 
     config = _load_config(args)
     status = read_status(config.state_dir)
     if status is None:
         out.write(f"no status in {config.state_dir}: compactd has not run with this state directory\n")
         return 1
+    status["archives"] = archive_usage(config.state_dir).as_json()  # read now: the journal is the truth
     if args.json:
         _print_json(status, out)
     else:

@@ -363,8 +363,9 @@ class QualityGuardConfig:
 
 @dataclass(frozen=True, slots=True)
 class ArchivesConfig:
-    keep_count: int = _opt(d.ARCHIVE_KEEP_COUNT, ge=0)
-    keep_days: float = _opt(d.ARCHIVE_KEEP_DAYS, ge=0)
+    keep_days: float = _opt(d.ARCHIVE_KEEP_DAYS, ge=0)  # 0: no age limit
+    keep_count: int = _opt(d.ARCHIVE_KEEP_COUNT, ge=0)  # 0: no count cap
+    warn_bytes: int = _opt(d.ARCHIVE_WARN_BYTES, gt=0)
 
 
 def _parse_sections(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[str, ...]:

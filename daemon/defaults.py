@@ -37,9 +37,13 @@ MAX_KEEP_RECENT_TURNS = 12
 COMMIT_MODE = "rotate"
 # A session is touched only after this much quiet, so a live agent's file is never rewritten under it.
 IDLE_SECONDS = 30.0
-# Archives (``*.jsonl.bak.<ts>``) kept per session, and for how long, before retention removes them.
-ARCHIVE_KEEP_COUNT = 5
+# Archives (``*.jsonl.bak.<ts>``) are the only copy of the lines a rotation summarized: they are removed by age
+# only. A count cap (0 = none) is opt-in: 30 compactions of a busy session in an hour would otherwise delete
+# thousands of lines that exist nowhere else within that hour.
 ARCHIVE_KEEP_DAYS = 30.0
+ARCHIVE_KEEP_COUNT = 0
+# ``compactd doctor`` warns when all archives together take more than this (or 10 % of their filesystem).
+ARCHIVE_WARN_BYTES = 1 << 30
 
 # --- tool results -----------------------------------------------------------------------------------------
 # One tool result may take at most this share of the window (spec §6.1) ...

@@ -25,6 +25,10 @@ def _bad(out: TextIO, text: str, fix: str) -> None:
     out.write(f"FIX   {text}\n      → {fix}\n")
 
 
+def _warn(out: TextIO, text: str, fix: str) -> None:
+    out.write(f"WARN  {text}\n      → {fix}\n")
+
+
 def check_roots(config: Config, out: TextIO) -> int:
     problems = 0
     roots, refused = discover_roots(config.sessions.roots, state_dir=config.state_dir)
@@ -160,6 +164,47 @@ def check_state_dir(config: Config, out: TextIO) -> int:
     return 0
 
 
+# Archives taking more than this share of their filesystem are worth a warning whatever warn_bytes says.
+ARCHIVE_WARN_FS_SHARE = 0.10
+
+
+def check_archives(config: Config, out: TextIO) -> int:
+    """The archives' disk use against ``compaction.archives.warn_bytes`` and a share of their filesystem."""
+    from daemon.state import archive_usage, human_bytes
+
+    usage = archive_usage(config.state_dir)
+    settings = config.compaction.archives
+    policy = f"kept {settings.keep_days:g} days" if settings.keep_days > 0 else "kept for ever"
+    if settings.keep_count > 0:
+        policy += f", at most {settings.keep_count} per session"
+    summary = (
+        f"archives: {usage.count} of {usage.sessions} session(s), {human_bytes(usage.disk_bytes)} on disk"
+    )
+    fix = (
+        "lower compaction.archives.keep_days (or set keep_count, which deletes lines that exist nowhere "
+        "else), or move the sessions to a larger disk"
+    )
+    problems = 0
+    if usage.disk_bytes > settings.warn_bytes:
+        problems += 1
+        _warn(out, f"{summary}, more than warn_bytes ({human_bytes(settings.warn_bytes)}); {policy}", fix)
+    for used, sample in usage.by_device.values():
+        try:
+            fs = os.statvfs(sample)
+        except OSError:
+            continue
+        total = fs.f_blocks * fs.f_frsize
+        if total and used > ARCHIVE_WARN_FS_SHARE * total:
+            problems += 1
+            share = 100.0 * used / total
+            _warn(
+                out, f"archives take {share:.0f} % of the filesystem holding {os.path.dirname(sample)}", fix
+            )
+    if not problems:
+        _ok(out, f"{summary} ({policy})")
+    return problems
+
+
 def check_summarizer(config: Config, out: TextIO) -> int:
     s = config.summarizer
     if not s.enabled:
@@ -200,6 +245,7 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
         check_roots(config, out)
         + check_sessions(config, out)
         + check_state_dir(config, out)
+        + check_archives(config, out)
         + check_summarizer(config, out)
     )
     check_workspaces(config, discover_roots(config.sessions.roots, state_dir=config.state_dir)[0], out)

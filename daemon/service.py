@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 import anyio.abc
@@ -31,6 +31,9 @@ from daemon.tracker import SessionTracker
 from daemon.transcript.reader import read_transcript
 from daemon.watch import expand_roots, scan_root, watch_root
 
+if TYPE_CHECKING:
+    from daemon.commit.claim import SessionClaim
+
 log = logging.getLogger(__name__)
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
@@ -43,6 +46,8 @@ IDLE_WAKE_SECONDS = 60.0
 WATCH_HEARTBEAT_MS = 5_000
 # status.json is rewritten at least this often even when nothing changed (its updated_at is a heartbeat).
 STATE_HEARTBEAT_SECONDS = 60.0
+# Archive retention runs over every session this often (and after each rotation, for that session).
+RETENTION_SWEEP_SECONDS = 3600.0
 
 
 def _signature(path: str) -> tuple[int, ...] | None:
@@ -108,6 +113,7 @@ class Service:
         self.heartbeat = time.monotonic()
         self.dirty = True  # something changed since state files were last written
         self.last_written = 0.0
+        self.last_sweep = time.monotonic()
         self.task_group: anyio.abc.TaskGroup | None = None
         self._client: Any = None
         # What was last logged per path (a failure, an ignored file), so a repeat is not logged again.
@@ -275,9 +281,34 @@ class Service:
         return sorted(ready, key=lambda s: -(self.session_state(s.path).percent_of_budget() or 0.0))
 
     async def act(self, session: Session, *, force: bool = False, dry_run: bool = False) -> Outcome:
+        """:meth:`act_claimed` under the session's claim, which every compactd process of this state directory
+        takes (``run``, ``once``, ``compact``): one flush and one commit per cycle, whoever runs it."""
+        from daemon.commit.claim import ClaimBusy, SessionClaim
+
+        if dry_run:
+            return await self.act_claimed(session, None, force=force, dry_run=True)
+        claim = SessionClaim(self.config.state_dir, session.path)
+        try:
+            claim.acquire()
+        except ClaimBusy as exc:
+            self._retry_later(self.session_state(session.path), str(exc))
+            log.info("session=%s action=busy reason=%s", session.path, exc)
+            return Outcome(session.path, "busy", detail={"reason": str(exc)})
+        except OSError as exc:  # the state dir is unwritable: this session fails, the others go on
+            self.fail(session.path, "claim", exc)
+            return Outcome(session.path, "failed", detail={"stage": "claim", "reason": describe_error(exc)})
+        try:
+            return await self.act_claimed(session, claim, force=force)
+        finally:
+            claim.release()
+
+    async def act_claimed(
+        self, session: Session, claim: SessionClaim | None, *, force: bool = False, dry_run: bool = False
+    ) -> Outcome:
         """Flush, then prune and/or compact one session. Never raises: this is the session boundary, and a
         failure at any stage is recorded in the session's state with a back-off and returned as ``failed``."""
-        from daemon.commit.locks import session_is_locked
+        from daemon.commit.claim import flush_cycle
+        from daemon.commit.locks import lock_holder
         from daemon.job import compact_file
 
         path = session.path
@@ -285,9 +316,11 @@ class Service:
         session.in_flight = True
         stage = "read"  # where an exception stopped this session, for its state and the log
         try:
-            if session_is_locked(path):
-                self._retry_later(st, "an agent holds the session lock")
-                return Outcome(path, "busy", detail={"reason": "an agent holds the session lock"})
+            holder = lock_holder(path)
+            if holder is not None:
+                reason = f"{holder} holds the session lock"
+                self._retry_later(st, reason)
+                return Outcome(path, "busy", detail={"reason": reason})
             if not is_session_path(path):
                 session.due = False
                 return Outcome(path, "skip", detail={"reason": "not a regular file reached without symlinks"})
@@ -298,6 +331,10 @@ class Service:
                 return Outcome(path, "skipped", detail={"reason": st.skipped})
             stage = "plan"
             budget = budget_for(self.config, transcript)
+            cycle = flush_cycle(transcript)
+            recorded = claim.flushed_in(cycle) if claim is not None else None
+            if recorded is not None and recorded != st.flushed_this_cycle:
+                st.flushed_cycle = st.compactions if recorded else None  # another process flushed/compacted
             decision: Decision = decide(
                 self.config,
                 budget,
@@ -316,6 +353,11 @@ class Service:
                 stage = "flush"
                 await self.flush(path, transcript, budget)
                 st.mark_flushed(time.time())
+                if claim is not None:
+                    try:
+                        claim.mark_flushed(cycle)
+                    except OSError as exc:  # the flush is done; only a second runner may repeat it
+                        log.warning("session=%s cannot record the flush: %s", path, exc)
             if decision.action == "skip":
                 session.due = False
                 st.skipped = decision.reason
@@ -543,6 +585,8 @@ class Service:
                 await self.rescan_due.wait()
             self.rescan_due = anyio.Event()
             self.rescan()
+            if time.monotonic() - self.last_sweep >= RETENTION_SWEEP_SECONDS:
+                await anyio.to_thread.run_sync(self.sweep_archives)
 
     async def _watch_one(self, root: str, stop: anyio.Event) -> None:
         s = self.config.service
@@ -591,6 +635,26 @@ class Service:
         else:
             self._state_write_error = None
         release_free_memory()  # the documents just built were large and short-lived
+
+    def write_state_unless_served(self) -> None:
+        """``once``: write the state files, unless a running daemon owns them (it holds the instance lock and
+        would overwrite them within seconds; its ``status.json`` must keep naming it). The flush record and
+        the journal, which every process shares, are written either way."""
+        from daemon.commit.locks import AlreadyRunning, InstanceLock
+
+        lock = InstanceLock(self.config.state_dir)
+        try:
+            lock.acquire()
+        except AlreadyRunning as exc:
+            log.info("state files left to the running compactd (pid %s)", exc.pid)
+            return
+        except OSError as exc:
+            log.warning("action=state_write_failed error=%s", exc)
+            return
+        try:
+            self.write_state()
+        finally:
+            lock.release()
 
     async def watchdog_loop(self) -> None:
         """WATCHDOG=1 at half of WATCHDOG_USEC, but only while the watchers show progress: their heartbeat (an
@@ -706,11 +770,27 @@ class Service:
         return 0
 
     def recover(self) -> None:
-        """Finish or roll back what a killed compactd left half done, and drop stale temp files."""
+        """Finish or roll back what a killed compactd left half done, drop stale temp files, and apply the
+        archive retention to every session (those never compacted again age out too)."""
         from daemon.commit.journal import recover
 
         self.store.remove_stale_temps()
         recover(self.config.state_dir)
+        self.sweep_archives()
+
+    def sweep_archives(self) -> None:
+        from daemon.commit.retention import sweep_archives
+
+        archives = self.config.compaction.archives
+        self.last_sweep = time.monotonic()
+        removed = sweep_archives(
+            self.config.state_dir,
+            keep_count=archives.keep_count,
+            keep_days=archives.keep_days,
+            now=time.time(),
+        )
+        if removed:
+            log.info("action=retention removed=%d archive(s)", len(removed))
 
 
 def limit_malloc_arenas() -> None:
@@ -776,7 +856,7 @@ def run_once(
                 outcomes.append(await _once_outcome(service, path, session, path in ready, now))
         finally:
             if not dry_run:
-                service.write_state()
+                service.write_state_unless_served()
             if service._client is not None:
                 await service._client.close()
         return outcomes

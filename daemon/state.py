@@ -36,10 +36,12 @@ __all__ = [
     "METRICS_FILE",
     "SESSIONS_FILE",
     "STATUS_FILE",
+    "ArchiveUsage",
     "Backoff",
     "Metrics",
     "SessionState",
     "StateStore",
+    "archive_usage",
     "build_status",
     "daemon_running",
     "describe_error",
@@ -426,6 +428,82 @@ class StateStore:
         write_metrics(self.state_dir, metrics, now=now)
 
 
+# --- archives -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveUsage:
+    """The archives our rotations made that still exist (the journal lists them), and their disk use.
+
+    ``disk_bytes`` counts allocated blocks, as ``du`` does; ``by_device`` maps a filesystem (``st_dev``) to
+    (bytes on it, one archive path on it) for ``doctor``'s share-of-the-filesystem check.
+    """
+
+    count: int = 0
+    sessions: int = 0
+    disk_bytes: int = 0
+    oldest: float | None = None  # epoch seconds of the oldest archive's rotation
+    by_device: Mapping[int, tuple[int, str]] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "sessions": self.sessions,
+            "disk_bytes": self.disk_bytes,
+            "oldest": _iso(self.oldest),
+        }
+
+
+def archive_usage(state_dir: str | os.PathLike[str]) -> ArchiveUsage:
+    """What the archives listed in ``state_dir``'s journal take on disk (an unreadable journal: nothing)."""
+    from daemon.commit.journal import Journal
+    from daemon.commit.retention import archive_time
+
+    try:
+        by_path = Journal(state_dir).all_archives()
+    except OSError as exc:
+        logger.warning("state: cannot read the journal in %s: %s", state_dir, exc)
+        return ArchiveUsage()
+    seen: set[tuple[int, int]] = set()
+    devices: dict[int, tuple[int, str]] = {}
+    count = 0
+    oldest: float | None = None
+    for archives in by_path.values():
+        for archive in archives:
+            try:
+                st = os.lstat(archive)
+            except OSError:
+                continue
+            count += 1
+            when = archive_time(archive)
+            if when is not None and (oldest is None or when < oldest):
+                oldest = when
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            used, sample = devices.get(st.st_dev, (0, archive))
+            devices[st.st_dev] = (used + st.st_blocks * 512, sample)
+    return ArchiveUsage(
+        count=count,
+        sessions=len(by_path),
+        disk_bytes=sum(used for used, _ in devices.values()),
+        oldest=oldest,
+        by_device=devices,
+    )
+
+
+def human_bytes(value: int) -> str:
+    """``1.5 GiB``: binary units, one decimal."""
+    if value < 1024:
+        return f"{value} B"
+    size = value / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
 # --- status.json --------------------------------------------------------------------------------------------
 
 
@@ -607,6 +685,15 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
         + (f", failing now {_int(status.get('failing'))}" if status.get("failing") else "")
         + (f", skipped {_int(status.get('skipped'))}" if status.get("skipped") else "")
     )
+    archives = status.get("archives")
+    if isinstance(archives, Mapping) and isinstance(archives.get("count"), int):
+        disk = archives.get("disk_bytes")
+        oldest = _epoch(archives.get("oldest"))
+        lines.append(
+            f"archives {_int(archives.get('count'))} of {_int(archives.get('sessions'))} session(s), "
+            f"{human_bytes(disk) if isinstance(disk, int) else '-'} on disk"
+            + (f", oldest {_duration(now - oldest)} old" if oldest is not None else "")
+        )
     rows = [r for r in status.get("sessions", []) if isinstance(r, Mapping)]
     if not rows:
         lines.append("")

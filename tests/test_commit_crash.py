@@ -324,3 +324,163 @@ def test_recovery_repoints_the_leaf_when_the_killed_commit_rescued_but_did_not(
     loaded = pi.load(path)
     assert {"1a7e0001", "1a7e0002"} <= set(loaded["branch_ids"])
     assert [m["content"][0]["text"] for m in loaded["messages"][-2:]] == ["late", "newer"]
+
+
+# --- issue 9, item 6: every command that commits recovers first; recovered lines never dangle --------------
+
+
+def test_compact_after_a_kill_under_a_live_appender_recovers_first(pi: Pi, tmp_path: Path) -> None:
+    """Killed right after the rename while pi's appender runs, with its lines landing in the old inode after the
+    carry-over: ``compactd compact`` runs recovery before planning, so the file it compacts (its archive) holds
+    every appended line on pi's active branch, and nothing dangles before or after."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.support.pi import NodeAppender
+
+    path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
+    state = tmp_path / "state"
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"state_dir": str(state), "sessions": {"roots": [str(path.parent)]}}))
+    appender = NodeAppender(path, 600, pause_every=2, pause_ms=4).start()
+
+    def late_line() -> None:
+        # After the carry-over, before the rename: wait (bounded) until the appender puts a line in the old
+        # inode, which then only the grace rescue (never reached: the kill) or recovery can move.
+        size = os.stat(path).st_size
+        deadline = time.monotonic() + 10
+        while os.stat(path).st_size == size and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    try:
+        run = run_child_commit(
+            path,
+            make_entries(path),
+            mode="rotate",
+            state_dir=state,
+            point="rotate_after_rename",
+            kill_after=None,
+            with_writer=False,
+            hooks={"rotate_before_rename": late_line},
+        )
+    finally:
+        appended = appender.wait()
+    assert os.WIFSIGNALED(run.exit_status)
+    (first_archive,) = archives_of(path)
+    live_ids = {e["id"] for e in file_lines(path)}
+    only_archived = [i for i in appended.ids if i not in live_ids]
+    assert only_archived, "the scenario needs lines the kill left in the old inode only"
+    assert {e["id"] for e in file_lines(first_archive)} >= set(only_archived)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "compact", str(path), "--force", "--json", "--config", str(config)],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "COMPACTD_CONFIG")},
+    )
+    data = json.loads(done.stdout)
+    assert data["committed"] is True, (data, done.stderr)
+    # The file the compaction was planned on (now its archive) had every appended line on pi's branch.
+    planned_on = Path(data["archive"])
+    loaded = pi.load(planned_on)
+    assert set(appended.ids) <= set(loaded["branch_ids"]), sorted(
+        set(appended.ids) - set(loaded["branch_ids"])
+    )
+    assert _dangling(planned_on) == []
+    # And the compacted file loads whole: nothing dangles, the summary is the root of pi's branch.
+    assert _dangling(path) == []
+    after = pi.load(path)
+    assert after["messages"][0]["role"] == "compactionSummary"
+    union = {e.get("id") for e in iter_union_entries(path)}
+    assert set(appended.ids) <= union
+    assert Journal(state).pending(Journal(state).records()) == []
+
+
+def _dangling(path: Path) -> list[str]:
+    return [p.message for p in read_transcript(path).problems if p.kind == "dangling_parent"]
+
+
+def test_late_lines_recovered_into_a_file_rewritten_since_are_reattached_not_orphaned(
+    pi: Pi, tmp_path: Path
+) -> None:
+    """The kill left three agent lines in the old inode; before any recovery the live file was compacted again
+    (as a compactd without recovery-first did), summarizing their parent. Recovery must not append them as
+    orphans: they are re-parented, ids and content kept, onto the end of pi's active branch."""
+    path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
+    state = tmp_path / "state"
+    entries = make_entries(path)
+    leaf = entries.snapshot_leaf_id
+    run = run_child_commit(
+        path, entries, mode="rotate", state_dir=state, point="rotate_after_dir_fsync", kill_after=None,
+        with_writer=False,
+    )  # fmt: skip
+    assert os.WIFSIGNALED(run.exit_status)
+    (archive,) = archives_of(path)
+    late = [
+        _message_line("1a7e0001", leaf, "late one"),
+        _message_line("1a7e0002", "1a7e0001", "late two"),
+        _message_line("1a7e0003", "1a7e0002", "late three"),
+    ]
+    with open(archive, "ab") as f:
+        f.write(b"".join(late))
+    # The session went on in the new file from the leaf, and was compacted again past that leaf.
+    with open(path, "ab") as f:
+        f.write(_message_line("2e000001", leaf, "a new question"))
+        f.write(_message_line("2e000002", "2e000001", "and another"))
+    again = commit(path, make_entries(path, keep_turns=1), mode="rotate", state_dir=tmp_path / "other-state",
+                   idle_seconds=0)  # fmt: skip
+    assert again.committed, again.reason
+    assert leaf not in {e.get("id") for e in file_lines(path)}  # the late lines' parent is summarized away
+
+    report = recover(state)
+    assert report.finished == [str(path)] and report.rescued_lines == 3
+    assert _dangling(path) == []
+    loaded = pi.load(path)
+    assert {"1a7e0001", "1a7e0002", "1a7e0003", "2e000002"} <= set(loaded["branch_ids"])
+    texts = [m["content"][0]["text"] for m in loaded["messages"] if m["role"] == "user"]
+    assert texts[-4:] == ["and another", "late one", "late two", "late three"]
+    assert loaded["messages"][0]["role"] == "compactionSummary"
+    # Ids and content kept; only the first one's parent changed.
+    rescued = {e["id"]: e for e in file_lines(path) if e["id"].startswith("1a7e")}
+    originals = {json.loads(line)["id"]: json.loads(line) for line in late}
+    for entry_id, entry in rescued.items():
+        assert {k: v for k, v in entry.items() if k != "parentId"} == {
+            k: v for k, v in originals[entry_id].items() if k != "parentId"
+        }
+    assert rescued["1a7e0002"]["parentId"] == "1a7e0001"
+    assert report.reattached_lines == 1
+    assert recover(state).rescued_lines == 0  # idempotent
+
+
+def test_a_late_line_whose_parent_was_summarized_goes_above_its_children(pi: Pi, tmp_path: Path) -> None:
+    """In the successor itself: an agent wrote a line into the old inode whose parent the rotation summarized,
+    and its child into the new file. Recovery hangs the late line from the successor's anchor (as the rotation
+    hangs branches that fork in the summarized part), so its child is reachable and nothing dangles or cycles."""
+    path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
+    state = tmp_path / "state"
+    entries = make_entries(path)
+    summarized_parent = file_lines(path)[3]["id"]
+    run = run_child_commit(
+        path, entries, mode="rotate", state_dir=state, point="rotate_after_dir_fsync", kill_after=None,
+        with_writer=False,
+    )  # fmt: skip
+    assert os.WIFSIGNALED(run.exit_status)
+    assert summarized_parent not in {e.get("id") for e in file_lines(path)}
+    (archive,) = archives_of(path)
+    with open(archive, "ab") as f:
+        f.write(_message_line("1a7e0001", summarized_parent, "from an old leaf"))
+    with open(path, "ab") as f:
+        f.write(_message_line("1a7e0002", "1a7e0001", "its child, in the new file"))
+    report = recover(state)
+    assert report.rescued_lines == 1
+    assert _dangling(path) == []
+    loaded = pi.load(path)
+    assert {"1a7e0001", "1a7e0002"} <= set(loaded["branch_ids"])
+    texts = [m["content"][0]["text"] for m in loaded["messages"] if m["role"] == "user"]
+    assert texts[-2:] == ["from an old leaf", "its child, in the new file"]
+    assert loaded["messages"][0]["role"] == "compactionSummary"
+    assert report.reattached_lines == 1

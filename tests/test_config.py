@@ -73,6 +73,7 @@ DEFAULTS_TABLE: list[tuple[str, Any]] = [
     ("compaction.post_compaction_max_chars", d.POST_COMPACTION_MAX_CHARS),
     ("compaction.archives.keep_count", d.ARCHIVE_KEEP_COUNT),
     ("compaction.archives.keep_days", d.ARCHIVE_KEEP_DAYS),
+    ("compaction.archives.warn_bytes", d.ARCHIVE_WARN_BYTES),
     ("memory_flush.enabled", d.MEMORY_FLUSH_ENABLED),
     ("memory_flush.soft_threshold_tokens", d.MEMORY_FLUSH_SOFT_THRESHOLD_TOKENS),
     ("memory_flush.force_bytes", d.MEMORY_FLUSH_FORCE_BYTES),

@@ -312,7 +312,7 @@ def test_hold_refuses_a_live_lock_and_leaves_it(transcript: Path, sleeper: subpr
     before = lock.read_bytes()
     with pytest.raises(SessionBusy) as excinfo, hold_session_lock(transcript):
         pytest.fail("must not enter")
-    assert f"pid={sleeper.pid}" in str(excinfo.value)
+    assert f"an agent (pid {sleeper.pid})" in str(excinfo.value)
     assert excinfo.value.lock_path == lock
     assert lock.read_bytes() == before
 
@@ -405,7 +405,7 @@ def test_hold_blocks_a_second_process(transcript: Path) -> None:
             [sys.executable, "-c", code, str(transcript)], env=env, capture_output=True, text=True, timeout=60
         )
     assert proc.returncode == 3, proc.stderr
-    assert f"pid={os.getpid()}" in proc.stdout
+    assert f"(pid {os.getpid()})" in proc.stdout
     proc = subprocess.run(
         [sys.executable, "-c", code, str(transcript)], env=env, capture_output=True, text=True, timeout=60
     )

@@ -3,8 +3,9 @@
 ``<state_dir>/journal.jsonl`` is append-only JSON lines, each ``fsync``'d before the step it announces:
 
 - ``{"rec": "intent", "tx", "op": "rotate"|"append", "path", "pid", "ts", "dev", "inode", "size", ...}`` —
-  rotate adds ``archive``, ``tmp`` and ``succ_size`` (the successor's length: the carried-over lines start
-  there); append adds ``ids`` (the entries it writes);
+  rotate adds ``archive``, ``tmp``, ``succ_size`` (the successor's length: the carried-over lines start
+  there) and ``succ_hash`` (its digest: is the live file still that successor?); append adds ``ids`` (the
+  entries it writes);
 - ``{"rec": "progress", "tx", "ids"}`` — an append's correction round, with the ids it adds;
 - ``{"rec": "done", "tx", "status", "ts", ...}`` — ``committed``/``abandoned`` from the commit, or what
   recovery did; a rotation's ``archive`` is listed here for retention;
@@ -17,7 +18,9 @@
   (rolled back; the original is untouched);
 - rotate, path is a new inode and the archive is the old one → the rename happened: append to the live file
   every line the old inode got after the snapshot that the live file lacks (a kill during the grace period),
-  re-point the leaf if such a line landed after its own child (finished);
+  re-attached so none dangles (a line whose parent is gone, or a file rewritten since, gets it re-parented onto
+  the active branch, ids and content kept), and re-point the leaf if such a line landed after its own child
+  (finished);
 - append → seal a torn line our killed write left, and re-point the leaf if our lines cut agent lines off the
   last line's branch (finished).
 
@@ -29,12 +32,13 @@ its own backups the same way.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import itertools
 import logging
 import os
 import stat
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,13 +53,28 @@ from daemon.commit.atomic import (
     tmp_pid,
     write_all,
 )
-from daemon.commit.locks import lock_is_live, lock_path_for, pid_alive, read_lock, remove_stale_lock
-from daemon.commit.successor import dumps_entry, fresh_id, iso_timestamp, leaf_pointer_entry, leaf_to_repoint
+from daemon.commit.locks import (
+    flocked,
+    lock_is_live,
+    lock_path_for,
+    pid_alive,
+    read_lock,
+    remove_stale_lock,
+)
+from daemon.commit.successor import (
+    dumps_entry,
+    fresh_id,
+    iso_timestamp,
+    leaf_pointer_entry,
+    leaf_to_repoint,
+    plan_rescue,
+)
 from daemon.transcript.reader import parse_line, parse_transcript
 
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "journal.jsonl"
+RECOVERY_LOCK_NAME = "recovery.lock"
 # At recovery a journal larger than this is rewritten with only what is still needed (archive records).
 JOURNAL_COMPACT_BYTES = 1 << 20
 # A temp file of ours older than this is stale even if a process with its pid exists (pid reuse).
@@ -84,10 +103,12 @@ class Journal:
         """Write one record and ``fsync`` it; a torn last record (a killed write) is sealed off first.
 
         ``sync=False`` is for records that only matter after a process kill (the page cache keeps them), not
-        after a power loss, where the extra fsync would slow a loop that must stay short.
+        after a power loss, where the extra fsync would slow a loop that must stay short. Writers share a
+        ``flock`` on the journal that :meth:`compact` takes exclusively, so a record written by another compactd
+        process of this state directory while the journal is rewritten is not lost.
         """
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = self._open_locked(fcntl.LOCK_SH)
         try:
             size = os.fstat(fd).st_size
             prefix = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
@@ -98,6 +119,22 @@ class Journal:
             os.close(fd)
         if size == 0:
             fsync_dir(str(self.state_dir))
+
+    def _open_locked(self, operation: int, *, create: bool = True) -> int:
+        """The journal opened for append and ``flock``'d; re-opened if :meth:`compact` replaced it meanwhile."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        while True:
+            fd = os.open(self.path, flags, 0o600)
+            try:
+                fcntl.flock(fd, operation)
+                st = os.fstat(fd)
+                current = _lstat(str(self.path))
+            except BaseException:
+                os.close(fd)
+                raise
+            if current is not None and (current.st_dev, current.st_ino) == (st.st_dev, st.st_ino):
+                return fd
+            os.close(fd)  # renamed over while we waited: the records go to the new file
 
     def intent(self, op: str, path: str, **fields: Any) -> str:
         tx = f"{time.time_ns():x}-{os.getpid()}-{next(_tx_counter)}"
@@ -170,47 +207,67 @@ class Journal:
 
     def archives(self, path: str, records: list[Record] | None = None) -> list[str]:
         """Archives of ``path`` made by our rotations that still exist, oldest first."""
+        return self.all_archives(records).get(path, [])
+
+    def all_archives(self, records: list[Record] | None = None) -> dict[str, list[str]]:
+        """Every session path's archives made by our rotations that still exist, oldest first."""
         records = self.records() if records is None else records
-        seen: dict[str, None] = {}
+        by_path: dict[str, dict[str, None]] = {}
+        owner_of: dict[str, str] = {}
         intents = {r.get("tx"): r for r in records if r.get("rec") == "intent"}
         for record in records:
             kind = record.get("rec")
             archive = record.get("archive")
             if not isinstance(archive, str):
                 continue
+            owner: object = None
             if kind == "done" and record.get("status") in ("committed", "finished"):
                 owner = record.get("path") or intents.get(record.get("tx"), {}).get("path")
-                if owner == path:
-                    seen[archive] = None
-            elif kind == "archive" and record.get("path") == path:
-                seen[archive] = None
-            elif kind == "removed":
-                seen.pop(archive, None)
-        return [a for a in seen if _lstat(a) is not None]
+            elif kind == "archive":
+                owner = record.get("path")
+            elif kind == "removed" and archive in owner_of:
+                by_path[owner_of.pop(archive)].pop(archive, None)
+                continue
+            if isinstance(owner, str):
+                by_path.setdefault(owner, {})[archive] = None
+                owner_of[archive] = owner
+        out: dict[str, list[str]] = {}
+        for path, archives in by_path.items():
+            existing = [a for a in archives if _lstat(a) is not None]
+            if existing:
+                out[path] = existing
+        return out
 
     def compact(self) -> None:
-        """Rewrite the journal keeping unfinished intents and the archives that still exist."""
-        records = self.records()
-        keep: list[Record] = []
-        pending = {r["tx"] for r in self.pending(records)}
-        by_path: dict[str, list[str]] = {}
-        for record in records:
-            if record.get("tx") in pending:
-                keep.append(record)
-        paths = {r.get("path") for r in records if isinstance(r.get("path"), str)}
-        for path in sorted(p for p in paths if isinstance(p, str)):
-            by_path[path] = self.archives(path, records)
-        for path, archives in by_path.items():
-            keep.extend({"rec": "archive", "path": path, "archive": a} for a in archives)
-        tmp = self.path.with_name(f".{JOURNAL_NAME}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        """Rewrite the journal keeping unfinished intents and the archives that still exist.
+
+        Under an exclusive ``flock`` (see :meth:`append`): no other process's record can fall between the
+        read and the rename.
+        """
         try:
-            write_all(fd, b"".join(dumps_entry(r) + b"\n" for r in keep))
-            os.fsync(fd)
+            fd = self._open_locked(fcntl.LOCK_EX, create=False)
+        except FileNotFoundError:
+            return
+        try:
+            records = self.records()
+            keep: list[Record] = []
+            pending = {r["tx"] for r in self.pending(records)}
+            for record in records:
+                if record.get("tx") in pending:
+                    keep.append(record)
+            for path, archives in sorted(self.all_archives(records).items()):
+                keep.extend({"rec": "archive", "path": path, "archive": a} for a in archives)
+            tmp = self.path.with_name(f".{JOURNAL_NAME}.{os.getpid()}.tmp")
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                write_all(out, b"".join(dumps_entry(r) + b"\n" for r in keep))
+                os.fsync(out)
+            finally:
+                os.close(out)
+            os.replace(tmp, self.path)
+            fsync_dir(str(self.state_dir))
         finally:
             os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(str(self.state_dir))
 
 
 @dataclass
@@ -219,6 +276,7 @@ class RecoveryReport:
     finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     rescued_lines: int = 0
+    reattached_lines: int = 0  # rescued lines whose parent was gone, re-parented onto the active branch
     leaf_pointers: int = 0
     sealed: int = 0
     temps_removed: list[str] = field(default_factory=list)
@@ -232,9 +290,25 @@ def recover(
 ) -> RecoveryReport:
     """Finish or roll back what the journal shows half done; clean stale temp files and self-links.
 
-    Call once at start, before any commit. Never raises for file-system errors: they are logged and listed in
-    the report, and the intent stays pending so the next start tries again.
+    Every command that commits calls this first (``run`` at start, ``once``, ``compact``): a commit must never
+    be planned on a file whose late lines still sit in an archive. Concurrent calls (a ``once`` beside a running
+    daemon) take turns on ``<state_dir>/recovery.lock``; an intent whose process is alive is left to it. Never
+    raises for file-system errors: they are logged and listed in the report, and the intent stays pending so
+    the next call tries again.
     """
+    directory = Path(state_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with flocked(directory / RECOVERY_LOCK_NAME):
+            return _recover(state_dir, roots)
+    except OSError as exc:
+        log.error("recovery failed in %s: %s", directory, os_reason(exc))
+        return RecoveryReport(errors=[f"{directory}: {os_reason(exc)}"])
+
+
+def _recover(
+    state_dir: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]] | None
+) -> RecoveryReport:
     journal = Journal(state_dir)
     report = RecoveryReport()
     try:
@@ -275,7 +349,7 @@ def recover(
             _drop_dead_lock(path, pid, report)
     _drop_our_empty_locks(records, report)
     for directory in sorted(directories):
-        _clean_directory(directory, report)
+        _clean_directory(directory, report, journal)
     try:
         if journal.path.exists() and journal.path.stat().st_size > JOURNAL_COMPACT_BYTES:
             journal.compact()
@@ -323,18 +397,33 @@ def _recover_rotate(intent: Record, report: RecoveryReport) -> tuple[str, dict[s
         log.warning("recovery: %s is missing (deleted by someone else); archive %s kept", path, archive)
         return "path_missing", ({"archive": archive} if _same(st_archive, intent) else {})
     if isinstance(archive, str) and _same(st_archive, intent):
-        rescued, pointer = _rescue_from_archive(
-            path, archive, int(intent.get("size", 0)), int(intent.get("succ_size", 0))
+        digest = intent.get("succ_hash")
+        rescued, reattached, pointer = _rescue_from_archive(
+            path,
+            archive,
+            int(intent.get("size", 0)),
+            int(intent.get("succ_size", 0)),
+            digest if isinstance(digest, str) else None,
         )
         report.rescued_lines += rescued
+        report.reattached_lines += reattached
         report.leaf_pointers += pointer
         return "finished", {"archive": archive, "rescued": rescued}
     log.warning("recovery: %s was replaced by another program and its archive is gone", path)
     return "replaced", {}
 
 
-def _rescue_from_archive(path: str, archive: str, size: int, succ_size: int) -> tuple[int, int]:
-    """Append to ``path`` the complete lines the old inode got after ``size`` that ``path`` lacks."""
+def successor_digest(data: bytes) -> str:
+    """What a rotate intent records of its successor, so recovery can tell whether the live file still is it."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _rescue_from_archive(
+    path: str, archive: str, size: int, succ_size: int, succ_hash: str | None
+) -> tuple[int, int, int]:
+    """Append to ``path`` the complete lines the old inode got after ``size`` that ``path`` lacks, attached so
+    that none dangles and all are on the active branch (:func:`plan_rescue`); (rescued, re-attached, leaf
+    pointers)."""
     fd_old = os.open(archive, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         old = pread_all(fd_old, 0, os.fstat(fd_old).st_size)
@@ -344,26 +433,47 @@ def _rescue_from_archive(path: str, archive: str, size: int, succ_size: int) -> 
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         live = pread_all(fd, 0, os.fstat(fd).st_size)
-        have = Counter(line for line in live[succ_size:].split(b"\n") if line.strip())
-        missing: list[bytes] = []
-        for line in late.split(b"\n"):
-            if not line.strip():
-                continue
-            if have[line] > 0:
-                have[line] -= 1
-            else:
-                missing.append(line)
-        if missing:
+        complete = live[: live.rfind(b"\n") + 1]
+        # Still the successor this rotation wrote (plus appends)? Then its offsets and parents hold; a file
+        # rewritten since (compacted again before this recovery ran) gets the late lines at its leaf instead.
+        direct = succ_hash is None or (
+            len(complete) >= succ_size and successor_digest(complete[:succ_size]) == succ_hash
+        )
+        rescue = plan_rescue(late.split(b"\n"), complete, parse_transcript(complete), direct=direct)
+        if rescue.lines:
             prefix = b"\n" if live and not live.endswith(b"\n") else b""
-            write_all(fd, prefix + b"\n".join(missing) + b"\n")
+            write_all(fd, prefix + b"".join(rescue.lines))
             os.fsync(fd)
-            log.warning("recovery: rescued %d late line(s) from %s into %s", len(missing), archive, path)
-        # Even with nothing left to rescue: the killed commit may have rescued lines itself, after their
-        # children, and died before re-pointing the leaf.
-        pointer = _repoint_leaf(fd, succ_size, exclude=set())
+            log.warning(
+                "recovery: rescued %d late line(s) from %s into %s (%d re-attached)",
+                len(rescue.lines),
+                archive,
+                path,
+                rescue.reattached,
+            )
+        if direct:
+            # Even with nothing left to rescue: the killed commit may have rescued lines itself, after their
+            # children, and died before re-pointing the leaf.
+            pointer = _repoint_leaf(fd, succ_size, exclude=set())
+        else:
+            pointer = _point_leaf_at(fd, rescue.tip) if rescue.lines else 0
     finally:
         os.close(fd)
-    return len(missing), pointer
+    return len(rescue.lines), rescue.reattached, pointer
+
+
+def _point_leaf_at(fd: int, target: str | None) -> int:
+    """Append a leaf pointer to ``target`` unless the file's last line already is it."""
+    data = pread_all(fd, 0, os.fstat(fd).st_size)
+    transcript = parse_transcript(data[: data.rfind(b"\n") + 1])
+    if target is None or transcript.leaf_id == target:
+        return 0
+    entry = leaf_pointer_entry(fresh_id(set(transcript.by_id())), target)
+    prefix = b"\n" if not data.endswith(b"\n") else b""
+    write_all(fd, prefix + dumps_entry(entry) + b"\n")
+    os.fsync(fd)
+    log.warning("recovery: re-pointed the leaf to %s", target)
+    return 1
 
 
 def _repoint_leaf(fd: int, start: int, exclude: set[str]) -> int:
@@ -460,14 +570,32 @@ def _drop_our_empty_locks(records: list[Record], report: RecoveryReport) -> None
             report.errors.append(f"{lock}: {os_reason(exc)}")
 
 
-def _clean_directory(directory: str, report: RecoveryReport) -> None:
+def _in_use(journal: Journal) -> set[str]:
+    """Temp files and archive links named by unfinished intents of live processes (commits running now).
+
+    Between its hard link and its rename a rotation's archive *is* the live file: removing that "self-link"
+    would leave the original's lines without a name once the rename lands.
+    """
+    names: set[str] = set()
+    for intent in journal.pending(journal.records()):
+        pid = intent.get("pid")
+        if isinstance(pid, int) and (pid == os.getpid() or pid_alive(pid)):
+            names.update(v for k in ("archive", "tmp") if isinstance(v := intent.get(k), str))
+    return names
+
+
+def _clean_directory(directory: str, report: RecoveryReport, journal: Journal) -> None:
     try:
         names = os.listdir(directory)
     except OSError:
         return
+    # Read after the listing: an archive link listed above was announced in the journal before it was made.
+    in_use = _in_use(journal)
     now = time.time()
     for name in names:
         full = os.path.join(directory, name)
+        if full in in_use:
+            continue
         try:
             if is_our_tmp(name):
                 st = os.lstat(full)

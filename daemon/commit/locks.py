@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import json
 import logging
 import math
@@ -39,7 +40,10 @@ __all__ = [
     "InstanceLock",
     "LockInfo",
     "SessionBusy",
+    "describe_holder",
+    "flocked",
     "hold_session_lock",
+    "lock_holder",
     "lock_is_live",
     "lock_path_for",
     "process_starttime",
@@ -63,8 +67,8 @@ class SessionBusy(Exception):
     def __init__(self, lock_path: Path, info: LockInfo | None) -> None:
         self.lock_path = lock_path
         self.info = info
-        owner = f"pid={info.pid}" if info is not None and info.pid is not None else "pid unknown"
-        super().__init__(f"session file locked: {owner} {lock_path}")
+        self.holder = describe_holder(info.pid if info is not None else None)
+        super().__init__(f"session file locked by {self.holder}: {lock_path}")
 
 
 class AlreadyRunning(Exception):
@@ -96,6 +100,39 @@ class LockInfo:
     body: bytes = b""
     dev: int = 0
     ino: int = 0
+
+
+def is_compactd(pid: int) -> bool:
+    """Whether ``pid`` is a compactd process: this one, or one whose command line runs compactd.
+
+    Only for messages (who holds a lock): nothing is decided on it. compactd runs as the ``compactd`` console
+    script or as ``python -m daemon``.
+    """
+    if pid == os.getpid():
+        return True
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read(4096).split(b"\0")
+    except OSError:
+        return False
+    if any(os.path.basename(arg) == b"compactd" for arg in argv[:2]):
+        return True
+    return any(a == b"-m" and b == b"daemon" for a, b in itertools.pairwise(argv[:4]))
+
+
+def describe_holder(pid: int | None) -> str:
+    """``compactd (pid N)`` or ``an agent (pid N)``: who holds a lock, for a human."""
+    if pid is None:
+        return "an agent (pid unknown)"
+    return f"compactd (pid {pid})" if is_compactd(pid) else f"an agent (pid {pid})"
+
+
+def lock_holder(transcript: str | os.PathLike[str], *, now: float | None = None) -> str | None:
+    """Who holds the transcript's OpenClaw lock (see :func:`describe_holder`), or None when no live lock."""
+    info = read_lock(lock_path_for(transcript))
+    if info is None or not lock_is_live(info, now=now):
+        return None
+    return describe_holder(info.pid)
 
 
 def lock_path_for(transcript: str | os.PathLike[str]) -> Path:
@@ -348,6 +385,21 @@ def hold_session_lock(transcript: str | os.PathLike[str], *, now: float | None =
                 os.unlink(lock_path)
         else:
             log.warning("session lock was taken over while we held it; leaving it lock=%s", lock_path)
+
+
+@contextmanager
+def flocked(path: str | os.PathLike[str], *, exclusive: bool = True) -> Iterator[int]:
+    """Hold a blocking ``flock`` on ``path`` (created 0600 if missing, never replaced); yields the fd.
+
+    For short critical sections between compactd processes of one state directory (recovery, the journal's
+    rewrite); the kernel drops it if the process dies.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 class InstanceLock:

@@ -22,7 +22,7 @@ from daemon.commit.atomic import (
     replace_with_successor,
     tmp_path_for,
 )
-from daemon.commit.journal import Journal
+from daemon.commit.journal import Journal, successor_digest
 from daemon.commit.successor import Entry, PlanError, build_successor, verify
 from daemon.transcript.reader import parse_line, parse_transcript
 
@@ -75,6 +75,7 @@ def rotate_commit(
             inode=snap.st.st_ino,
             size=snap.cut,
             succ_size=len(plan.data),
+            succ_hash=successor_digest(plan.data),
         )
         try:
             crash_point("rotate_after_intent")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from typing import Any
 import orjson
 
 from daemon.transcript.context import compaction_message, context_from_path, entry_to_message
-from daemon.transcript.reader import Entry, Transcript, parse_transcript
+from daemon.transcript.reader import Entry, Transcript, parse_line, parse_transcript
 
 __all__ = ["Entry"]
 
@@ -167,6 +168,90 @@ def leaf_to_repoint(
 def misplaced_leaf(entries: list[Entry]) -> str | None:
     """:func:`leaf_to_repoint` for a region holding only agent lines (rotation rescue)."""
     return leaf_to_repoint(entries, entries[-1] if entries else None)
+
+
+@dataclass
+class Rescue:
+    """The late lines to append to a live file (bytes, each with its newline), and where the leaf must go."""
+
+    lines: list[bytes]
+    reattached: int  # lines whose parentId was changed
+    tip: str | None  # the id the active branch should end at after the append
+
+
+def _without_parent(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "parentId"}
+
+
+def successor_anchor(transcript: Transcript) -> str | None:
+    """Where a rotated successor hangs what forked inside its summarized part (see :func:`build_successor`):
+    the parent of the compaction's first kept entry (the post-compaction message or the settings chain), or
+    the compaction itself. None when the file does not start with a compaction."""
+    first = transcript.entries[0] if transcript.entries else None
+    if first is None or first.get("type") != "compaction" or not isinstance(first.get("id"), str):
+        return None
+    kept = transcript.by_id().get(first.get("firstKeptEntryId"))  # type: ignore[arg-type]
+    parent = kept.get("parentId") if kept is not None else None
+    return parent if isinstance(parent, str) else str(first["id"])
+
+
+def plan_rescue(late: Iterable[bytes], live_data: bytes, live: Transcript, *, direct: bool) -> Rescue:
+    """Which of ``late`` (complete lines an agent wrote to a rotated-away inode) the live file lacks, attached
+    so that none dangles and each lands on the active branch. ``live`` is ``live_data`` parsed.
+
+    ``direct``: the live file is still the successor of that rotation (plus appends), so a late line whose
+    parent is in it keeps its parent (the agent's next lines, written to the live file, hang from it; the
+    caller re-points the leaf afterwards). Otherwise (the file was rewritten since), and for a late line whose
+    parent is gone (summarized), the line is re-parented: onto the end of the active branch, in order; or, if
+    lines already in the file hang from it, above them (the successor's anchor, else as a root), so no cycle
+    forms. Ids and every other field are kept. A line already present (same id, same content apart from its
+    parent: a previous recovery placed it) is skipped; lines that are not entries are appended unless an
+    identical one is there.
+    """
+    index = live.by_id()
+    present = set(index)
+    children = {p for e in live.entries if isinstance(p := e.get("parentId"), str)}
+    anchor = successor_anchor(live) if direct else None
+    tip = live.leaf_id
+    ours: set[str] = set()
+    out: list[bytes] = []
+    reattached = 0
+    raw_have: Counter[bytes] | None = None
+    for raw in late:
+        if not raw.strip():
+            continue
+        value, _ = parse_line(raw)
+        entry_id = value.get("id") if isinstance(value, dict) else None
+        if not isinstance(value, dict) or not isinstance(entry_id, str) or value.get("type") == "session":
+            if raw_have is None:
+                raw_have = Counter(line for line in live_data.split(b"\n") if line.strip())
+            if raw_have[raw] > 0:
+                raw_have[raw] -= 1
+            else:
+                out.append(raw + b"\n")
+            continue
+        if entry_id in present:
+            existing = index.get(entry_id)
+            same = existing is not None and _without_parent(existing) == _without_parent(value)
+            if not (entry_id in ours or same):
+                out.append(raw + b"\n")  # another line under an id already taken: kept as it is
+            continue
+        parent = value.get("parentId")
+        keep = parent is None or (
+            isinstance(parent, str) and (parent in ours or parent == tip or (direct and parent in present))
+        )
+        if keep:
+            target = parent
+            out.append(raw + b"\n")
+        else:
+            target = (anchor if anchor in present else None) if entry_id in children else tip
+            out.append(dumps_entry({**value, "parentId": target}) + b"\n")
+            reattached += 1
+        present.add(entry_id)
+        ours.add(entry_id)
+        if tip is None or (target is not None and target == tip):
+            tip = entry_id
+    return Rescue(out, reattached, tip)
 
 
 # --- checks on the current file -----------------------------------------------------------------------------
