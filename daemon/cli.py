@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import orjson
 
@@ -26,6 +26,29 @@ def _print_table(rows: Sequence[tuple[str, Any]], out: TextIO) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         out.write(f"{key.ljust(width)}  {value}\n")
+
+
+class TerminalSafe:
+    """A text stream that writes every control character but newline and tab as ``\\u00XX``.
+
+    Summaries, paths and problem messages come from transcripts and models; an ESC in them must not reach
+    the user's terminal as a command. The escape is valid JSON too, so ``--json`` output is unchanged in
+    meaning (orjson already escapes C0, not DEL or C1).
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from daemon.summarize.sanitize import escape_controls
+
+        return self._stream.write(escape_controls(text))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def default_config_path(env: dict[str, str] | None = None) -> str | None:
@@ -249,14 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        code: int = args.handler(args, sys.stdout)
+        code: int = args.handler(args, cast(TextIO, TerminalSafe(sys.stdout)))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last line of defence: a clear message, never a traceback
         from daemon.config import ConfigError
 
         if isinstance(exc, ConfigError):
-            sys.stderr.write(f"compactd: {exc}\n")
+            TerminalSafe(sys.stderr).write(f"compactd: {exc}\n")
             return 2
         raise
     return code
