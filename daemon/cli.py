@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")  # a transcript's lone surrogates must not crash us
     parser = build_parser()
     args = parser.parse_args(argv)
-    from daemon.logs import ScrubbedOutput, configure_logging, scrub
+    from daemon.logs import ScrubbedOutput, configure_logging
 
     # Every command logs through the same scrubbing handler as ``run`` (which sets its own level) and prints
     # through the same scrub, so a key never reaches a terminal or a journal from any of them.
@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from daemon.config import ConfigError
 
         if isinstance(exc, ConfigError):
-            sys.stderr.write(scrub(f"compactd: {exc}\n"))
+            ScrubbedOutput(sys.stderr).write(f"compactd: {exc}\n")
             return 2
         # Through the scrubbing handler: a raw traceback could quote the endpoint and its key.
         logging.getLogger("daemon.cli").critical("compactd %s failed: %r", args.command, exc, exc_info=True)

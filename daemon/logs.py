@@ -116,13 +116,18 @@ class ScrubbedOutput:
     """A text stream that scrubs what it is given before writing it on: the ``out`` every command prints to.
 
     Scrubbing is per write; every line a command prints is written whole, so no secret straddles two writes.
+    Control characters but newline and tab are then written as ``\\u00XX``: summaries, paths and problem
+    messages come from transcripts and models, and an ESC in them must not reach a terminal as a command (the
+    escape is valid JSON too, so ``--json`` output keeps its meaning).
     """
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        self.stream.write(scrub(text))
+        from daemon.summarize.sanitize import escape_controls
+
+        self.stream.write(escape_controls(scrub(text)))
         return len(text)
 
     def flush(self) -> None:

@@ -506,3 +506,96 @@ async def test_check_reads_ollamas_loaded_context_and_accepts_a_large_one(llm_se
     async with make_client(llm_server.base_url, model="qwen3:8b", context_tokens=32_768) as client:
         check = await client.check()
     assert check.ok and check.server == "ollama" and check.server_context_tokens == 65536
+
+
+# --- bounds: one deadline per call, a cap on the answer, clean text (issue 9 item 5) -----------------------
+
+FIFTY_MB = 50 * 1024 * 1024
+
+
+async def test_the_answer_is_streamed_and_its_deltas_accumulated(llm_server: StubLLMServer) -> None:
+    text = "## Goal\n" + "a long answer in many small deltas " * 20
+    llm_server.script(
+        Reply.completion(text, prompt_tokens=321, completion_tokens=54),
+        Reply.completion("a server that ignores stream", stream=False),
+    )
+    async with make_client(llm_server.base_url) as client:
+        streamed = await client.complete("s", "u")
+        plain = await client.complete("s", "u")
+    request = llm_server.completions[0]
+    assert request.json["stream"] is True and request.json["stream_options"] == {"include_usage": True}
+    assert streamed.text == text.strip() and streamed.finish_reason == "stop"
+    assert (streamed.prompt_tokens, streamed.completion_tokens) == (321, 54)  # from the final usage chunk
+    assert plain.text == "a server that ignores stream"
+
+
+@pytest.mark.timeout(60)  # the bound: without a deadline on the whole answer this call never ends
+@pytest.mark.parametrize("stream", [None, False], ids=["events", "json"])
+async def test_a_trickling_server_is_cut_off_at_the_deadline(
+    llm_server: StubLLMServer, stream: bool | None
+) -> None:
+    sleeps = Sleeps()
+    llm_server.script(Reply.trickling("the first words", interval=0.5, stream=stream))
+    async with make_client(llm_server.base_url, sleeps, timeout_seconds=2) as client:
+        with pytest.raises(LLMError) as info:
+            await client.complete("s", "u")
+        gone = await anyio.to_thread.run_sync(llm_server.wait_for_client_gone)
+    err = info.value
+    assert (err.kind, err.attempts) == ("timeout", 1) and sleeps.delays == []
+    assert gone.client_gone.is_set() and not gone.finished  # the server saw the client hang up
+    if stream is None:
+        assert err.partial_text == "the first words"  # what arrived in time is kept on the error
+    assert len(llm_server.completions) == 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [
+        (Reply.huge(FIFTY_MB), "too_large"),
+        (Reply.huge(FIFTY_MB, one_event=True), "too_large"),
+        (Reply.huge(FIFTY_MB, stream=False), "too_large"),
+        (Reply.huge(FIFTY_MB, stream=False, status=500), "too_large"),
+    ],
+    ids=["many-events", "one-event", "json", "error-body"],
+)
+async def test_a_huge_answer_is_cut_off_at_the_cap(
+    llm_server: StubLLMServer, reply: Reply, kind: str
+) -> None:
+    import tracemalloc
+
+    sleeps = Sleeps()
+    llm_server.script(reply, reply, reply)
+    tracemalloc.start()
+    try:
+        async with make_client(llm_server.base_url, sleeps, max_output_tokens=4096) as client:
+            with pytest.raises(LLMError) as info:
+                await client.complete("s", "u")
+            gone = await anyio.to_thread.run_sync(llm_server.wait_for_client_gone)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = info.value
+    assert err.kind == kind and err.attempts == 1 and sleeps.delays == []  # never asked for again
+    assert gone.sent < FIFTY_MB and not gone.finished
+    assert peak < 32 * 1024 * 1024, f"{peak / 2**20:.0f} MiB held for a 50 MiB answer"
+    assert len(err.partial_text) <= 16 * 4096  # what was kept is within the cap
+
+
+async def test_control_characters_are_stripped_from_the_answer(llm_server: StubLLMServer) -> None:
+    llm_server.script(Reply.completion("## Goal\r\nred \x1b[31mALERT\x1b[0m\x00 done\x07\tok\x9b2J"))
+    async with make_client(llm_server.base_url) as client:
+        result = await client.complete("s", "u")
+    assert result.text == "## Goal\nred [31mALERT[0m done\tok2J"
+
+
+async def test_an_error_event_in_the_stream_is_classified(llm_server: StubLLMServer) -> None:
+    events = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"part"}}]}\n\n'
+        b'data: {"error":{"message":"request (9000 tokens) exceeds the available context size (8192 tokens)"}}\n\n'
+    )
+    llm_server.script(Reply(body=events, content_type="text/event-stream"))
+    async with make_client(llm_server.base_url) as client:
+        with pytest.raises(LLMError) as info:
+            await client.complete("s", "u")
+    assert info.value.kind == "context_overflow" and info.value.partial_text == "part"

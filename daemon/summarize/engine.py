@@ -342,6 +342,7 @@ class CompactionEngine:
                 custom_instructions=s.custom_instructions,
                 max_output_tokens=s.max_output_tokens,
                 redact=s.redact,
+                reserved_sections=s.post_compaction_sections,
             ),
         )
         notes: list[str] = []
@@ -399,7 +400,10 @@ class CompactionEngine:
             stages = Stages(
                 self._model(),
                 StageSettings(
-                    window=s.summarizer_window, identifier_policy=s.identifier_policy, redact=s.redact
+                    window=s.summarizer_window,
+                    identifier_policy=s.identifier_policy,
+                    redact=s.redact,
+                    reserved_sections=s.post_compaction_sections,
                 ),
             )
             try:

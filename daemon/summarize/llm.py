@@ -5,6 +5,11 @@ timeout that may be minutes on a CPU server (engineering.md §4.2/§4.4), and it
 (split the input) from any other 400. Our policy: ``SUMMARIZER_RETRY_ATTEMPTS`` attempts with exponential
 back-off and jitter, on connection errors and 408/409/429/≥500 only. Every failure surfaces as one
 :class:`LLMError` whose ``kind`` tells the caller what to do next; the API key never appears in it or in logs.
+
+Every request is bounded whatever the server does: the answer is streamed and read under one deadline from
+connect to last byte (a read timeout alone lets a server that sends a byte a second hold a call for ever), and
+every response body stops at a size derived from the call's output budget. What arrived before either bound
+tripped is kept on the error (``partial_text``). Answer text is stripped of control characters.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import math
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, cast
@@ -36,11 +42,14 @@ from daemon.defaults import (
     SUMMARIZER_RETRY_MAX_SECONDS,
     SUMMARIZER_TIMEOUT_SECONDS,
 )
+from daemon.summarize.sanitize import escape_controls, strip_controls
 
 logger = logging.getLogger(__name__)
 
-Kind = Literal["context_overflow", "transient", "timeout", "fatal", "empty", "length"]
-KINDS: frozenset[str] = frozenset({"context_overflow", "transient", "timeout", "fatal", "empty", "length"})
+Kind = Literal["context_overflow", "transient", "timeout", "fatal", "empty", "length", "too_large"]
+KINDS: frozenset[str] = frozenset(
+    {"context_overflow", "transient", "timeout", "fatal", "empty", "length", "too_large"}
+)
 
 # --- algorithm constants (not configurable) ----------------------------------------------------------------
 # Establishing a loopback or LAN connection never legitimately takes longer; a dead host should fail fast.
@@ -62,6 +71,18 @@ PROMPT_OVERHEAD_TOKENS = 16
 MIN_OUTPUT_TOKENS = 256
 # Server messages quoted in errors are cut here: enough to diagnose, never a whole HTML page.
 MAX_QUOTED_CHARS = 300
+# A summary runs about 4 characters per token; an answer 4 times longer than max_tokens allows is no summary
+# but a runaway (or hostile) server, cut off before it costs memory. The floor keeps small budgets usable.
+ANSWER_CHARS_PER_TOKEN = 16
+MIN_ANSWER_CHARS = 32_768
+# Streamed chunks repeat id, model and fingerprint in JSON around every delta (about 200 bytes per token on
+# OpenAI, vLLM, llama.cpp and Ollama); the body cap allows 512 bytes per token, reasoning deltas included.
+BODY_BYTES_PER_TOKEN = 512
+MIN_BODY_BYTES = 1024 * 1024
+# Any other body (an error, a /models list, Ollama's /api/show) is small; this is far above any real one.
+OTHER_BODY_MAX_BYTES = 8 * 1024 * 1024
+# Ollama's native endpoints answer in milliseconds; ``doctor`` must not hang on a server that trickles.
+PROBE_DEADLINE_SECONDS = 15.0
 
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _OVERFLOW_STATUSES = frozenset({400, 413, 422})
@@ -126,7 +147,11 @@ class LLMError(Exception):
     - ``timeout``: no answer within the read timeout; not retried (it would multiply a long wait);
     - ``fatal``: a configuration or protocol problem (bad model, bad key, garbage answer); fix the setup;
     - ``empty``: the endpoint answered with nothing usable;
-    - ``length``: the model spent the whole output budget without producing text.
+    - ``length``: the model spent the whole output budget without producing text;
+    - ``too_large``: the answer ran past the size cap and was cut off; not retried (it would run as long again).
+
+    ``partial_text`` is the answer text received before a timeout, a cut-off or a broken stream (cleaned like
+    an answer; empty when nothing arrived). Whether it is good enough to use is the caller's decision.
     """
 
     def __init__(
@@ -140,6 +165,7 @@ class LLMError(Exception):
         attempts: int = 1,
         retry_after: float | None = None,
         preflight: bool = False,
+        partial_text: str = "",
     ) -> None:
         super().__init__(message)
         self.kind: Kind = kind
@@ -150,6 +176,7 @@ class LLMError(Exception):
         self.attempts = attempts
         self.retry_after = retry_after
         self.preflight = preflight
+        self.partial_text = partial_text
 
     def __repr__(self) -> str:
         return f"LLMError({self.kind!r}, {self.message!r}, status={self.status!r}, attempts={self.attempts})"
@@ -313,8 +340,78 @@ _THINK = re.compile(r"^\s*<think>.*?(?:</think>|$)\s*", re.DOTALL)
 
 
 def _answer_text(content: str) -> str:
-    """The answer without a leading ``<think>`` block that reasoning models served raw put before it."""
-    return _THINK.sub("", content, count=1) if content.lstrip().startswith("<think>") else content
+    """The answer without a leading ``<think>`` block that reasoning models served raw put before it, and
+    without control characters."""
+    if content.lstrip().startswith("<think>"):
+        content = _THINK.sub("", content, count=1)
+    return strip_controls(content).strip()
+
+
+def answer_limits(max_tokens: int) -> tuple[int, int]:
+    """(characters of answer text, bytes of response body) a call with this output budget may receive."""
+    return (
+        max(MIN_ANSWER_CHARS, ANSWER_CHARS_PER_TOKEN * max_tokens),
+        max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * max_tokens),
+    )
+
+
+# --- bounded bodies ---------------------------------------------------------------------------------------
+
+# The body limit of the call in progress; a response hook reads it (the SDK has no per-request hook).
+_body_limit: ContextVar[int] = ContextVar("compactd_body_limit", default=OTHER_BODY_MAX_BYTES)
+
+
+class BodyTooLarge(Exception):
+    """A response body passed its limit; raised from inside the read, so nothing past it is held."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the response body exceeds {limit} bytes")
+        self.limit = limit
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise BodyTooLarge(self._limit)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def _cap_body(response: httpx2.Response) -> None:
+    """httpx response hook: every body read through the client (errors included) stops at the limit."""
+    if isinstance(response.stream, httpx2.AsyncByteStream):
+        response.stream = _CappedStream(response.stream, _body_limit.get())
+
+
+@dataclass
+class _Answer:
+    """What a stream delivered so far; the text is kept in pieces and joined once."""
+
+    pieces: list[str]
+    chars: int = 0
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    model: str | None = None
+
+    def add(self, text: str) -> None:
+        self.pieces.append(text)
+        self.chars += len(text)
+
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def partial(self) -> str:
+        return _answer_text(self.text())
 
 
 # --- the client -------------------------------------------------------------------------------------------
@@ -390,8 +487,16 @@ class SummarizerClient:
             write=WRITE_TIMEOUT_SECONDS,
             pool=POOL_TIMEOUT_SECONDS,
         )
+        # An uncompressed answer is what the size cap counts: a small gzip body can inflate a thousandfold.
         self._client = openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=api_key, max_retries=0, timeout=self._timeout
+            base_url=self.base_url,
+            api_key=api_key,
+            max_retries=0,
+            timeout=self._timeout,
+            default_headers={"Accept-Encoding": "identity"},
+            http_client=openai.DefaultAsyncHttpxClient(
+                timeout=self._timeout, event_hooks={"response": [_cap_body]}
+            ),
         )
 
     def __repr__(self) -> str:
@@ -414,7 +519,7 @@ class SummarizerClient:
         return re.sub(r"(?i)(bearer\s+)\S+", r"\1***", text)
 
     def _quote(self, text: str) -> str:
-        text = " ".join(self._redact(text).split())
+        text = escape_controls(" ".join(self._redact(text).split()))
         return text if len(text) <= MAX_QUOTED_CHARS else text[: MAX_QUOTED_CHARS - 1] + "…"
 
     def _error(self, exc: BaseException, attempts: int) -> LLMError:
@@ -472,7 +577,8 @@ class SummarizerClient:
             )
         return min(requested, room)
 
-    def _to_completion(self, response: object, attempts: int, started: float) -> Completion:
+    def _to_completion(self, response: object, attempts: int, started: float, text_limit: int) -> Completion:
+        """A whole (non-streamed) answer: a parsed ``ChatCompletion``, or the body text when it was none."""
         where = self._where
         if isinstance(response, str):
             if not response.strip():
@@ -501,27 +607,53 @@ class SummarizerClient:
                 attempts=attempts,
             )
         choice = choices[0]
-        message = getattr(choice, "message", None)
-        content = getattr(message, "content", None)
-        finish_reason = cast("str | None", getattr(choice, "finish_reason", None))
-        text = _answer_text(content).strip() if isinstance(content, str) else ""
+        content = getattr(getattr(choice, "message", None), "content", None)
+        usage = getattr(response, "usage", None)
+        answer = _Answer(
+            [content] if isinstance(content, str) else [],
+            finish_reason=cast("str | None", getattr(choice, "finish_reason", None)),
+            prompt_tokens=getattr(usage, "prompt_tokens", None) if usage is not None else None,
+            completion_tokens=getattr(usage, "completion_tokens", None) if usage is not None else None,
+            model=getattr(response, "model", None),
+        )
+        answer.chars = len(answer.text())
+        return self._finish(answer, attempts, started, text_limit)
+
+    def _finish(self, answer: _Answer, attempts: int, started: float, text_limit: int) -> Completion:
+        where = self._where
+        if answer.chars > text_limit:
+            raise self._too_large(answer, attempts, chars=text_limit)
+        text = answer.partial()
         if not text:
-            kind: Kind = "length" if finish_reason == "length" else "empty"
+            kind: Kind = "length" if answer.finish_reason == "length" else "empty"
             reason = (
                 "the model spent the whole output budget without producing text"
                 if kind == "length"
-                else f"the answer has no text (finish_reason {finish_reason!r})"
+                else f"the answer has no text (finish_reason {answer.finish_reason!r})"
             )
             raise LLMError(kind, f"summarizer {kind}: {where}: {reason}", attempts=attempts)
-        usage = getattr(response, "usage", None)
         return Completion(
             text=text,
-            finish_reason=finish_reason,
-            prompt_tokens=getattr(usage, "prompt_tokens", None) if usage is not None else None,
-            completion_tokens=getattr(usage, "completion_tokens", None) if usage is not None else None,
+            finish_reason=answer.finish_reason,
+            prompt_tokens=answer.prompt_tokens,
+            completion_tokens=answer.completion_tokens,
             latency_s=time.monotonic() - started,
             attempts=attempts,
-            model=getattr(response, "model", None),
+            model=answer.model,
+        )
+
+    def _too_large(
+        self, answer: _Answer, attempts: int, *, chars: int | None = None, body_bytes: int | None = None
+    ) -> LLMError:
+        """The cut-off error, at the text limit (``chars``) or at the body's byte limit."""
+        limit = f"{chars} characters of text" if chars is not None else f"{body_bytes} bytes of body"
+        text = answer.text()
+        return LLMError(
+            "too_large",
+            f"summarizer too_large: the answer from {self._where} ran past {limit} "
+            f"({answer.chars} characters of text received) and was cut off",
+            attempts=attempts,
+            partial_text=_answer_text(text[:chars] if chars is not None else text),
         )
 
     def _retry_delay(self, err: LLMError, retry: int) -> float | None:
@@ -534,7 +666,11 @@ class SummarizerClient:
 
     # --- calls ---------------------------------------------------------------------------------------------
     async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Completion:
-        """One summary: a system and a user message in, the answer text out, or an :class:`LLMError`."""
+        """One summary: a system and a user message in, the answer text out, or an :class:`LLMError`.
+
+        Each attempt has one deadline, ``timeout_seconds`` from connect to the answer's last byte, and reads
+        at most :func:`answer_limits` of the output budget; the limiter wait and back-off sleeps are outside it.
+        """
         requested = max_tokens if max_tokens is not None else self.max_output_tokens
         budget = self._output_budget(system, user, requested)
         params: dict[str, Any] = {}
@@ -544,22 +680,65 @@ class SummarizerClient:
             params["seed"] = self.seed
         extra_body = {"options": {"num_ctx": self.ollama_num_ctx}} if self.ollama_num_ctx else None
         messages: list[Any] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        text_limit, body_limit = answer_limits(budget)
+
+        async def attempt_once(answer: _Answer, attempt: int, started: float) -> Completion:
+            async with self._client.chat.completions.with_streaming_response.create(
+                model=self.model,
+                messages=messages,
+                max_tokens=budget,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=extra_body,
+                **params,
+            ) as raw:
+                response = raw.http_response
+                try:
+                    content_type = response.headers.get("content-type", "").lower()
+                    if "text/event-stream" in content_type:
+                        await self._read_events(response, answer, text_limit, attempt)
+                        return self._finish(answer, attempt, started, text_limit)
+                    body = await response.aread()
+                    return self._to_completion(_parse_body(body, content_type), attempt, started, text_limit)
+                except httpx2.TimeoutException as exc:
+                    raise openai.APITimeoutError(request=response.request) from exc
+                except httpx2.TransportError as exc:
+                    raise openai.APIConnectionError(request=response.request) from exc
+                finally:
+                    with anyio.CancelScope(shield=True):  # a cut-off body closes the connection now
+                        await response.aclose()
+
         async with self.limiter:
             started = time.monotonic()
             attempt = 0
             while True:
                 attempt += 1
+                answer = _Answer([])
+                err: LLMError | None = None
+                token = _body_limit.set(body_limit)
                 try:
-                    response: object = await self._client.chat.completions.create(
-                        model=self.model,
-                        messages=messages,
-                        max_tokens=budget,
-                        extra_body=extra_body,
-                        **params,
+                    with anyio.move_on_after(self.timeout_seconds) as deadline:
+                        try:
+                            return await attempt_once(answer, attempt, started)
+                        except LLMError as exc:
+                            err = exc
+                        except BodyTooLarge:
+                            err = self._too_large(answer, attempt, body_bytes=body_limit)
+                        except (openai.OpenAIError, ValueError) as exc:
+                            err = self._error(exc, attempt)
+                finally:
+                    _body_limit.reset(token)
+                if deadline.cancelled_caught:
+                    err = LLMError(
+                        "timeout",
+                        f"summarizer timeout: the answer from {self._where} was not complete within "
+                        f"{self.timeout_seconds:g} s ({answer.chars} characters received)",
+                        attempts=attempt,
                     )
-                    return self._to_completion(response, attempt, started)
-                except (openai.OpenAIError, ValueError) as exc:
-                    err = self._error(exc, attempt)
+                assert err is not None
+                err.attempts = attempt
+                if not err.partial_text and answer.chars:
+                    err.partial_text = answer.partial()
                 delay = self._retry_delay(err, attempt)
                 if delay is None:
                     raise err from None
@@ -572,17 +751,110 @@ class SummarizerClient:
                 )
                 await self._sleep(delay)
 
-    async def list_models(self) -> list[str]:
-        """The model ids the endpoint lists (one attempt: this is for diagnostics)."""
+    async def _read_events(
+        self, response: httpx2.Response, answer: _Answer, text_limit: int, attempt: int
+    ) -> None:
+        """Accumulate a server-sent event stream into ``answer`` until ``[DONE]`` or the end of the body.
+
+        Lines are split without decoding the body as a whole; a line longer than the body limit never gets
+        that far (the body cap stops it first).
+        """
+        pending: list[bytes] = []
+        data: list[bytes] = []
+        async for chunk in response.aiter_bytes():
+            pending.append(chunk)
+            if b"\n" not in chunk:
+                continue
+            lines = b"".join(pending).split(b"\n")
+            pending = [lines.pop()]
+            for line in lines:
+                if self._event_line(line.rstrip(b"\r"), data, answer, text_limit, attempt):
+                    return
+        tail = b"".join(pending).rstrip(b"\r")
+        if tail and self._event_line(tail, data, answer, text_limit, attempt):
+            return
+        self._event_line(b"", data, answer, text_limit, attempt)
+
+    def _event_line(
+        self, line: bytes, data: list[bytes], answer: _Answer, text_limit: int, attempt: int
+    ) -> bool:
+        """One SSE line: a ``data:`` field is kept, a blank line dispatches the event. True at ``[DONE]``."""
+        if line:
+            name, _, value = line.partition(b":")
+            if name == b"data":
+                data.append(value[1:] if value.startswith(b" ") else value)
+            return False  # comments (": ping"), event:, id: and retry: fields carry nothing we use
+        if not data:
+            return False
+        payload = b"\n".join(data)
+        data.clear()
+        if payload.strip() == b"[DONE]":
+            return True
         try:
-            page = await self._client.models.list()
-            return [m.id for m in page.data if isinstance(getattr(m, "id", None), str)]
-        except (openai.OpenAIError, ValueError) as exc:
-            raise self._error(exc, 1) from None
-        except (AttributeError, TypeError) as exc:
+            event = json.loads(payload)
+        except ValueError:
             raise LLMError(
-                "fatal", f"summarizer fatal: {self._where}: /models did not answer with a model list ({exc})"
+                "fatal",
+                f"summarizer fatal: {self._where} streamed an event that is not JSON: "
+                f"{self._quote(payload[:MAX_QUOTED_CHARS].decode('utf-8', 'replace'))}",
+                attempts=attempt,
             ) from None
+        if not isinstance(event, dict):
+            return False
+        if event.get("error"):
+            raise self._stream_error(event["error"], attempt)
+        choices = event.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            choice = choices[0]
+            delta = choice.get("delta")
+            content = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(content, str) and content:
+                answer.add(content)
+                if answer.chars > text_limit:
+                    raise self._too_large(answer, attempt, chars=text_limit)
+            if isinstance(choice.get("finish_reason"), str):
+                answer.finish_reason = choice["finish_reason"]
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            for key in ("prompt_tokens", "completion_tokens"):
+                count = usage.get(key)
+                if isinstance(count, int) and not isinstance(count, bool):
+                    setattr(answer, key, count)
+        if isinstance(event.get("model"), str):
+            answer.model = event["model"]
+        return False
+
+    def _stream_error(self, error: object, attempt: int) -> LLMError:
+        """An error the server reported inside the stream (after the 200): overflow, or a fatal answer."""
+        message = error.get("message") if isinstance(error, dict) else error
+        text = message if isinstance(message, str) else json.dumps(error, default=str)
+        whole = text + " " + json.dumps(error, default=str, ensure_ascii=False)
+        kind: Kind = "context_overflow" if is_overflow_text(whole) else "fatal"
+        return LLMError(
+            kind,
+            f"summarizer {kind}: {self._where} reported an error in its stream: {self._quote(text)}",
+            attempts=attempt,
+        )
+
+    async def list_models(self) -> list[str]:
+        """The model ids the endpoint lists (one attempt under the call deadline: this is for diagnostics)."""
+        with anyio.move_on_after(self.timeout_seconds):
+            try:
+                page = await self._client.models.list()
+                return [m.id for m in page.data if isinstance(getattr(m, "id", None), str)]
+            except (openai.OpenAIError, ValueError) as exc:
+                raise self._error(exc, 1) from None
+            except BodyTooLarge as exc:
+                raise LLMError("fatal", f"summarizer fatal: {self._where}: /models: {exc}") from None
+            except (AttributeError, TypeError) as exc:
+                raise LLMError(
+                    "fatal",
+                    f"summarizer fatal: {self._where}: /models did not answer with a model list ({exc})",
+                ) from None
+        raise LLMError(
+            "timeout",
+            f"summarizer timeout: /models of {self._where} did not answer within {self.timeout_seconds:g} s",
+        )
 
     async def check(self) -> EndpointCheck:
         """Is the endpoint reachable, does it serve the model, and (Ollama) is its context large enough?"""
@@ -651,26 +923,42 @@ class SummarizerClient:
         Uses Ollama's native API beside ``/v1`` (``/api/version``, ``/api/show``, ``/api/ps``); the API key is
         not sent there.
         """
+        try:
+            with anyio.fail_after(PROBE_DEADLINE_SECONDS):
+                return await self._ask_ollama()
+        except (httpx2.HTTPError, BodyTooLarge, TimeoutError):
+            return False, None
+
+    async def _ask_ollama(self) -> tuple[bool, int | None]:
         root = self.base_url.removesuffix("/v1")
         timeout = httpx2.Timeout(CONNECT_TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS)
-        try:
-            async with httpx2.AsyncClient(base_url=root, timeout=timeout) as http:
-                version = await http.get("/api/version")
-                if version.status_code != 200 or "version" not in _json_dict(version):
-                    return False, None
-                show = _json_dict(await http.post("/api/show", json={"model": self.model}))
-                match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(show.get("parameters", "")))
-                if match:
-                    return True, int(match.group(1))
-                ps = _json_dict(await http.get("/api/ps"))
-                for entry in ps.get("models", []) if isinstance(ps.get("models"), list) else []:
-                    if isinstance(entry, dict) and _model_listed(self.model, (str(entry.get("name", "")),)):
-                        ctx = entry.get("context_length")
-                        if isinstance(ctx, int):
-                            return True, ctx
-                return True, None
-        except httpx2.HTTPError:
-            return False, None
+        hooks = {"response": [_cap_body]}  # bodies capped like the summarizer's
+        async with httpx2.AsyncClient(base_url=root, timeout=timeout, event_hooks=hooks) as http:
+            version = await http.get("/api/version")
+            if version.status_code != 200 or "version" not in _json_dict(version):
+                return False, None
+            show = _json_dict(await http.post("/api/show", json={"model": self.model}))
+            match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(show.get("parameters", "")))
+            if match:
+                return True, int(match.group(1))
+            ps = _json_dict(await http.get("/api/ps"))
+            for entry in ps.get("models", []) if isinstance(ps.get("models"), list) else []:
+                if isinstance(entry, dict) and _model_listed(self.model, (str(entry.get("name", "")),)):
+                    ctx = entry.get("context_length")
+                    if isinstance(ctx, int):
+                        return True, ctx
+            return True, None
+
+
+def _parse_body(body: bytes, content_type: str) -> object:
+    """A whole body from a server that did not stream: a ``ChatCompletion`` when it is a JSON object, else its
+    text (which :meth:`SummarizerClient._to_completion` reports). Invalid JSON raises ``JSONDecodeError``."""
+    if "json" not in content_type and content_type:
+        return body.decode("utf-8", "replace")
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        return body.decode("utf-8", "replace")
+    return ChatCompletion.construct(**data)
 
 
 def _json_dict(response: httpx2.Response) -> dict[str, Any]:

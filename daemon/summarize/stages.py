@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from daemon.summarize import prompts
+from daemon.defaults import POST_COMPACTION_SECTIONS
+from daemon.summarize import prompts, sanitize
 from daemon.summarize.chunking import (
     call_groups,
     chunk_by_max_tokens,
@@ -54,6 +55,8 @@ class StageSettings:
     max_output_tokens: int | None = None
     tool_result_max_chars: int = 2_000
     redact: bool = True
+    # The AGENTS.md sections compactd re-injects: a model may not write them as headings (sanitize.py).
+    reserved_sections: tuple[str, ...] = POST_COMPACTION_SECTIONS
 
 
 @dataclass
@@ -86,7 +89,10 @@ class Stages:
 
         self.stats.calls += 1
         result = await self.client.complete(system, user, max_tokens=self.settings.max_output_tokens)
-        text = (getattr(result, "text", "") or "").strip()
+        # Where the model's words enter the summary: from here on they are data, never compactd's markers.
+        text = sanitize.summary_text(
+            getattr(result, "text", "") or "", self.settings.reserved_sections
+        ).strip()
         if not text:
             raise LLMError("empty", "the summarizer returned an empty answer")
         if getattr(result, "finish_reason", None) == "length":

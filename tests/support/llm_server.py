@@ -8,16 +8,22 @@ per request.
 Use as a pytest plugin (``pytest_plugins = ["tests.support.llm_server"]``): the function-scoped fixture
 ``llm_server`` yields a started :class:`StubLLMServer`. Replies come from ``server.script(...)`` in order,
 then from ``server.responder`` (a function of the recorded request). Every request is recorded.
+
+A completion asked for with ``"stream": true`` is sent as server-sent events the way llama.cpp and Ollama send
+them: a role chunk, the content in pieces, a chunk with the finish reason, a final chunk with the usage, then
+``data: [DONE]``. Bodies generated while they are sent (:meth:`Reply.trickling`, :meth:`Reply.huge`) are
+recorded in ``server.bodies`` with the bytes that reached the socket and whether the client went away.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,6 +34,8 @@ DEFAULT_MODEL = "stub-model"
 # A hung reply is released by the test or at shutdown; this bound only keeps a forgotten one from leaking a
 # thread for ever.
 HANG_LIMIT_SECONDS = 120.0
+# How many characters of content each streamed chunk carries (small, so the client must accumulate deltas).
+STREAM_PIECE_CHARS = 16
 
 # What each server answers when the prompt does not fit (engineering.md §4.3, spec-openclaw.md §7/§18).
 OVERFLOW_BODIES: dict[str, tuple[int, object]] = {
@@ -119,9 +127,18 @@ OVERFLOW_BODIES: dict[str, tuple[int, object]] = {
 }
 
 
+BodyMaker = Callable[[bool], tuple[str, Iterable[bytes]]]
+
+
 @dataclass
 class Reply:
-    """One scripted answer. ``body`` (bytes) overrides everything; ``payload`` is sent as JSON."""
+    """One scripted answer. ``body`` (bytes) overrides everything; ``payload`` is sent as JSON, or as
+    server-sent events when the request streams and the payload is a chat completion (``stream=False``: never).
+
+    ``generate`` makes a body while it is sent: given whether the request streams, it returns the content
+    type and an iterable of byte chunks, written with ``interval`` seconds before each and no content-length
+    (the body ends when the connection closes).
+    """
 
     status: int = 200
     payload: object | None = None
@@ -130,6 +147,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     hang: bool = False
+    stream: bool | None = None
+    generate: BodyMaker | None = None
+    interval: float = 0.0
 
     @classmethod
     def completion(
@@ -142,6 +162,7 @@ class Reply:
         model: str = DEFAULT_MODEL,
         delay: float = 0.0,
         extra_message: dict[str, Any] | None = None,
+        stream: bool | None = None,
     ) -> Reply:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         message.update(extra_message or {})
@@ -158,7 +179,7 @@ class Reply:
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
             }
-        return cls(payload=payload, delay=delay)
+        return cls(payload=payload, delay=delay, stream=stream)
 
     @classmethod
     def error(
@@ -191,6 +212,110 @@ class Reply:
     def hung(cls) -> Reply:
         return cls(hang=True)
 
+    @classmethod
+    def trickling(
+        cls, first: str = "partial answer", *, interval: float = 0.5, stream: bool | None = None
+    ) -> Reply:
+        """``first`` at once, then one byte every ``interval`` seconds for as long as the client listens: each
+        read gets a byte well within any read timeout, so only a deadline on the whole answer ends it."""
+
+        def generate(streaming: bool) -> tuple[str, Iterable[bytes]]:
+            if streaming:
+                head = sse_event(chunk_payload({"role": "assistant", "content": first}))
+                kind = "text/event-stream"
+            else:
+                head = json.dumps({"id": "chatcmpl-stub", "choices": [{"message": {"content": first}}]})[:-2]
+                head = head.encode()
+                kind = "application/json"
+            return kind, itertools.chain([head], itertools.repeat(b" "))
+
+        return cls(generate=generate, interval=interval, stream=stream)
+
+    @classmethod
+    def huge(
+        cls,
+        total_bytes: int,
+        *,
+        one_event: bool = False,
+        piece_bytes: int = 64 * 1024,
+        stream: bool | None = None,
+        status: int = 200,
+    ) -> Reply:
+        """An answer of about ``total_bytes`` of content, made while it is sent (never held in memory): many
+        streamed chunks of ``piece_bytes``, or (``one_event``, or a request that does not stream) a single
+        JSON document whose content is the whole answer."""
+        pieces = max(1, total_bytes // piece_bytes)
+        piece = b"x" * piece_bytes
+
+        def generate(streaming: bool) -> tuple[str, Iterable[bytes]]:
+            if streaming and not one_event:
+                chunk = sse_event(chunk_payload({"content": piece.decode()}))
+                done = sse_event(chunk_payload({}, finish_reason="stop")) + b"data: [DONE]\n\n"
+                return "text/event-stream", itertools.chain(itertools.repeat(chunk, pieces), [done])
+            document = {"id": "chatcmpl-stub", "object": "chat.completion", "model": DEFAULT_MODEL}
+            if streaming:
+                document["choices"] = [{"index": 0, "delta": {"content": "@@"}, "finish_reason": None}]
+                kind, prefix, tail = "text/event-stream", b"data: ", b"\n\ndata: [DONE]\n\n"
+            else:
+                document["choices"] = [{"index": 0, "message": {"role": "assistant", "content": "@@"}}]
+                kind, prefix, tail = "application/json", b"", b""
+            head, end = json.dumps(document).encode().split(b"@@")
+            return kind, itertools.chain([prefix + head], itertools.repeat(piece, pieces), [end + tail])
+
+        return cls(generate=generate, stream=stream, status=status)
+
+
+def chunk_payload(
+    delta: dict[str, Any], *, finish_reason: str | None = None, model: str = DEFAULT_MODEL
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` as llama.cpp and Ollama stream it."""
+    return {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": model,
+        "system_fingerprint": "b0000-stub",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+def sse_event(payload: object) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def completion_events(payload: dict[str, Any]) -> bytes | None:
+    """A chat completion as the events a streaming server sends, or None when it is not one."""
+    choices = payload.get("choices")
+    if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+        return None
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        return None
+    model = str(payload.get("model") or DEFAULT_MODEL)
+    extra = {k: v for k, v in message.items() if k not in ("role", "content")}
+    events = [sse_event(chunk_payload({"role": "assistant", "content": "", **extra}, model=model))]
+    content = message.get("content")
+    if isinstance(content, str):
+        for start in range(0, len(content), STREAM_PIECE_CHARS):
+            piece = content[start : start + STREAM_PIECE_CHARS]
+            events.append(sse_event(chunk_payload({"content": piece}, model=model)))
+    events.append(sse_event(chunk_payload({}, finish_reason=choices[0].get("finish_reason"), model=model)))
+    usage = payload.get("usage")
+    if usage is not None:
+        final = {**chunk_payload({}, model=model), "choices": [], "usage": usage}
+        events.append(sse_event(final))
+    events.append(b"data: [DONE]\n\n")
+    return b"".join(events)
+
+
+@dataclass
+class SentBody:
+    """A generated body as the server sent it: bytes written to the socket, and whether the client left."""
+
+    sent: int = 0
+    finished: bool = False
+    client_gone: threading.Event = field(default_factory=threading.Event)
+
 
 @dataclass
 class RecordedRequest:
@@ -199,6 +324,10 @@ class RecordedRequest:
     headers: dict[str, str]  # lower-cased names
     raw: bytes
     json: Any
+
+    @property
+    def streaming(self) -> bool:
+        return isinstance(self.json, dict) and self.json.get("stream") is True
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -231,6 +360,7 @@ class StubLLMServer:
         self.ollama: dict[str, Any] | None = None
         self.requests: list[RecordedRequest] = []
         self.handler_errors: list[BaseException] = []
+        self.bodies: list[SentBody] = []
         self._script: deque[Reply | str] = deque()
         self._cond = threading.Condition()
         self._release = threading.Event()
@@ -307,6 +437,18 @@ class StubLLMServer:
                 if remaining <= 0:
                     raise TimeoutError(f"stub saw {len(self.completions)} of {count} chat requests")
                 self._cond.wait(remaining)
+
+    def wait_for_client_gone(self, timeout: float = 30.0) -> SentBody:
+        """Block until the client has gone away from the latest generated body (it was cut off, not done)."""
+        deadline = time.monotonic() + timeout
+        while not self.bodies:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no generated body was sent")
+            time.sleep(0.01)
+        body = self.bodies[-1]
+        if not body.client_gone.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"the client is still reading after {body.sent} bytes")
+        return body
 
     # --- used by the handler -----------------------------------------------------------------------------
     def _record(self, request: RecordedRequest) -> None:
@@ -397,14 +539,48 @@ class _Handler(BaseHTTPRequestHandler):
         elif reply.delay > 0:
             # Simulated slowness; a release cuts it short so shutdown never waits.
             self.stub._release.wait(reply.delay)
+        if reply.generate is not None:
+            self._send_generated(reply, request)
+            return
+        content_type = reply.content_type
         if reply.body is not None:
             body = reply.body
         else:
-            body = json.dumps(reply.payload if reply.payload is not None else {}).encode()
+            payload = reply.payload if reply.payload is not None else {}
+            events = None
+            if request.streaming and reply.stream is not False and isinstance(payload, dict):
+                events = completion_events(payload)
+            if events is not None:
+                body, content_type = events, "text/event-stream"
+            else:
+                body = json.dumps(payload).encode()
         try:
-            self._send(reply.status, body, reply.content_type, reply.headers)
+            self._send(reply.status, body, content_type, reply.headers)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout, cancellation)
             self.close_connection = True
+
+    def _send_generated(self, reply: Reply, request: RecordedRequest) -> None:
+        assert reply.generate is not None
+        content_type, chunks = reply.generate(request.streaming and reply.stream is not False)
+        record = SentBody()
+        self.stub.bodies.append(record)
+        self.close_connection = True
+        started = time.monotonic()
+        try:
+            self.send_response(reply.status)
+            self.send_header("content-type", content_type)
+            self.send_header("connection", "close")
+            self.end_headers()
+            for chunk in chunks:
+                if reply.interval > 0 and self.stub._release.wait(reply.interval):
+                    return  # the test is over
+                if time.monotonic() - started > HANG_LIMIT_SECONDS:
+                    return
+                self.wfile.write(chunk)
+                record.sent += len(chunk)
+            record.finished = True
+        except (BrokenPipeError, ConnectionResetError):
+            record.client_gone.set()
 
 
 @pytest.fixture
