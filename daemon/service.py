@@ -214,6 +214,10 @@ class Service:
             if not transcript.usable:
                 session.due = False
                 return Outcome(path, "skip", detail={"reason": "unusable transcript"})
+            if not transcript.committable:  # no flush or compaction on a reading that may differ from pi's
+                session.due = False
+                problem = transcript.blocking[0]
+                return Outcome(path, "skip", detail={"reason": f"{problem.kind} at line {problem.line}"})
             budget = budget_for(self.config, transcript)
             decision: Decision = decide(
                 self.config,
