@@ -21,6 +21,7 @@ from daemon.defaults import (
     MIN_PROMPT_BUDGET_TOKENS,
     SAFETY_MARGIN,
 )
+from daemon.tokens import MAX_TOKENS
 
 __all__ = [
     "Budget",
@@ -139,6 +140,9 @@ def budget_for_window(
     """The budget for a known window: OpenClaw's ``shouldPreemptivelyCompactBeforePrompt`` (spec §5)."""
     if estimated_tokens < 0:
         raise ValueError(f"estimated_tokens must be >= 0, got {estimated_tokens}")
+    # A figure past what we count (the reader reports it as figure_overflow) is clamped, never an
+    # OverflowError in the float arithmetic below.
+    estimated_tokens = min(estimated_tokens, MAX_TOKENS)
     window = max(1, math.floor(window))
     reserve_tokens = config.compaction.reserve_tokens
     floor_prompt = min_prompt_budget(window)

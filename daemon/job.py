@@ -152,6 +152,9 @@ async def compact_file(
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)
         return JobResult(path, "none", reason=f"unusable transcript: {reason}")
+    if not transcript.committable:
+        reason = "; ".join(f"{p.kind} at line {p.line}: {p.message}" for p in transcript.blocking)
+        return JobResult(path, "none", reason=f"not compacted: {reason}")
     budget = budget_for(config, transcript)
     chosen = route or budget.route
     if chosen == "fits":

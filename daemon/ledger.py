@@ -9,6 +9,7 @@ so ``apply`` says so and the caller reloads the file; that is rare and keeps the
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,9 +19,11 @@ import orjson
 
 from daemon.defaults import CHARS_PER_TOKEN
 from daemon.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, js_len, usage_tokens
-from daemon.transcript.context import build_context, compaction_message, entry_to_message
+from daemon.transcript.context import UNDEFINED, build_context, compaction_message, entry_to_message, js_same
 from daemon.transcript.messages import RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
-from daemon.transcript.reader import Entry, Scan, Transcript, parse_transcript
+from daemon.transcript.reader import Entry, Scan, Transcript, link_key, parse_line, parse_transcript
+
+log = logging.getLogger(__name__)
 
 _CONTEXT_TYPES = frozenset({"message", "custom_message", "branch_summary"})
 
@@ -46,18 +49,24 @@ class SessionLedger:
     model: str | None = None
     entries: int = 0
     usable: bool = True
+    # The last line parses only because pi trims the file's end: an append changes how pi reads it.
+    reload_on_append: bool = False
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> SessionLedger:
+    def from_bytes(cls, data: bytes, path: str | None = None) -> SessionLedger:
         """The cold read: a whole file's complete lines → its ledger, equal to ``from_transcript``'s.
 
         It keeps a few fields per entry instead of every parsed entry, and estimates only the messages the
-        figure needs (those after the usage anchor), re-reading just their lines; see ``_cold_read``.
+        figure needs (those after the usage anchor), re-reading just their lines; see ``_cold_read``. Should
+        it ever fail, the exact reader (``parse_transcript``) gives the ledger instead.
         """
         paused = gc.isenabled()
         gc.disable()  # the few small records kept are acyclic; see parse_transcript
         try:
             return _cold_read(data)
+        except Exception as exc:  # the fast path must never cost a session its figures
+            log.warning("cold read failed, reading exactly instead path=%s reason=%r", path, exc)
+            return cls.from_transcript(parse_transcript(data, check=False))
         finally:
             if paused:
                 gc.enable()
@@ -70,6 +79,7 @@ class SessionLedger:
             entries=len(transcript.entries),
             usable=transcript.usable,
             leaf_id=transcript.leaf_id,
+            reload_on_append=_trims_tail(transcript.problems),
         )
         context = build_context(transcript)
         model = context.model or {}
@@ -116,7 +126,7 @@ class SessionLedger:
 
     def apply(self, entries: Iterable[Entry]) -> bool:
         """Fold appended entries in; False when one of them needs a full reload instead."""
-        if not self.usable:
+        if not self.usable or self.reload_on_append:
             return False
         for entry in entries:
             entry_id = entry.get("id")
@@ -191,7 +201,7 @@ class _Rec:
 
     def __init__(self, entry: Entry, start: int, end: int) -> None:
         self.start, self.end = start, end
-        self.entry_id = entry.get("id")
+        self.entry_id = entry.get("id", UNDEFINED)  # UNDEFINED: no id at all (``undefined`` for ===)
         self.parent = entry.get("parentId")
         self.kind = kind = entry.get("type")
         self.tokens: int | None = None
@@ -222,13 +232,14 @@ class _Rec:
         elif kind == "compaction":
             summary = compaction_message(entry)
             self.tokens = estimate_tokens(summary)
-            self.extra = (entry.get("firstKeptEntryId"), _num_or_none(summary["timestamp"]))
+            self.extra = (entry.get("firstKeptEntryId", UNDEFINED), _num_or_none(summary["timestamp"]))
 
 
 def _cold_read(data: bytes) -> SessionLedger:
     scan = Scan(data)
     records = [_Rec(entry, start, end) for entry, start, end, _line, _pos in scan.entries()]
     scan.finish()
+    null_leaf = bool(records) and records[-1].entry_id is None  # pi: a null leaf id means an empty context
     if scan.no_header or scan.header is None or scan.version < 3:
         return SessionLedger.from_transcript(parse_transcript(data, check=False))  # v1/v2 ids: migrate first
     leaf_value = records[-1].entry_id if records else None
@@ -237,19 +248,25 @@ def _cold_read(data: bytes) -> SessionLedger:
         version=scan.version,
         entries=len(records),
         leaf_id=leaf_value if isinstance(leaf_value, str) else None,
+        reload_on_append=_trims_tail(scan.problems),
     )
     # Transcript.branch(): from the leaf (the last entry) up through parentId; a missing parent or a cycle ends it.
-    index = {r.entry_id: r for r in records if isinstance(r.entry_id, str)}
+    index: dict[Any, _Rec] = {}
+    for rec in records:
+        entry_id = rec.entry_id
+        key = (entry_id or None) if type(entry_id) is str else link_key(entry_id)
+        if key is not None:
+            index[key] = rec
     path: list[_Rec] = []
-    if records and not scan.junk_leaf:
-        current: _Rec | None = index.get(ledger.leaf_id) if ledger.leaf_id is not None else None
-        current = current or records[-1]
+    if records and not scan.junk_leaf and not null_leaf:
+        current: _Rec | None = records[-1]  # the leaf: the last entry (by_id of its own id finds itself)
         seen: set[int] = set()
         while current is not None and id(current) not in seen:
             seen.add(id(current))
             path.append(current)
             parent = current.parent
-            current = index.get(parent) if isinstance(parent, str) and parent else None
+            parent_key = (parent or None) if type(parent) is str else link_key(parent)
+            current = index.get(parent_key) if parent_key is not None else None
         path.reverse()
     compaction = None
     model: tuple[Any, ...] = (None, None)
@@ -265,10 +282,12 @@ def _cold_read(data: bytes) -> SessionLedger:
     speaking: list[_Rec] = [r for r in path if r.speaks]
     if compaction is not None:
         position = next(
-            i for i, r in enumerate(path) if r.kind == "compaction" and r.entry_id == compaction.entry_id
+            i
+            for i, r in enumerate(path)
+            if r.kind == "compaction" and js_same(r.entry_id, compaction.entry_id)
         )
-        first_kept, ledger.compaction_ts = compaction.extra or (None, None)
-        first = next((i for i in range(position) if path[i].entry_id == first_kept), position)
+        first_kept, ledger.compaction_ts = compaction.extra or (UNDEFINED, None)
+        first = next((i for i in range(position) if js_same(path[i].entry_id, first_kept)), position)
         speaking = [
             compaction,
             *(r for r in path[first:position] if r.speaks),
@@ -287,7 +306,7 @@ def _cold_read(data: bytes) -> SessionLedger:
 
     def tokens(rec: _Rec) -> int:
         if rec.tokens is None:
-            message = entry_to_message(orjson.loads(data[rec.start : rec.end]))
+            message = entry_to_message(_entry_at(data, rec.start, rec.end))
             rec.tokens = message_tokens(message) if message is not None else 0
         return rec.tokens
 
@@ -295,6 +314,20 @@ def _cold_read(data: bytes) -> SessionLedger:
     if ledger.anchor_seen and ledger.anchor_is_stale:
         ledger.stale_total = sum(tokens(r) for r in speaking[:start]) + ledger.trailing_tokens
     return ledger
+
+
+def _entry_at(data: bytes, start: int, end: int) -> Entry:
+    """The entry the scan found at ``data[start:end]``, parsed again (its span is what pi parsed)."""
+    raw = data[start:end]
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value, _ = parse_line(raw)  # lone surrogates, invalid UTF-8, Infinity, deep nesting: as JSON.parse
+    return value if isinstance(value, dict) else {}
+
+
+def _trims_tail(problems: Iterable[Any]) -> bool:
+    return any(p.kind == "trailing_whitespace" for p in problems)
 
 
 def message_tokens(message: dict[str, Any]) -> int:
@@ -327,7 +360,12 @@ def _tool_result_chars(content: Any) -> tuple[int, int]:
 
 
 def _num_or_none(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer past the double range: JavaScript reads it as Infinity
+        return float("inf") if value > 0 else float("-inf")
 
 
 def _str_or_none(value: Any) -> str | None:

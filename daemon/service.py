@@ -323,11 +323,17 @@ class Service:
                 return Outcome(path, "busy", detail={"reason": reason})
             if not is_session_path(path):
                 session.due = False
-                return Outcome(path, "skip", detail={"reason": "not a regular file reached without symlinks"})
+                st.skipped = "not a regular file reached without symlinks"
+                return Outcome(path, "skipped", detail={"reason": st.skipped})
             transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
             if not transcript.usable:
                 session.due = False
                 st.skipped = "unusable transcript: " + "; ".join(p.message for p in transcript.problems)
+                return Outcome(path, "skipped", detail={"reason": st.skipped})
+            if not transcript.committable:  # no flush or compaction on a reading that may differ from pi's
+                session.due = False
+                problem = transcript.blocking[0]
+                st.skipped = f"{problem.kind} at line {problem.line}: {problem.message}"
                 return Outcome(path, "skipped", detail={"reason": st.skipped})
             stage = "plan"
             budget = budget_for(self.config, transcript)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from daemon.transcript.jsjson import is_js_blank, js_trim_bounds
 from daemon.transcript.reader import Transcript, parse_line, parse_transcript
 
 # A torn tail longer than this is not buffered across polls; it is re-read once it completes.
@@ -35,6 +36,8 @@ class Update:
     malformed: int = 0
     # Lines that are JSON but not objects: pi takes such a line as its leaf, so only a reload stays exact.
     non_objects: int = 0
+    # Malformed lines that parse once trimmed: pi keeps such a line while it is the file's last, so ditto.
+    trim_sensitive: int = 0
     _transcript: Transcript | None = None
 
     @property
@@ -89,8 +92,14 @@ class FileCursor:
         if cut == 0:
             return Update(Change.UNCHANGED)  # an oversized torn line is not kept; it is re-read once complete
         self.offset += cut
-        entries, malformed, non_objects = _parse_lines(data[:cut])
-        return Update(Change.APPENDED, entries=entries, malformed=malformed, non_objects=non_objects)
+        entries, malformed, non_objects, trim_sensitive = _parse_lines(data[:cut])
+        return Update(
+            Change.APPENDED,
+            entries=entries,
+            malformed=malformed,
+            non_objects=non_objects,
+            trim_sensitive=trim_sensitive,
+        )
 
     def _reload(self, fd: int, st: os.stat_result, reason: str) -> Update:
         data = _read_all(fd, st.st_size)
@@ -119,17 +128,22 @@ def _read_all(fd: int, size_hint: int) -> bytes:
         offset += len(chunk)
 
 
-def _parse_lines(data: bytes) -> tuple[list[dict[str, Any]], int, int]:
+def _parse_lines(data: bytes) -> tuple[list[dict[str, Any]], int, int, int]:
     entries: list[dict[str, Any]] = []
-    malformed = non_objects = 0
+    malformed = non_objects = trim_sensitive = 0
     for line in data.split(b"\n")[:-1]:  # data ends with a newline
         if not line or line.isspace():  # no copy of a long line just to test it
             continue
         value, reason = parse_line(line)
         if reason is not None:
+            if is_js_blank(line):
+                continue  # pi skips a line that trim() empties
             malformed += 1
+            start, end = js_trim_bounds(line, 0, len(line))
+            if (start, end) != (0, len(line)) and start < end and parse_line(line[start:end])[1] is None:
+                trim_sensitive += 1
         elif isinstance(value, dict):
             entries.append(value)
         else:
             non_objects += 1
-    return entries, malformed, non_objects
+    return entries, malformed, non_objects, trim_sensitive

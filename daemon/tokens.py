@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from daemon.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
+from daemon.transcript.jsjson import js_number, stringify
 from daemon.transcript.messages import Message
 
 IMAGE_CHARS = 4800  # pi counts an image in a tool result or custom message as 4,800 characters.
+# The largest token figure we hold (Number.MAX_SAFE_INTEGER): a usage beyond it is clamped to it (and reported
+# by the reader as ``figure_overflow``), so no budget arithmetic downstream can overflow.
+MAX_TOKENS = 2**53 - 1
 
 
 # CPython stores a string with any astral character 4 bytes per character (PEP 393); its size tells that kind
@@ -33,88 +37,30 @@ def js_len(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
-def _js_number(value: float) -> str:
-    """ECMAScript Number::toString for a finite double."""
-    if value != value or value in (math.inf, -math.inf):
-        return "null"
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    mantissa, _, exp_text = repr(abs(value)).partition("e")
-    int_part, _, frac_part = mantissa.partition(".")
-    digits = (int_part + frac_part).lstrip("0")
-    point = (
-        len(int_part.lstrip("0")) if int_part.strip("0") else -(len(frac_part) - len(frac_part.lstrip("0")))
-    )
-    point += int(exp_text or 0)
-    digits = digits.rstrip("0") or "0"
-    k, n = len(digits), point
-    if k <= n <= 21:
-        return sign + digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return sign + digits[:n] + "." + digits[n:]
-    if -6 < n <= 0:
-        return sign + "0." + "0" * (-n) + digits
-    exp = n - 1
-    exp_str = f"e{'+' if exp >= 0 else '-'}{abs(exp)}"
-    if k == 1:
-        return sign + digits + exp_str
-    return sign + digits[0] + "." + digits[1:] + exp_str
-
-
 def js_json_len(value: Any) -> int:
-    """``JSON.stringify(value).length``; 0 where JavaScript would give ``undefined``.
+    """``JSON.stringify(value).length``, at any nesting depth.
 
     orjson writes what JavaScript writes except for numbers (``1.0`` vs ``1``, ``1e+16`` vs digits, integers
     beyond 2**53), so its output is measured and each such number corrected; anything orjson refuses (lone
-    surrogates, huge integers) takes the exact slow path.
+    surrogates, nesting past its limit) is measured on the exact ``stringify``.
     """
     try:
         encoded = orjson.dumps(value)
     except TypeError:
-        return _js_json_len_slow(value)
+        return js_len(stringify(value, js_key_order=False))
     return js_len(encoded.decode()) + _number_correction(value)
 
 
 def _number_correction(value: Any) -> int:
+    """Recursive, but only over what orjson serialized: at most its 254 levels."""
     if isinstance(value, float):
-        return len(_js_number(value)) - len(orjson.dumps(value))
+        return len(js_number(value)) - len(orjson.dumps(value))
     if isinstance(value, int) and not isinstance(value, bool):
-        return 0 if abs(value) < 2**53 else len(_js_number(float(value))) - len(str(value))
+        return 0 if abs(value) < 2**53 else len(stringify(value)) - len(str(value))
     if isinstance(value, dict):
         return sum(_number_correction(v) for v in value.values() if not isinstance(v, str))
     if isinstance(value, list):
         return sum(_number_correction(v) for v in value if not isinstance(v, str))
-    return 0
-
-
-def _js_json_len_slow(value: Any) -> int:
-    if value is None:
-        return 4
-    if value is True:
-        return 4
-    if value is False:
-        return 5
-    if isinstance(value, int):
-        # JavaScript numbers are doubles: a big integer prints as the double it becomes.
-        return len(str(value)) if abs(value) < 2**53 else len(_js_number(float(value)))
-    if isinstance(value, float):
-        return len(_js_number(value))
-    if isinstance(value, str):
-        try:
-            return js_len(orjson.dumps(value).decode())
-        except TypeError:  # lone surrogates: JavaScript escapes each as \udxxx
-            lone = sum(1 for c in value if 0xD800 <= ord(c) <= 0xDFFF)
-            clean = "".join(c for c in value if not 0xD800 <= ord(c) <= 0xDFFF)
-            return js_len(orjson.dumps(clean).decode()) + 6 * lone
-    if isinstance(value, list):
-        return 2 + max(0, len(value) - 1) + sum(js_json_len(v) or 4 for v in value)
-    if isinstance(value, dict):
-        return (
-            2
-            + max(0, len(value) - 1)
-            + sum(js_json_len(str(k)) + 1 + js_json_len(v) for k, v in value.items())
-        )
     return 0
 
 
@@ -173,22 +119,42 @@ def estimate_tokens(message: Message) -> int:
 def usage_tokens(message: Message) -> int | None:
     """pi's ``calculateContextTokens`` for an assistant message that may anchor the count, else None.
 
-    Aborted and error turns never anchor (as in pi). Deliberate difference from pi: a usage that adds up to
-    zero never anchors either, so OpenClaw's delivery-mirror messages do not reset the count to about 0.
+    Aborted and error turns never anchor (as in pi). Deliberate differences from pi: a usage that adds up to
+    zero or less (or to NaN) never anchors, so OpenClaw's delivery-mirror messages do not reset the count to
+    about 0; a fraction is dropped; a figure beyond ``MAX_TOKENS`` (``1e308``, ``Infinity``) counts as
+    ``MAX_TOKENS``; fields that are not numbers count 0.
     """
     if message.get("role") != "assistant" or message.get("stopReason") in ("aborted", "error"):
         return None
     usage = message.get("usage")
     if not isinstance(usage, dict):
         return None
+    total = usage_total(usage)
+    if not total > 0:  # also NaN
+        return None
+    return MAX_TOKENS if total > MAX_TOKENS else int(total)
+
+
+def usage_total(usage: Mapping[str, Any]) -> float:
+    """``totalTokens || input + output + cacheRead + cacheWrite`` in doubles, as JavaScript adds them."""
     total = _num(usage.get("totalTokens"))
-    if not total:
-        total = sum(_num(usage.get(k)) for k in ("input", "output", "cacheRead", "cacheWrite"))
-    return int(total) if total > 0 else None
+    if not total or total != total:
+        total = (
+            _num(usage.get("input"))
+            + _num(usage.get("output"))
+            + _num(usage.get("cacheRead"))
+            + _num(usage.get("cacheWrite"))
+        )
+    return total
 
 
 def _num(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return 0.0
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond the double range: JavaScript reads it as Infinity
+        return math.copysign(math.inf, value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from daemon.budget import (
     tool_result_max_chars,
 )
 from daemon.config import Config
+from daemon.tokens import MAX_TOKENS
 
 ENV = {"HOME": "/home/tester"}
 DEFAULTS = Config.defaults(ENV)
@@ -433,3 +434,9 @@ def test_real_sessions_route_by_window() -> None:
         assert b.guard == ("warn" if window == 16_384 else "ok")
     capped = session_budget(path, config({"agents": {"defaults": {"context_tokens": 128_000}}}))
     assert (capped.context_window, capped.window_source) == (128_000, "agent_cap")
+
+
+@pytest.mark.parametrize("estimated", [d.DEFAULT_CONTEXT_TOKENS * 10**300, 10**400])
+def test_an_estimate_past_a_count_is_clamped_not_an_overflow(estimated: int) -> None:
+    b = budget(200_000, estimated=estimated)
+    assert b.estimated_tokens == MAX_TOKENS and b.route == "compact_only" and b.over_compact_threshold

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -21,7 +24,7 @@ from daemon.commit.successor import (
     verify,
 )
 from daemon.transcript.context import build_context, entry_to_message
-from daemon.transcript.reader import parse_transcript
+from daemon.transcript.reader import parse_line, parse_transcript
 
 HEADER = b'{"type":"session","version":3,"id":"5f0c2a9e-1b7d-4c3e-9a41-2d6b8e7f0c11","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}'
 
@@ -294,3 +297,44 @@ def test_substitute_note() -> None:
     out = substitute_note(entry, 'full text in s.jsonl.bak.2026 "quoted"')
     assert out["message"]["content"][0]["text"] == 'cut [full text in s.jsonl.bak.2026 "quoted"]'
     assert substitute_note({"x": 1}, "n") == {"x": 1}
+
+
+def test_dumps_entry_writes_infinity_back_as_pi_read_it() -> None:
+    entry = {"t": math.inf, "n": [-math.inf, None], "s": "null"}
+    assert dumps_entry(entry) == b'{"t":1e400,"n":[-1e400,null],"s":"null"}'
+    assert parse_line(dumps_entry(entry))[0] == entry
+
+
+def test_a_reparented_entry_keeps_an_infinite_timestamp() -> None:
+    data = build_file([("turn", 0), ("turn", 0), ("turn", 0)])
+    first_kept = user_cuts(data)[-1]
+    marker = f'"id":"{first_kept}"'.encode()
+    line = next(x for x in data.split(b"\n") if marker in x)
+    data = data.replace(line, line.replace(b'"timestamp":1}', b'"timestamp":1e400}'))
+    plan = build_successor(data, parse_transcript(data), compaction_for(first_kept), None, {})
+    verify(plan.data, plan, strict_structure=True)  # the context, Infinity included, is unchanged
+    assert b'"timestamp":1e400}' in plan.data
+
+
+ODD_ENTRIES: dict[str, Callable[[bytes], bytes]] = {
+    "too_deep": lambda line: line.replace(b'"data":{"n":1}', b'"data":' + b"[" * 300 + b"]" * 300),
+    "non_string_id": lambda line: re.sub(rb'"id":"[0-9a-f]{8}"', b'"id":7', line),
+    "message_not_object": lambda line: line.replace(b'"type":"custom"', b'"type":"message"').replace(
+        b'"data":{"n":1}', b'"message":"text"'
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(ODD_ENTRIES))
+def test_plans_refuse_a_transcript_whose_reading_may_differ_from_pis(kind: str) -> None:
+    data = build_file([("turn", 0), ("custom", 1), ("turn", 0), ("turn", 0)])
+    line = next(x for x in data.split(b"\n") if b'"type":"custom"' in x)
+    data = data.replace(line, ODD_ENTRIES[kind](line))
+    transcript = parse_transcript(data)
+    first_kept = transcript.branch()[-2]["id"]  # the final question
+    for build in (
+        lambda: build_successor(data, transcript, compaction_for(first_kept), None, {}),
+        lambda: build_append(transcript, compaction_for(first_kept), None, {}),
+    ):
+        with pytest.raises(PlanError, match=f"not compacted: {kind} at line 4"):
+            build()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -621,3 +622,88 @@ def test_cold_read_equals_the_full_read(shape: list[int], stale: bool) -> None:
         SessionLedger.from_bytes(data).figures()
         == SessionLedger.from_transcript(parse_transcript(data)).figures()
     )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Lines orjson refuses (issue 9): the cold read and the tailer read them as the exact reader does, never raise
+
+
+def raw_user(s: Session, text: bytes, *, timestamp: bytes | None = None) -> bytes:
+    """A user entry whose text (and message timestamp) are the given bytes, verbatim."""
+    entry = s.user("TEXT")
+    if timestamp is not None:
+        entry["message"]["timestamp"] = "STAMP"
+    out = line(entry).replace(b'"TEXT"', text)
+    return out.replace(b'"STAMP"', timestamp) if timestamp is not None else out
+
+
+ODD_LINES: dict[str, tuple[Callable[[Session], bytes], int]] = {
+    # name -> (the line, after the usage anchor; its estimate in tokens)
+    "lone_surrogate": (lambda s: raw_user(s, b'"half an emoji \\ud83d"'), 4),  # 15 UTF-16 units
+    "invalid_utf8": (lambda s: raw_user(s, b'"bad \xff\xfe\xc3 bytes"'), 4),  # 3 x U+FFFD, as Node decodes
+    "timestamp_1e400": (lambda s: raw_user(s, b'"stamp"', timestamp=b"1e400"), 2),
+    "nested_100000": (lambda s: raw_user(s, b'"deep","x":' + b"[" * 100_000 + b"]" * 100_000), 1),
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_LINES))
+def test_cold_read_and_tail_of_lines_orjson_refuses(tmp_path: Path, name: str) -> None:
+    make, tokens = ODD_LINES[name]
+    path, s, tracker = started(tmp_path)
+    odd = make(s)
+    write(path, odd)  # after the usage anchor: the cold read parses its line again to estimate it
+    cold = SessionLedger.from_bytes(path.read_bytes())
+    assert cold.figures() == one_go(path).figures()
+    assert cold.trailing_tokens == tokens
+    tracker.refresh()
+    assert tracker.ledger is not None and tracker.ledger.figures() == cold.figures()
+
+
+def test_the_cold_read_falls_back_to_the_exact_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, _s, _tracker = started(tmp_path)
+
+    def broken(data: bytes) -> SessionLedger:
+        raise ValueError("a bug in the fast path")
+
+    monkeypatch.setattr("daemon.ledger._cold_read", broken)
+    ledger = SessionLedger.from_bytes(path.read_bytes(), str(path))
+    assert ledger.figures() == one_go(path).figures()
+    assert "cold read failed" in caplog.text and str(path) in caplog.text
+
+
+def test_the_tailer_reloads_when_folding_appended_lines_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, s, tracker = started(tmp_path)
+
+    def broken(self: SessionLedger, entries: Any) -> bool:
+        raise OverflowError("a bug in the fast path")
+
+    monkeypatch.setattr(SessionLedger, "apply", broken)
+    write(path, s.user("one more"))
+    update = tracker.refresh()
+    assert update.change is Change.RELOADED
+    assert tracker.ledger is not None and tracker.ledger.figures() == one_go(path).figures()
+
+
+def test_a_last_line_kept_only_by_pis_trim_is_reread_once_a_line_follows(tmp_path: Path) -> None:
+    path, s, tracker = started(tmp_path)
+    before = one_go(path).tokens
+    write(path, line(s.user("k" * 400))[:-1] + "\u00a0".encode() + b"\n")
+    tracker.refresh()
+    assert tracker.ledger is not None and tracker.ledger.figures() == one_go(path).figures()
+    assert tracker.ledger.tokens == before + 100  # pi trims the file's end: the line counts
+    write(path, s.user("next"))  # now pi skips it, and "next" hangs from an entry pi no longer has
+    tracker.refresh()
+    assert tracker.ledger.figures() == one_go(path).figures()
+    assert tracker.ledger.tokens == 1  # "next" alone: its parent is gone
+
+
+def test_a_null_leaf_id_is_an_empty_context_in_the_cold_read_too(tmp_path: Path) -> None:
+    path, s, _tracker = started(tmp_path)
+    entry = s.user("leaf with a null id")
+    write(path, line({**entry, "id": None}))
+    assert SessionLedger.from_bytes(path.read_bytes()).figures() == one_go(path).figures()
+    assert one_go(path).tokens == 0

@@ -48,6 +48,12 @@ KNOWN_KINDS = frozenset(
         "first_kept_not_on_branch",
         "orphan_tool_result",
         "missing_tool_result",
+        "leading_whitespace",
+        "trailing_whitespace",
+        "figure_overflow",
+        "too_deep",
+        "non_string_id",
+        "message_not_object",
     }
 )
 
@@ -797,3 +803,106 @@ def test_unreadable_path_is_a_problem_not_an_exception(tmp_path: Path) -> None:
     assert not missing.usable
     directory = read_transcript(tmp_path)
     assert [p.kind for p in directory.problems] == ["unreadable"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Lines pi keeps that a stricter reader lost (issue 9). What pi does with each is checked against pi itself in
+# test_fuzz_differential.py (INSTANCES); here, what our reader reports about them.
+
+
+def with_raw(entry: Json, placeholder: str, raw: bytes) -> bytes:
+    """The entry's line with the JSON string ``placeholder`` replaced by bytes no encoder writes."""
+    line = dumps(entry)
+    assert line.count(json.dumps(placeholder).encode()) == 1
+    return line.replace(json.dumps(placeholder).encode(), raw)
+
+
+@pytest.mark.parametrize("depth", [300, 1_100, 100_000])
+def test_a_deeply_nested_line_is_kept_reported_and_never_committed(depth: int) -> None:
+    nested = b"[" * depth + b"]" * depth
+    deep = with_raw(msg("u2", "u1", user("b"), x="NESTED"), "NESTED", nested)
+    t = parse_transcript(jsonl(header(), msg("u1", None, user("a")), deep, msg("u3", "u2", user("c"))))
+    assert [e["id"] for e in t.branch()] == ["u1", "u2", "u3"]  # the history behind it is not cut off
+    assert [m["content"][0]["text"] for m in build_context(t).messages] == ["a", "b", "c"]
+    assert kinds(t) == [("too_deep", 3)]
+    assert t.usable and not t.committable
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        (b'{"totalTokens":1e308}', "1e+308"),
+        (b'{"totalTokens":1e400}', "inf"),
+        (b'{"input":1e308,"output":1e308,"cacheRead":0,"cacheWrite":0}', "inf"),
+        (b'{"totalTokens":1' + b"0" * 400 + b"}", "inf"),
+        (b'{"input":1e400,"output":-1e400,"cacheRead":0,"cacheWrite":0}', "nan"),
+    ],
+    ids=["1e308", "1e400", "sum-overflows", "400-digits", "inf-minus-inf"],
+)
+def test_a_usage_beyond_what_we_count_is_reported(usage: bytes, expected: str) -> None:
+    reply = with_raw(msg("a1", "u1", {**assistant("hi"), "usage": "USAGE"}), "USAGE", usage)
+    t = parse_transcript(jsonl(header(), msg("u1", None, user("q")), reply))
+    assert [(p.kind, p.line) for p in t.problems] == [("figure_overflow", 3)]
+    assert expected in t.problems[0].message
+    assert t.committable  # the figure is clamped; the reading itself is pi's
+
+
+def test_number_and_true_ids_link_entries_as_in_pi_and_block_commits() -> None:
+    entries = [msg(5, None, user("one")), msg("a2", 5.0, user("two")), msg(True, "a2", user("three"))]
+    entries.append(msg("a4", True, user("four")))
+    t = parse_transcript(jsonl(header(), *entries))
+    assert [m["content"][0]["text"] for m in build_context(t).messages] == ["one", "two", "three", "four"]
+    assert kinds(t) == [("non_string_id", 2), ("non_string_id", 4)]
+    assert not t.committable
+
+
+def test_a_null_leaf_id_gives_the_empty_context_pi_gives() -> None:
+    t = parse_transcript(jsonl(header(), msg("a1", None, user("one")), msg(None, "a1", user("two"))))
+    assert t.branch() == [] and build_context(t).messages == []
+
+
+def test_a_message_that_is_not_an_object_is_reported_and_never_committed() -> None:
+    t = parse_transcript(jsonl(header(), msg("u1", None, user("a")), msg("u2", "u1", "just text")))  # type: ignore[arg-type]
+    assert kinds(t) == [("message_not_object", 3)]
+    assert t.usable and not t.committable
+
+
+def test_whitespace_pi_trims_off_the_file_does_not_cost_the_first_or_last_line() -> None:
+    last = dumps(msg("u2", "u1", user("b")))
+    data = b"\xc2\xa0\x0b" + jsonl(header(), msg("u1", None, user("a"))) + last + "\u3000\u2028".encode()
+    t = parse_transcript(data + b"\n")
+    assert [e["id"] for e in t.branch()] == ["u1", "u2"]
+    assert kinds(t) == [("leading_whitespace", 1), ("trailing_whitespace", 3)]
+    assert t.header_span is not None and data[slice(*t.header_span)] == dumps(header())
+    assert data[slice(*t.spans[-1])] == last  # a rotation copies the line pi parsed, without the whitespace
+    # Once a line follows it, pi no longer trims it off: the line is skipped, as in pi.
+    t = parse_transcript(data + b"\n" + jsonl(msg("u3", "u2", user("c"))))
+    assert [e["id"] for e in t.entries] == ["u1", "u3"]
+    assert ("malformed_line", 3) in kinds(t)
+
+
+def test_a_line_of_javascript_whitespace_is_blank_as_in_pi() -> None:
+    t = parse_transcript(jsonl(header(), msg("u1", None, user("a")), "\u00a0\u3000".encode(), b"\x0c"))
+    assert t.problems == []
+
+
+_JSON_PIECES = st.sampled_from(
+    ["[", "]", "{", "}", ",", ":", " ", "\t", "\n", '"a"', '"\\ud83d"', '"\\u00e9\\n"', '"x', "1", "-0",
+     "1.5e3", "1e400", "01", "1.", "true", "false", "null", "nul", "NaN", "\ufeff", '"\x01"', "\u00a0"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_JSON_PIECES, max_size=16).map("".join) | st.text(max_size=30))
+def test_the_iterative_parser_accepts_and_builds_exactly_what_the_json_module_does(text: str) -> None:
+    """Lines nested past Python's stack go to ``_parse_iteratively``; it must be ``json.loads`` otherwise."""
+    from daemon.transcript.jsjson import _parse_iteratively, loads
+
+    try:
+        expected: Any = loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            _parse_iteratively(text)
+        return
+    assert _parse_iteratively(text) == expected
+    assert json.dumps(_parse_iteratively(text)) == json.dumps(expected)  # same key order, types, -0.0

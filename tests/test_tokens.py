@@ -19,6 +19,7 @@ import pytest
 
 from daemon.defaults import SAFETY_MARGIN
 from daemon.tokens import (
+    MAX_TOKENS,
     estimate_context_tokens,
     estimate_for_planning,
     estimate_tokens,
@@ -364,3 +365,42 @@ def test_planning_without_a_summary_is_the_plain_estimate() -> None:
         assistant(text("y"), use=usage(77), ts=2),
     ]
     assert estimate_for_planning(messages) == estimate_context_tokens(messages)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Figures past a count, nesting past any recursion limit (issue 9)
+
+
+@pytest.mark.parametrize(
+    ("figures", "expected"),
+    [
+        ({"totalTokens": 1e308}, MAX_TOKENS),
+        ({"totalTokens": math.inf}, MAX_TOKENS),
+        ({"input": 1e308, "output": 1e308}, MAX_TOKENS),  # the sum is Infinity in JavaScript too
+        ({"totalTokens": 2**64 - 1}, MAX_TOKENS),
+        ({"totalTokens": MAX_TOKENS}, MAX_TOKENS),
+        ({"totalTokens": 123.9}, 123),  # pi keeps the fraction; we count whole tokens
+        ({"input": math.inf, "output": -math.inf}, None),  # NaN never anchors
+        ({"totalTokens": -5}, None),  # nor does a negative figure (pi anchors on it)
+        ({"totalTokens": -1e308, "input": 7}, None),
+    ],
+)
+def test_usage_figures_past_a_count_are_clamped_never_raised(figures: Json, expected: int | None) -> None:
+    message = {"role": "assistant", "content": [], "usage": figures, "stopReason": "stop"}
+    assert usage_tokens(message) == expected
+    estimate = estimate_context_tokens([message, {"role": "user", "content": "four"}])
+    assert estimate.tokens == (expected or 0) + 1
+    assert estimate.with_margin == math.ceil(estimate.tokens * SAFETY_MARGIN)  # no OverflowError
+
+
+@pytest.mark.parametrize("depth", [300, 5_000, 100_000])
+def test_json_stringify_length_at_any_depth(depth: int) -> None:
+    nested: Any = "\ud800"  # a lone surrogate: orjson refuses it, JSON.stringify writes \ud800
+    for _ in range(depth):
+        nested = [nested]
+    assert js_json_len(nested) == 2 * depth + 8
+    message = {
+        "role": "assistant",
+        "content": [{"type": "toolCall", "name": "f", "arguments": {"a": nested}}],
+    }
+    assert estimate_tokens(message) == -(-(1 + 2 * depth + 8 + 6) // 4)

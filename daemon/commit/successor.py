@@ -23,6 +23,7 @@ the post-compaction message. Context: summary, kept messages, post-compaction me
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -33,6 +34,7 @@ from typing import Any
 import orjson
 
 from daemon.transcript.context import compaction_message, context_from_path, entry_to_message
+from daemon.transcript.jsjson import stringify
 from daemon.transcript.reader import Entry, Transcript, parse_line, parse_transcript
 
 __all__ = ["Entry"]
@@ -73,15 +75,31 @@ class PlanError(Exception):
 
 
 def dumps_entry(entry: Mapping[str, Any]) -> bytes:
-    """``JSON.stringify(entry)``: compact, keys in order, non-ASCII raw.
+    """``JSON.stringify(entry)``: compact, keys in order, non-ASCII raw, read back by pi as it was read.
 
-    orjson rejects lone surrogates and integers beyond 64 bits, both valid for JavaScript; the stdlib then
-    writes ASCII-escaped JSON, which parses to the same value.
+    orjson rejects lone surrogates (valid for JavaScript) and writes ``Infinity`` (from ``1e400``) as ``null``;
+    such entries are written by ``stringify``, which escapes the former and writes the latter as ``1e400``.
     """
     try:
-        return orjson.dumps(entry)
+        data = orjson.dumps(entry)
     except TypeError:
-        return json.dumps(entry, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        data = None
+    if data is not None and (b"null" not in data or not _has_infinity(entry)):
+        return data
+    return stringify(dict(entry), nonfinite="1e400", js_key_order=False).encode()
+
+
+def _has_infinity(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def fresh_id(taken: Iterable[str] | set[str]) -> str:
@@ -301,6 +319,14 @@ def _with_ids(compaction: Entry, post: Entry | None, taken: set[str]) -> tuple[E
     return compaction, post
 
 
+def refuse_blocked(transcript: Transcript) -> None:
+    """No compaction is built on a reading that may differ from the agent's (see ``Transcript.blocking``)."""
+    blocking = transcript.blocking
+    if blocking:
+        problem = blocking[0]
+        raise PlanError(f"not compacted: {problem.kind} at line {problem.line}: {problem.message}")
+
+
 def _messages(entries: Iterable[Entry]) -> list[dict[str, Any]]:
     return [m for e in entries if (m := entry_to_message(e)) is not None]
 
@@ -345,6 +371,7 @@ def build_successor(
     header = transcript.header
     if header is None or transcript.header_span is None:
         raise PlanError("no session header")
+    refuse_blocked(transcript)
     first_kept = compaction.get("firstKeptEntryId") if compaction is not None else None
     if compaction is not None and not isinstance(first_kept, str):
         raise PlanError("compaction has no firstKeptEntryId")
@@ -508,6 +535,7 @@ def build_append(
     """The lines append mode adds after the current leaf (or ``leaf_id``); see the module docstring."""
     if transcript.header is None:
         raise PlanError("no session header")
+    refuse_blocked(transcript)
     if transcript.version < 3:
         raise PlanError("append needs a version 3 transcript (pi rewrites older files on open)")
     first_kept = compaction.get("firstKeptEntryId") if compaction is not None else None

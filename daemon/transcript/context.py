@@ -22,7 +22,7 @@ class SessionContext:
     model: dict[str, Any] | None
 
 
-_MISSING: Any = object()
+UNDEFINED: Any = object()  # a key the entry does not have: ``undefined`` in JavaScript
 # ECMAScript's date-time string format (the only one Date.parse must accept; V8's legacy fallback is not copied).
 _ES_DATE = re.compile(
     r"([+-]\d{6}|\d{4})(?:-(\d{2})(?:-(\d{2}))?)?"
@@ -30,9 +30,9 @@ _ES_DATE = re.compile(
 )
 
 
-def js_timestamp(value: Any = _MISSING) -> float | int | None:
+def js_timestamp(value: Any = UNDEFINED) -> float | int | None:
     """``new Date(value).getTime()`` as pi computes message timestamps from entries; None where JS gives NaN."""
-    if value is _MISSING:
+    if value is UNDEFINED:
         return None
     if value is None or isinstance(value, bool):
         return int(bool(value))
@@ -91,7 +91,7 @@ def _made(role: str, entry: Entry, keys: tuple[str, ...]) -> dict[str, Any]:
     """A message pi creates from an entry; keys the entry lacks stay absent, as JSON.stringify drops undefined."""
     message: dict[str, Any] = {"role": role}
     message.update((k, entry[k]) for k in keys if k in entry)
-    message["timestamp"] = js_timestamp(entry.get("timestamp", _MISSING))
+    message["timestamp"] = js_timestamp(entry.get("timestamp", UNDEFINED))
     return message
 
 
@@ -118,17 +118,31 @@ def _settings(path: list[Entry]) -> tuple[str, dict[str, Any] | None, Entry | No
     return thinking_level, model, compaction
 
 
+def js_same(a: Any, b: Any) -> bool:
+    """JavaScript's ``a === b`` for parsed JSON values (``UNDEFINED`` standing for ``undefined``)."""
+    if isinstance(a, dict | list) or isinstance(b, dict | list) or a is UNDEFINED or b is UNDEFINED:
+        return a is b
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return float(a) == float(b)
+    return isinstance(a, str) and isinstance(b, str) and a == b
+
+
 def context_entries(path: list[Entry]) -> list[Entry]:
     """The path entries whose messages make up the context, in order (the last compaction first, if any)."""
     compaction = _settings(path)[2]
     if compaction is None:
         return path
-    # pi finds the compaction by id (first match), then keeps from firstKeptEntryId before it.
+    # pi finds the compaction by id (first match, ===), then keeps from firstKeptEntryId before it.
+    compaction_id = compaction.get("id", UNDEFINED)
     position = next(
-        i for i, e in enumerate(path) if e.get("type") == "compaction" and e.get("id") == compaction.get("id")
+        i
+        for i, e in enumerate(path)
+        if e.get("type") == "compaction" and js_same(e.get("id", UNDEFINED), compaction_id)
     )
-    first_kept = compaction.get("firstKeptEntryId")
-    start = next((i for i in range(position) if path[i].get("id") == first_kept), position)
+    first_kept = compaction.get("firstKeptEntryId", UNDEFINED)
+    start = next((i for i in range(position) if js_same(path[i].get("id", UNDEFINED), first_kept)), position)
     return [compaction, *path[start:position], *path[position + 1 :]]
 
 

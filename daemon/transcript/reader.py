@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import os
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from daemon.tokens import MAX_TOKENS, usage_total
+from daemon.transcript.jsjson import is_js_blank, js_trim_bounds, nesting
+from daemon.transcript.jsjson import loads as js_loads
 from daemon.transcript.messages import role_of, tool_call_id, tool_calls
 
 Entry = dict[str, Any]
@@ -24,9 +26,32 @@ CURRENT_VERSION = 3
 BOM = b"\xef\xbb\xbf"
 # pi's ``isValidSessionFile`` (used by ``pi -c``) parses only the first 512 bytes.
 HEADER_VISIBLE_BYTES = 512
+# The deepest nesting (objects and arrays, the entry itself counting 1) compactd writes back or sends on:
+# orjson serializes at most 254 levels, and a request body wraps a message in a few more.
+MAX_DEPTH = 200
 
 # Problem kinds that make the file unusable for an agent (pi would wipe it on open).
 FATAL_KINDS = frozenset({"no_header", "unreadable"})
+# Problem kinds that forbid building a compaction on our reading: pi keeps a line we cannot carry faithfully.
+BLOCKING_KINDS = frozenset({"too_deep", "non_string_id", "message_not_object"})
+
+_TRUE_KEY = ("bool", True)
+
+
+def link_key(value: Any) -> Hashable | None:
+    """The key pi's ``byId`` Map files an id under and finds a ``parentId`` by; None where pi finds nothing.
+
+    pi looks a parent up only when ``parentId`` is truthy, by SameValueZero: a string, a number (``5`` and
+    ``5.0`` are one key, ``"5"`` another) or ``true``; an object or array is never equal to any other.
+    """
+    if isinstance(value, str):
+        return value or None
+    if value is True:
+        return _TRUE_KEY
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        return ("number", number) if number else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,32 +64,21 @@ class Problem:
         return {"kind": self.kind, "line": self.line, "message": self.message}
 
 
-def _js_int(text: str) -> int | float:
-    """Integers as the JSON module gives them, except past Python's digit limit (JavaScript: a double)."""
-    return int(text) if len(text) <= 4_000 else float(text)
-
-
-def _js_rejects_constant(name: str) -> Any:
-    raise ValueError(f"JSON.parse rejects {name}")
-
-
 def parse_line(line: bytes) -> tuple[Any, str | None]:
     """One line as ``JSON.parse`` would take it: (value, None), or (None, reason) when pi would skip it.
 
-    orjson is strict where JavaScript is lenient in two ways, both handled: invalid UTF-8 (Node decodes it to
-    U+FFFD before parsing) and lone surrogate escapes (valid in JavaScript strings).
+    orjson is strict where JavaScript is lenient in ways all handled here: invalid UTF-8 (Node decodes the
+    whole file to U+FFFD first), lone surrogate escapes (valid JavaScript strings), numbers beyond the double
+    range (``Infinity``) and nesting deeper than orjson's 1,024 levels (V8 has no limit).
     """
     try:
         return orjson.loads(line), None
     except orjson.JSONDecodeError as exc:
         first_error = str(exc)
     try:
-        text = line.decode("utf-8", "replace")
-        return json.loads(text, parse_constant=_js_rejects_constant, parse_int=_js_int), None
+        return js_loads(line.decode("utf-8", "replace")), None
     except ValueError:
         return None, first_error
-    except RecursionError:  # JSON.parse nests deeper than Python's stack; no agent writes such a line
-        return None, "nested too deeply to parse"
 
 
 @dataclass
@@ -80,14 +94,25 @@ class Transcript:
     lines: list[int] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
     header_span: tuple[int, int] | None = None
+    header_line: int | None = None
     size: int = 0
     # The last parsed line is JSON but not an object: pi takes it as the leaf and builds an empty context.
     junk_leaf: bool = False
     _by_id: dict[str, Entry] | None = field(default=None, repr=False)
+    _links: dict[Hashable, Entry] | None = field(default=None, repr=False)
 
     @property
     def usable(self) -> bool:
         return not any(p.kind in FATAL_KINDS for p in self.problems)
+
+    @property
+    def blocking(self) -> list[Problem]:
+        """Why compactd must not build a compaction on this reading (empty: it may)."""
+        return [p for p in self.problems if p.kind in FATAL_KINDS or p.kind in BLOCKING_KINDS]
+
+    @property
+    def committable(self) -> bool:
+        return not self.blocking
 
     @property
     def session_id(self) -> str | None:
@@ -100,8 +125,24 @@ class Transcript:
             self._by_id = {e["id"]: e for e in self.entries if isinstance(e.get("id"), str)}
         return self._by_id
 
+    def links(self) -> dict[Hashable, Entry]:
+        """``by_id`` as pi's ``byId`` Map keys it (numbers and ``true`` too; see ``link_key``)."""
+        if self._links is None:
+            links: dict[Hashable, Entry] = {}
+            for entry in self.entries:
+                key = link_key(entry.get("id"))
+                if key is not None:
+                    links[key] = entry
+            self._links = links
+        return self._links
+
+    @property
+    def null_leaf(self) -> bool:
+        """The last entry's id is ``null``: pi's leaf is then "before the first entry", an empty context."""
+        return bool(self.entries) and "id" in self.entries[-1] and self.entries[-1]["id"] is None
+
     def leaf(self, leaf_id: str | None = None) -> Entry | None:
-        if leaf_id is None and self.junk_leaf:
+        if leaf_id is None and (self.junk_leaf or self.null_leaf):
             return None
         target = leaf_id if leaf_id is not None else self.leaf_id
         entry = self.by_id().get(target) if target is not None else None
@@ -111,15 +152,15 @@ class Transcript:
 
     def branch(self, leaf_id: str | None = None) -> list[Entry]:
         """Root → leaf path, stopping silently at a missing parent (like pi) and at a cycle (pi would hang)."""
-        index = self.by_id()
+        index = self.links()
         path: list[Entry] = []
         seen: set[int] = set()
         current = self.leaf(leaf_id)
         while current is not None and id(current) not in seen:
             seen.add(id(current))
             path.append(current)
-            parent = current.get("parentId")
-            current = index.get(parent) if isinstance(parent, str) and parent else None
+            key = link_key(current.get("parentId"))
+            current = index.get(key) if key is not None else None
         path.reverse()
         return path
 
@@ -171,8 +212,12 @@ class Scan:
             # the raw first line) no longer sees it as a session.
             self.problems.append(Problem("bom", 1, "UTF-8 BOM before the header: `pi -c` will not list it"))
             self.start = len(BOM)
+        # pi trims the whole file (String.prototype.trim) before splitting it: the first line may start and
+        # the last may end with whitespace JSON itself does not allow (U+00A0, U+2028, \v, ...).
+        self.lead, self.trail = js_trim_bounds(data, self.start, len(data))
         self.header: Entry | None = None
         self.header_span: tuple[int, int] | None = None
+        self.header_line: int | None = None
         self.junk_leaf = False
         self.no_header = False
         self.line_no = 0
@@ -187,9 +232,11 @@ class Scan:
                 value: Any = loads(raw)
             except orjson.JSONDecodeError:
                 line = bytes(raw)
-                if not line.strip():
+                if not line.strip() or is_js_blank(line):
                     continue
                 value, reason = parse_line(line)
+                if reason is not None and (begin < self.lead or end > self.trail):
+                    value, reason, begin, end = self._trimmed(value, reason, begin, end)
                 if reason is not None:
                     if end == len(data):
                         problems.append(
@@ -218,7 +265,7 @@ class Scan:
                     )
                     self.no_header = True
                     return
-                self.header, self.header_span = value, (begin, end)
+                self.header, self.header_span, self.header_line = value, (begin, end), self.line_no
                 if begin - self.start + HEADER_VISIBLE_BYTES < end:
                     problems.append(
                         Problem(
@@ -238,6 +285,33 @@ class Scan:
                 continue  # pi's duplicate-flush quirk repeats the header; loaders ignore the repeat
             self.junk_leaf = False
             yield value, begin, end, self.line_no, parsed - 1
+
+    def _trimmed(self, value: Any, reason: str, begin: int, end: int) -> tuple[Any, str | None, int, int]:
+        """The first or last line as pi sees it, without the file's leading or trailing whitespace."""
+        start, stop = max(begin, self.lead), min(end, self.trail)
+        if start >= stop:
+            return value, reason, begin, end
+        trimmed, trimmed_reason = parse_line(self.data[start:stop])
+        if trimmed_reason is not None:
+            return value, reason, begin, end
+        if start > begin:
+            self.problems.append(
+                Problem(
+                    "leading_whitespace",
+                    self.line_no,
+                    "the first line starts with whitespace JSON does not allow: `pi -c` will not list it",
+                )
+            )
+        if stop < end:
+            self.problems.append(
+                Problem(
+                    "trailing_whitespace",
+                    self.line_no,
+                    "the last line parses only because pi trims the file's end: pi skips it once a line "
+                    "is appended",
+                )
+            )
+        return trimmed, None, start, stop
 
     def finish(self) -> None:
         data = self.data
@@ -299,6 +373,7 @@ def _parse(data: bytes, *, check: bool = True) -> Transcript:
         lines=lines,
         spans=spans,
         header_span=header_span,
+        header_line=scan.header_line,
         size=len(data),
         junk_leaf=junk_leaf,
     )
@@ -349,23 +424,43 @@ def _migrate_v1(header: Entry, entries: list[Entry], positions: list[int]) -> No
 def validate(transcript: Transcript) -> list[Problem]:
     """Structural problems a loader would hit: dangling parents, cycles, unpaired tool calls on the branch."""
     problems: list[Problem] = []
-    index = transcript.by_id()
+    index = transcript.links()
     seen_ids: dict[str, Entry] = {}
     for entry, line in zip(transcript.entries, transcript.lines, strict=False):
         entry_id = entry.get("id")
-        if not isinstance(entry_id, str):
+        message = entry.get("message")
+        if entry.get("type") == "message" and message is not None and not isinstance(message, dict):
             problems.append(
-                Problem("missing_id", line, "entry has no string id; it cannot be anyone's parent")
+                Problem(
+                    "message_not_object",
+                    line,
+                    f"message is {_js_type(message)}, not an object: pi puts it in the context as is, we "
+                    "cannot; this session is never compacted",
+                )
             )
+        if not isinstance(entry_id, str):
+            if link_key(entry_id) is not None:
+                problems.append(
+                    Problem(
+                        "non_string_id",
+                        line,
+                        f"id {entry_id!r} is not a string: pi links entries by it, compactd only writes "
+                        "string ids; this session is never compacted",
+                    )
+                )
+            else:
+                problems.append(
+                    Problem("missing_id", line, "entry has no string id; it cannot be anyone's parent")
+                )
             continue
         earlier = seen_ids.get(entry_id)
-        if earlier is not None and earlier != entry:
+        if earlier is not None and _differ(earlier, entry):
             problems.append(
-                Problem("conflicting_duplicate_id", line, f"id {entry_id} repeats with other content")
+                Problem("conflicting_duplicate_id", line, f"id {entry_id!r} repeats with other content")
             )
         seen_ids[entry_id] = entry
         parent = entry.get("parentId")
-        if parent is not None and not (isinstance(parent, str) and parent in index):
+        if parent is not None and link_key(parent) not in index:
             problems.append(
                 Problem(
                     "dangling_parent", line, f"parentId {parent!r} points nowhere: the branch is cut here"
@@ -391,19 +486,81 @@ def validate(transcript: Transcript) -> list[Problem]:
                 )
             )
     problems.extend(_pairing_problems(branch, line_of))
+    problems.extend(_overflow_problems(branch, line_of))
+    problems.extend(_depth_problems(transcript))
+    return problems
+
+
+def _js_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an array"
+
+
+def _differ(a: Entry, b: Entry) -> bool:
+    """``a != b``, and True for entries too deep to compare (Python compares recursively)."""
+    try:
+        return a != b
+    except RecursionError:
+        return True
+
+
+def _overflow_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Problem]:
+    """Usage figures beyond what we count (``usage_tokens`` clamps them): pi's own figure is not a count."""
+    problems: list[Problem] = []
+    for entry in branch:
+        message = entry.get("message")
+        if entry.get("type") != "message" or not isinstance(message, dict) or role_of(message) != "assistant":
+            continue
+        usage = message.get("usage")
+        if not isinstance(usage, dict) or message.get("stopReason") in ("aborted", "error"):
+            continue
+        total = usage_total(usage)
+        if total > MAX_TOKENS or total != total:
+            counted = f"counted as {MAX_TOKENS}" if total > MAX_TOKENS else "not counted"
+            problems.append(
+                Problem(
+                    "figure_overflow",
+                    line_of.get(id(entry)),
+                    f"assistant usage adds up to {total!r}, beyond {MAX_TOKENS}: {counted}",
+                )
+            )
+    return problems
+
+
+def _depth_problems(transcript: Transcript) -> list[Problem]:
+    """Lines nested deeper than ``MAX_DEPTH``: pi keeps them, we read them, but must not write them back."""
+    problems: list[Problem] = []
+    lines = [
+        (transcript.header, transcript.header_line),
+        *zip(transcript.entries, transcript.lines, strict=False),
+    ]
+    for value, line in lines:
+        depth = nesting(value)
+        if depth > MAX_DEPTH:
+            problems.append(
+                Problem(
+                    "too_deep",
+                    line,
+                    f"nested {depth} levels deep: pi loads it, compactd carries at most {MAX_DEPTH} levels; "
+                    "this session is never compacted",
+                )
+            )
     return problems
 
 
 def _has_cycle(transcript: Transcript) -> bool:
-    index = transcript.by_id()
+    index = transcript.links()
     current = transcript.leaf()
     seen: set[int] = set()
     while current is not None:
         if id(current) in seen:
             return True
         seen.add(id(current))
-        parent = current.get("parentId")
-        current = index.get(parent) if isinstance(parent, str) else None
+        key = link_key(current.get("parentId"))
+        current = index.get(key) if key is not None else None
     return False
 
 

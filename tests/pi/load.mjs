@@ -9,6 +9,68 @@ const sm = await sessionManagerModule();
 const compaction = await compactionModule();
 const { paths } = await readStdinJson();
 
+// pi's JSON.parse reads any depth, but JSON.stringify (and Python's json module) stop after a few thousand
+// levels: in a value nested deeper than this, each part at this depth is replaced by {"$deep": its JSON text},
+// written without recursion (Python's side does the same to our value before comparing).
+const CLIP_DEPTH = 64;
+
+function depthOf(value) {
+  let deepest = 0;
+  const stack = [[value, 1]];
+  while (stack.length) {
+    const [item, depth] = stack.pop();
+    if (item === null || typeof item !== "object") continue;
+    deepest = Math.max(deepest, depth);
+    for (const child of Object.values(item)) stack.push([child, depth + 1]);
+  }
+  return deepest;
+}
+
+function stringifyDeep(value) {
+  const parts = [];
+  const work = [{ value }];
+  while (work.length) {
+    const item = work.pop();
+    if ("raw" in item) {
+      parts.push(item.raw);
+      continue;
+    }
+    const v = item.value;
+    if (v === null || typeof v !== "object") {
+      parts.push(JSON.stringify(v) ?? "null");
+    } else if (Array.isArray(v)) {
+      work.push({ raw: "]" });
+      for (let i = v.length - 1; i >= 0; i--) {
+        const x = v[i];
+        work.push(x === undefined || typeof x === "function" || typeof x === "symbol" ? { raw: "null" } : { value: x });
+        if (i) work.push({ raw: "," });
+      }
+      parts.push("[");
+    } else {
+      const keys = Object.keys(v).filter((k) => {
+        const x = v[k];
+        return x !== undefined && typeof x !== "function" && typeof x !== "symbol";
+      });
+      work.push({ raw: "}" });
+      for (let i = keys.length - 1; i >= 0; i--) {
+        work.push({ value: v[keys[i]] });
+        work.push({ raw: `${i ? "," : ""}${JSON.stringify(keys[i])}:` });
+      }
+      parts.push("{");
+    }
+  }
+  return parts.join("");
+}
+
+function clip(value, depth = 0) {
+  if (value === null || typeof value !== "object") return value;
+  if (depth >= CLIP_DEPTH) return { $deep: stringifyDeep(value) };
+  if (Array.isArray(value)) return value.map((v) => clip(v, depth + 1));
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, clip(v, depth + 1)]));
+}
+
+const clipDeep = (value) => (depthOf(value) > CLIP_DEPTH ? clip(value) : value);
+
 function loadOne(path) {
   const before = existsSync(path) ? readFileSync(path) : null;
   // What `pi -c` (continueRecent) would pick in this directory: it parses only the raw first 512 bytes.
@@ -40,6 +102,8 @@ function loadOne(path) {
     result.estimate = null;
     result.estimate_error = errorText(error);
   }
+  result.messages = result.messages.map(clipDeep);
+  result.header = clipDeep(result.header);
   return result;
 }
 

@@ -42,6 +42,8 @@ NPM_TIMEOUT_SECONDS = 900
 NODE_TIMEOUT_SECONDS = 120.0
 
 JsonDict = dict[str, Any]
+# Mirrors CLIP_DEPTH in tests/pi/load.mjs.
+CLIP_DEPTH = 64
 
 
 class PiError(RuntimeError):
@@ -184,6 +186,8 @@ def pi_load_many(
     (``getBranch()``), ``rewritten`` (pi changed the copy's bytes), ``wiped`` (pi replaced it with a fresh
     header) and ``resumable`` (``pi -c`` would pick it). When pi throws, the result is
     ``{"source", "error"}``; ``estimate`` is None (with ``estimate_error``) when only the estimate throws.
+    A message (or header) nested deeper than ``CLIP_DEPTH`` has each part at that depth replaced by
+    ``{"$deep": its JSON.stringify text}`` (see :func:`clip_deep`), since neither side's JSON stops there.
     """
     if not paths:
         return []
@@ -200,6 +204,24 @@ def pi_load_many(
         result.pop("path", None)
         result["source"] = os.fspath(path)
     return results
+
+
+def clip_deep(value: Any, stringify: Callable[[Any], str], nesting: Callable[[Any], int]) -> Any:
+    """Our side of load.mjs's clipping: in a value nested deeper than ``CLIP_DEPTH``, each part at that depth
+    becomes ``{"$deep": stringify(part)}`` (``stringify`` must be ``JSON.stringify``, key order included)."""
+    if nesting(value) <= CLIP_DEPTH:
+        return value
+
+    def clip(item: Any, depth: int) -> Any:
+        if not isinstance(item, dict | list):
+            return item
+        if depth >= CLIP_DEPTH:
+            return {"$deep": stringify(item)}
+        if isinstance(item, list):
+            return [clip(v, depth + 1) for v in item]
+        return {k: clip(v, depth + 1) for k, v in item.items()}
+
+    return clip(value, 0)
 
 
 def pi_load(path: str | os.PathLike[str], *, check: bool = True) -> JsonDict:
