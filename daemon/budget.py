@@ -21,6 +21,7 @@ from daemon.defaults import (
     MIN_PROMPT_BUDGET_TOKENS,
     SAFETY_MARGIN,
 )
+from daemon.prune import max_tool_result_chars
 from daemon.tokens import MAX_TOKENS
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "budget_for_window",
     "compute_budget",
     "guard",
+    "max_tokens_within",
     "min_prompt_budget",
     "resolve_window",
     "tool_result_max_chars",
@@ -77,10 +79,20 @@ def min_prompt_budget(window: int) -> int:
     return min(MIN_PROMPT_BUDGET_TOKENS, max(1, math.floor(window * MIN_PROMPT_BUDGET_RATIO)))
 
 
+def max_tokens_within(threshold: int) -> int:
+    """The largest raw estimate whose figure with the safety margin (⌈tokens × 1.2⌉) is at most ``threshold``."""
+    tokens = max(0, math.floor(threshold / SAFETY_MARGIN))
+    while math.ceil((tokens + 1) * SAFETY_MARGIN) <= threshold:
+        tokens += 1
+    while tokens > 0 and math.ceil(tokens * SAFETY_MARGIN) > threshold:
+        tokens -= 1
+    return tokens
+
+
 def tool_result_max_chars(config: Config, window: int) -> int:
     """The most characters one tool result may keep: min(⌊window × share⌋ × 4, hard cap) (spec §6.1)."""
-    share = config.compaction.tool_result_share
-    return min(math.floor(window * share) * CHARS_PER_TOKEN, config.compaction.tool_result_max_chars)
+    c = config.compaction
+    return max_tool_result_chars(window, c.tool_result_max_chars, c.tool_result_share)
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,7 +177,10 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
             "archive",
             "reason",
         )
-        _print_table([(k, data.get(k)) for k in keys if k in data], out)
+        rows = [(k, data.get(k)) for k in keys if k in data]
+        if result.fill is not None:
+            rows.append(("fill", result.fill.describe()))
+        _print_table(rows, out)
     if args.dry_run or result.committed:
         return 0
     return 1 if result.reason else 0

@@ -8,18 +8,25 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import anyio
 
-from daemon.commit.successor import FULL_TEXT_PLACEHOLDER
+from daemon.budget import TRUNCATE_ONLY_SLACK_CHARS, Budget, max_tokens_within
+from daemon.commit.atomic import ARCHIVE_INFIX, utc_stamp
+from daemon.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from daemon.config import Config
-from daemon.defaults import SAFETY_MARGIN
+from daemon.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
 from daemon.planning import budget_for, prune_plan
 from daemon.roots import is_session_path
 from daemon.summarize.engine import CompactionEngine, EngineResult, EngineSettings
+from daemon.tokens import estimate_tokens, js_len
+from daemon.transcript.context import compaction_message, entry_to_message
+from daemon.transcript.messages import llm_visible
 from daemon.transcript.reader import Transcript, read_transcript
 from daemon.workspace import Workspace, read_agents_md
 from daemon.workspace import workspace_for as choose_workspace
@@ -86,6 +93,63 @@ def snapshot_size(transcript: Transcript) -> int:
     return transcript.spans[-1][1] + 1
 
 
+@dataclass(frozen=True)
+class Fill:
+    """Where a session stood before and after a job and where its tokens went (pi's estimate, raw tokens).
+
+    ``after_tokens`` = ``summary_tokens`` + ``post_compaction_tokens`` + ``kept_tokens``; the figures with
+    the safety margin are what the threshold compares, and what ``status`` shows as the share of the budget.
+    """
+
+    threshold: int
+    before_tokens: int
+    after_tokens: int
+    summary_tokens: int = 0
+    post_compaction_tokens: int = 0
+    kept_tokens: int = 0
+    pruned_results: int = 0
+    pruned_chars: int = 0
+    pruned_tokens: int = 0
+
+    @property
+    def before(self) -> int:
+        return math.ceil(self.before_tokens * SAFETY_MARGIN)
+
+    @property
+    def after(self) -> int:
+        return math.ceil(self.after_tokens * SAFETY_MARGIN)
+
+    def percent(self, tokens: int) -> float:
+        return round(100.0 * tokens / self.threshold, 1) if self.threshold > 0 else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "before": self.before,
+            "after": self.after,
+            "before_percent": self.percent(self.before),
+            "after_percent": self.percent(self.after),
+            "before_tokens": self.before_tokens,
+            "after_tokens": self.after_tokens,
+            "summary_tokens": self.summary_tokens,
+            "post_compaction_tokens": self.post_compaction_tokens,
+            "kept_tokens": self.kept_tokens,
+            "pruned_results": self.pruned_results,
+            "pruned_chars": self.pruned_chars,
+            "pruned_tokens": self.pruned_tokens,
+        }
+
+    def describe(self) -> str:
+        """One line for the log and the ``compact`` table."""
+        return (
+            f"{self.before:,} -> {self.after:,} of {self.threshold:,} tokens with the margin "
+            f"({self.percent(self.before):.0f}% -> {self.percent(self.after):.0f}%): "
+            f"summary {self.summary_tokens:,} + post-compaction {self.post_compaction_tokens:,} + kept "
+            f"{self.kept_tokens:,} tokens; pruned {self.pruned_chars:,} chars ({self.pruned_tokens:,} tokens) "
+            f"from {self.pruned_results} tool result{'s' if self.pruned_results != 1 else ''}"
+        )
+
+
 @dataclass
 class JobResult:
     path: str
@@ -97,6 +161,7 @@ class JobResult:
     reason: str | None = None
     pruned: int = 0
     chars_saved: int = 0
+    fill: Fill | None = None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "route": self.route}
@@ -125,9 +190,32 @@ class JobResult:
                 "reason": self.reason,
                 "pruned_results": self.pruned,
                 "chars_saved": self.chars_saved,
+                "fill": self.fill.as_json() if self.fill is not None else None,
             }
         )
         return out
+
+
+def prune_target_tokens(budget: Budget, route: str) -> int:
+    """The raw estimate pruning brings the session down to (pi's estimate, before the safety margin).
+
+    After a summary: the threshold itself, so the kept turns lose no more than the summary left over. Pruning
+    alone: the threshold less OpenClaw's route slack (2,048 characters), since the route was chosen on the
+    promise of that headroom and a session pruned to the very threshold is due again after the next reply.
+    """
+    threshold = budget.compact_threshold
+    if route == "truncate_tool_results_only":
+        threshold -= math.ceil(TRUNCATE_ONLY_SLACK_CHARS / CHARS_PER_TOKEN)
+    return max_tokens_within(max(0, threshold))
+
+
+def committed_note_chars(path: str, mode: str) -> Callable[[str], int]:
+    """entry id -> length of the note the commit puts for the placeholder (archive name or entry id)."""
+    if mode == "rotate":
+        name = f"{os.path.basename(path)}{ARCHIVE_INFIX}{utc_stamp(time.time())}"
+        chars = js_len(archive_note(name))
+        return lambda _entry_id: chars
+    return lambda entry_id: js_len(entry_note(entry_id))
 
 
 async def compact_file(
@@ -144,7 +232,9 @@ async def compact_file(
     """Run the engine on one transcript and, unless ``dry_run``, commit its result.
 
     ``path`` must be the file's real path (no symlink anywhere in it): what is read, sent and committed is
-    that file and no other, whatever is swapped in meanwhile (the commit checks again).
+    that file and no other, whatever is swapped in meanwhile (the commit checks again). Pruning is planned on
+    what remains after the summary (the kept turns) and frees only what the target still needs, oldest results
+    first (``daemon.prune.plan_pruning``).
     """
     if not is_session_path(path):
         return JobResult(path, "none", reason="refusing: not a regular file reached without symlinks")
@@ -163,6 +253,8 @@ async def compact_file(
     result = JobResult(path, chosen, mode=commit_mode)
     replacements: dict[str, dict[str, Any]] = {}
     kept_ids: set[str] | None = None
+    summary_tokens = post_tokens = 0
+    remaining = budget.estimated_tokens  # what stays in the context before pruning
     if chosen != "truncate_tool_results_only":
         engine = CompactionEngine(engine_settings(config), client)
         workspace = workspace_for(config, path, transcript)
@@ -171,28 +263,55 @@ async def compact_file(
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
             return result
-        plan = result.engine.plan
-        kept_ids = {e["id"] for e in plan.path[plan.first_kept_index :] if isinstance(e.get("id"), str)}
-        # Pruning after a compaction only matters for what is kept, and only if the summary was not enough.
-        if math.ceil(result.engine.tokens_after * SAFETY_MARGIN) <= budget.compact_threshold:
-            chosen = "compact_only"
+        e = result.engine
+        kept_ids = {x["id"] for x in e.plan.path[e.plan.first_kept_index :] if isinstance(x.get("id"), str)}
+        summary_tokens = estimate_tokens(compaction_message(e.compaction))
+        post = entry_to_message(e.post_message) if e.post_message is not None else None
+        post_tokens = sum(estimate_tokens(m) for m in llm_visible([post] if post is not None else []))
+        remaining = summary_tokens + post_tokens + sum(estimate_tokens(m) for m in llm_visible(e.plan.kept))
+    need = remaining - prune_target_tokens(budget, chosen)
+    if chosen == "compact_then_truncate" and need <= 0:
+        chosen = "compact_only"  # the summary was enough: the kept turns stay as they are
+    pruned_tokens = 0
     if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
         # The commit swaps the placeholder for where the full text still is (the archive, or the entry).
-        pruning = prune_plan(config, transcript, budget, note=FULL_TEXT_PLACEHOLDER)
-        replacements = {
-            edit.entry_id: edit.new_message
-            for edit in pruning.edits
-            if kept_ids is None or edit.entry_id in kept_ids
-        }
+        pruning = prune_plan(
+            config,
+            transcript,
+            budget,
+            need,
+            only=kept_ids,
+            note=FULL_TEXT_PLACEHOLDER,
+            committed_note_chars=committed_note_chars(path, commit_mode),
+        )
+        replacements = {edit.entry_id: edit.new_message for edit in pruning.edits}
         result.pruned = len(replacements)
-        result.chars_saved = sum(e.saved for e in pruning.edits if e.entry_id in replacements)
+        result.chars_saved = pruning.chars_saved
+        pruned_tokens = pruning.tokens_saved
+    after = remaining - pruned_tokens
+    result.fill = Fill(
+        threshold=budget.compact_threshold,
+        before_tokens=budget.estimated_tokens,
+        after_tokens=after,
+        summary_tokens=summary_tokens,
+        post_compaction_tokens=post_tokens,
+        kept_tokens=after - summary_tokens - post_tokens,
+        pruned_results=result.pruned,
+        pruned_chars=result.chars_saved,
+        pruned_tokens=pruned_tokens,
+    )
     result.route = chosen
     if dry_run:
         result.reason = "dry run"
         return result
-    return await anyio.to_thread.run_sync(
+    done = await anyio.to_thread.run_sync(
         lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
     )
+    if done.committed:
+        log.info(
+            "compacted path=%s route=%s mode=%s fill: %s", path, done.route, done.mode, result.fill.describe()
+        )
+    return done
 
 
 def _commit(

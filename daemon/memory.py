@@ -36,7 +36,11 @@ from daemon.config import HookConfig
 from daemon.summarize.llm import PROMPT_OVERHEAD_TOKENS, Completion, LLMError, estimate_prompt_tokens
 from daemon.summarize.prompts import NO_REPLY, fence, is_no_reply, memory_flush_messages
 from daemon.summarize.redact import redact_secrets
-from daemon.summarize.serialize import PART_SEPARATOR, TOOL_RESULT_MAX_CHARS, serialize_transcript
+from daemon.summarize.serialize import (
+    PART_SEPARATOR,
+    SUMMARIZER_TOOL_RESULT_MAX_CHARS,
+    serialize_transcript,
+)
 from daemon.transcript.messages import Message
 from daemon.workspace import Workspace, WorkspaceChildError, run_as
 
@@ -620,7 +624,7 @@ async def flush_memories(
     workspace: Path | Workspace,
     session_id: str | None,
     now: datetime,
-    tool_result_max_chars: int = TOOL_RESULT_MAX_CHARS,
+    tool_result_max_chars: int = SUMMARIZER_TOOL_RESULT_MAX_CHARS,
     redact: bool = True,
     prompt: str | None = None,
     system_prompt: str | None = None,

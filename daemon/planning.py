@@ -6,6 +6,7 @@ and then the exact budget (with the reducible tool-result characters) decides th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -104,9 +105,28 @@ def decide(config: Config, budget: Budget, *, transcript_bytes: int, flushed_thi
     )
 
 
-def prune_plan(config: Config, transcript: Transcript, budget: Budget, note: str | None = None) -> PrunePlan:
-    """The tool-result truncations for this session (recovery plan: minimum keep 0, as OpenClaw)."""
-    max_chars = tool_result_max_chars(config, budget.context_window)
+def prune_plan(
+    config: Config,
+    transcript: Transcript,
+    budget: Budget,
+    need_tokens: int,
+    *,
+    only: Collection[str] | None = None,
+    note: str | None = None,
+    committed_note_chars: Callable[[str], int] | None = None,
+) -> PrunePlan:
+    """The tool-result cuts that free ``need_tokens`` from this session's context, oldest first.
+
+    ``only`` restricts the plan to those entries (after a compaction: what remains, the kept turns).
+    """
+    items = tool_result_items(transcript)
+    if only is not None:
+        items = [(entry_id, message) for entry_id, message in items if entry_id in only]
     return plan_pruning(
-        tool_result_items(transcript), max_chars, note_for=(lambda _id: note) if note else None
+        items,
+        tool_result_max_chars(config, budget.context_window),
+        need_tokens,
+        min_keep=config.compaction.tool_result_min_keep_chars,
+        note_for=(lambda _id: note) if note else None,
+        committed_note_chars=committed_note_chars,
     )

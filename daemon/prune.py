@@ -5,14 +5,17 @@ with OpenClaw's own figures. Internally a text holding astral characters is proc
 code units (each astral character as its two surrogates), so every cut point and count equals JavaScript's; a
 cut that would split a surrogate pair moves by one unit, so a result never carries a lone surrogate.
 
-Deliberate differences from OpenClaw 2026.5.6 in the texts we write (``reducible_chars``, the routing figure,
-still follows OpenClaw's cuts to the character):
+What is cut differs from OpenClaw's recovery plan on purpose: ``plan_pruning`` frees only the tokens the
+target needs, oldest results first, and has no aggregate cap, so the newest results (the text the agent is
+working on) stay whole. ``reducible_chars``, the routing figure, still follows OpenClaw's plan to the character.
+
+Deliberate differences from OpenClaw 2026.5.6 in the texts we write:
 - the suffix's number is the count of original characters left out (OpenClaw measures the kept text with the
   middle marker in it, so its figure is short by the marker's length);
 - when the suffix does not fit, head-and-tail texts lose characters from the end of the head, not from the end
   of the tail (OpenClaw trims the end, which is the very tail it meant to keep);
-- the aggregate step cuts a result from its original text, not from the per-result cut (a cut of a cut would
-  state the characters removed by the second cut only).
+- a result cut twice is cut from its original text (a cut of a cut would state the characters removed by the
+  second cut only).
 """
 
 from __future__ import annotations
@@ -23,8 +26,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.defaults import TOOL_RESULT_CONTEXT_SHARE, TOOL_RESULT_MAX_CHARS, TOOL_RESULT_MIN_KEEP_CHARS
-from daemon.tokens import js_len
+from daemon.defaults import (
+    CHARS_PER_TOKEN,
+    TOOL_RESULT_CONTEXT_SHARE,
+    TOOL_RESULT_MAX_CHARS,
+    TOOL_RESULT_MIN_KEEP_CHARS,
+)
+from daemon.tokens import js_len, message_chars
 from daemon.transcript.messages import Message, role_of
 
 # Placed between head and tail (OpenClaw MIDDLE_OMISSION_MARKER), so the model knows the middle is gone.
@@ -40,8 +48,6 @@ TAIL_MAX_CHARS = 4_000
 HEAD_NEWLINE_SHARE = 0.8
 # ... and the tail starts after a newline found within this share of its length.
 TAIL_NEWLINE_SHARE = 0.2
-# pi and OpenClaw estimate a token as 4 characters when turning the window share into characters.
-CHARS_PER_TOKEN_ESTIMATE = 4
 
 _ERROR_WORDS = re.compile(
     r"\b(error|exception|failed|fatal|traceback|panic|stack trace|errno|exit code)\b", re.ASCII
@@ -224,9 +230,16 @@ def _bounded_openclaw(kept: str, length: int, max_chars: int, suffix: Suffix) ->
 # --- one tool result ----------------------------------------------------------------------------------------
 
 
-def max_tool_result_chars(context_window: int, hard_cap: int = TOOL_RESULT_MAX_CHARS) -> int:
-    """Per-result cap: min(⌊window × 0.3⌋ × 4, hard cap) characters (spec §6.1)."""
-    share_chars = math.floor(context_window * TOOL_RESULT_CONTEXT_SHARE) * CHARS_PER_TOKEN_ESTIMATE
+def max_tool_result_chars(
+    context_window: int, hard_cap: int = TOOL_RESULT_MAX_CHARS, share: float = TOOL_RESULT_CONTEXT_SHARE
+) -> int:
+    """The per-result cap: min(⌊window × share⌋ × 4, hard cap) characters, a hard cap below 1 being 1 (§6.1).
+
+    The one definition of the cap that pruning and routing use (``budget.tool_result_max_chars`` passes the
+    configured share and hard cap). pi's 2,000-character cut of each result in the summarizer's input
+    (``serialize.SUMMARIZER_TOOL_RESULT_MAX_CHARS``) is another limit: what a summarizer reads, not what stays.
+    """
+    share_chars = math.floor(context_window * share) * CHARS_PER_TOKEN
     return min(share_chars, max(1, hard_cap))
 
 
@@ -291,12 +304,17 @@ def _truncate_message(
 
 @dataclass(frozen=True, slots=True)
 class PruneEdit:
-    """One toolResult entry whose text is cut; ``new_message`` derives from the message the plan was given."""
+    """One toolResult entry whose text is cut; ``new_message`` derives from the message the plan was given.
+
+    ``chars_after`` and ``tokens_saved`` are the figures as committed, i.e. with the note that replaces the
+    placeholder in the suffix (see ``plan_pruning``'s ``committed_note_chars``).
+    """
 
     entry_id: str
     new_message: Message
     chars_before: int
     chars_after: int
+    tokens_saved: int = 0
 
     @property
     def saved(self) -> int:
@@ -305,18 +323,23 @@ class PruneEdit:
 
 @dataclass(frozen=True, slots=True)
 class PrunePlan:
-    """Which entries change and how.
-
-    ``chars_saved`` is what these edits remove; ``max_reducible_chars`` is OpenClaw's routing figure for the
-    same items (minimum kept 0, no notes, OpenClaw's own cuts), so the two can differ by a few characters.
-    """
+    """Which entries change and how, and what that frees of the tokens asked for (pi's estimate)."""
 
     edits: tuple[PruneEdit, ...]
-    chars_saved: int
-    max_reducible_chars: int
+    need_tokens: int
+    tokens_saved: int
 
     def __bool__(self) -> bool:
         return bool(self.edits)
+
+    @property
+    def chars_saved(self) -> int:
+        return sum(edit.saved for edit in self.edits)
+
+    @property
+    def short_tokens(self) -> int:
+        """What pruning could not free (0 when the need is met)."""
+        return max(0, self.need_tokens - self.tokens_saved)
 
     def apply(self, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """A copy of ``entries`` with each edited entry's message content replaced; never changed in place.
@@ -336,97 +359,154 @@ class PrunePlan:
 
 
 @dataclass(slots=True)
-class _Candidate:
-    index: int
+class _Result:
+    """A tool result being planned: its original, its current cut and that cut's committed figures."""
+
     entry_id: str
     original: Message
-    message: Message
+    note: str | None
+    note_growth: int  # committed note length minus planned note length, per suffix written
+    other_chars: int  # what pi counts besides the text blocks (images)
     chars_before: int
-    chars: int
+    tokens_before: int
+    message: Message
+    chars: int  # planned text characters
+    growth: int = 0  # what the committed notes add to ``chars``
 
+    @property
+    def tokens(self) -> int:
+        return -(-(self.other_chars + self.chars + self.growth) // CHARS_PER_TOKEN)
 
-def _plan(
-    items: Sequence[tuple[str, Message]],
-    max_chars: int,
-    min_keep: int,
-    note_for: Callable[[str], str | None] | None,
-    *,
-    compat: bool,
-) -> dict[int, _Candidate]:
-    """``buildToolResultReplacementPlan``: (a) each result over the cap, then (b) the aggregate budget."""
-    if max_chars < 1:
-        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
-    candidates: list[_Candidate] = []
-    for index, (entry_id, message) in enumerate(items):
-        if role_of(message) != "toolResult":
-            continue
+    def cut(self, max_chars: int, min_keep: int) -> None:
+        """Cut the original (never a previous cut: the suffix must count every character left out)."""
+        message = _truncate_message(self.original, max_chars, min_keep, self.note, compat=False)
         chars = tool_result_text_chars(message)
-        candidates.append(_Candidate(index, entry_id, message, message, chars, chars))
+        if chars >= self.chars:
+            return
+        growth = self._suffixes(message) * self.note_growth
+        if -(-(self.other_chars + chars + growth) // CHARS_PER_TOKEN) >= self.tokens:
+            return  # fewer characters, not fewer tokens: not worth an edit
+        self.message, self.chars, self.growth = message, chars, growth
 
-    changed: dict[int, _Candidate] = {}
-    # (a) every result above the per-result cap is cut to it.
-    for cand in candidates:
-        if cand.chars > max_chars:
-            note = note_for(cand.entry_id) if note_for else None
-            cand.message = _truncate_message(cand.message, max_chars, min_keep, note, compat=compat)
-            cand.chars = tool_result_text_chars(cand.message)
-            if cand.chars < cand.chars_before:  # block floors can leave a many-block result as it was
-                changed[cand.index] = cand
-
-    # (b) all results together must fit the same budget: cut the newest first (larger first on ties).
-    live = [c for c in candidates if c.chars > 0]
-    total = sum(c.chars for c in live)
-    if len(live) < 2 or total <= max_chars:
-        return changed
-    remaining = total - max_chars
-    for cand in sorted(live, key=lambda c: (-c.index, -c.chars)):
-        if remaining <= 0:
-            break
-        note = note_for(cand.entry_id) if note_for else None
-        # The floor leaves room for the suffix with its real count, so a result cut to the bare suffix still
-        # says how much was removed and where the full text is (OpenClaw's figure, compat, assumes one digit
-        # and then slices its own suffix apart).
-        floor_chars = min_keep + len(_to_units(truncation_suffix(1 if compat else cand.chars_before, note)))
-        reducible = max(0, cand.chars - floor_chars)
-        if reducible <= 0:
-            continue
-        target = max(floor_chars, cand.chars - min(reducible, remaining))
-        # We cut the original, not the result of (a): a cut of a cut text would count its suffix against the
-        # first cut instead of the original (OpenClaw does that; compat keeps it for OpenClaw's figure).
-        source = cand.message if compat else cand.original
-        message = _truncate_message(source, target, min_keep, note, compat=compat)
-        chars = tool_result_text_chars(message)
-        if cand.chars - chars <= 0:
-            continue
-        remaining -= cand.chars - chars
-        cand.message, cand.chars = message, chars
-        changed[cand.index] = cand
-    return changed
+    def _suffixes(self, message: Message) -> int:
+        old_blocks = [b.get("text") for b in self.original.get("content") or () if _is_text_block(b)]
+        new_blocks = [b.get("text") for b in message.get("content") or () if _is_text_block(b)]
+        return sum(1 for a, b in zip(old_blocks, new_blocks, strict=True) if a != b)
 
 
-def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int:
-    """OpenClaw's ``maxReducibleChars`` to the character: what its recovery rewrite (minimum 0) removes.
-
-    The route compares it with OpenClaw's thresholds, so it follows OpenClaw's own cuts, not our plan's (which
-    may differ by a few characters: see the module docstring).
-    """
-    changed = _plan(items, max_chars, RECOVERY_MIN_KEEP_CHARS, None, compat=True)
-    return sum(c.chars_before - c.chars for c in changed.values())
+def _suffix_chars(chars_before: int, note: str | None) -> int:
+    """The longest suffix a cut of a text this long can carry."""
+    return js_len(truncation_suffix(chars_before, note))
 
 
 def plan_pruning(
     items: Sequence[tuple[str, Message]],
     max_chars: int,
+    need_tokens: int,
     *,
-    min_keep: int = RECOVERY_MIN_KEEP_CHARS,
+    min_keep: int = TOOL_RESULT_MIN_KEEP_CHARS,
     note_for: Callable[[str], str | None] | None = None,
+    committed_note_chars: Callable[[str], int] | None = None,
 ) -> PrunePlan:
-    """Plan the truncations for the current branch's ``(entry_id, message)`` pairs, in branch order.
+    """Free ``need_tokens`` from the tool results among ``(entry_id, message)`` pairs, in branch order, and no more.
 
-    ``note_for(entry_id)`` names where the full text stays (archive, original entry), put in the suffix.
+    The items are what stays in the context (after a compaction: the kept turns only). Three passes, each
+    visiting the results oldest first and stopping as soon as the need is met, so the newest results, the
+    ones the agent is working with, are the last to give:
+
+    1. a result that alone exceeds the per-result cap ``max_chars`` is cut towards it;
+    2. any result is cut towards ``min_keep`` characters;
+    3. only when that is still not enough, towards its bare suffix (OpenClaw's recovery minimum, 0).
+
+    Each cut is OpenClaw's (head and tail when the tail matters, cut at a newline). A result is never cut
+    further than the remaining need asks, so with ``need_tokens`` 0 nothing changes. ``note_for(entry_id)``
+    names where the full text stays (it goes in the suffix); ``committed_note_chars(entry_id)`` is that note's
+    length once committed (the commit replaces a placeholder), so the token figures are the committed ones.
+    Unlike OpenClaw's recovery plan there is no aggregate cap: results that fit the target are left whole.
     """
-    changed = _plan(items, max_chars, min_keep, note_for, compat=False)
-    edits = tuple(
-        PruneEdit(c.entry_id, c.message, c.chars_before, c.chars) for _, c in sorted(changed.items())
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    results: list[_Result] = []
+    for entry_id, message in items:
+        if role_of(message) != "toolResult":
+            continue
+        chars = tool_result_text_chars(message)
+        other = message_chars(message) - chars
+        tokens = -(-(other + chars) // CHARS_PER_TOKEN)
+        note = note_for(entry_id) if note_for else None
+        growth = committed_note_chars(entry_id) - js_len(note) if committed_note_chars and note else 0
+        results.append(_Result(entry_id, message, note, growth, other, chars, tokens, message, chars))
+
+    def remaining() -> int:
+        return need_tokens - sum(r.tokens_before - r.tokens for r in results)
+
+    passes: tuple[tuple[Callable[[_Result], int], int], ...] = (
+        (lambda r: max(max_chars, _suffix_chars(r.chars_before, r.note)), min_keep),
+        (lambda r: min_keep + _suffix_chars(r.chars_before, r.note), min_keep),
+        (lambda r: _suffix_chars(r.chars_before, r.note), RECOVERY_MIN_KEEP_CHARS),
     )
-    return PrunePlan(edits, sum(edit.saved for edit in edits), reducible_chars(items, max_chars))
+    for floor_of, keep in passes:
+        for result in results:
+            left = remaining()
+            if left <= 0:
+                break
+            floor = floor_of(result)
+            if result.chars <= floor:
+                continue
+            # The most text this result may keep so that its committed estimate drops by ``left`` tokens.
+            allowed = (result.tokens - left) * CHARS_PER_TOKEN - result.other_chars - result.note_growth
+            result.cut(max(floor, allowed, 1), keep)
+    edits = tuple(
+        PruneEdit(r.entry_id, r.message, r.chars_before, r.chars + r.growth, r.tokens_before - r.tokens)
+        for r in results
+        if r.message is not r.original
+    )
+    return PrunePlan(edits, max(0, need_tokens), sum(e.tokens_saved for e in edits))
+
+
+# --- OpenClaw's routing figure ------------------------------------------------------------------------------
+
+
+def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int:
+    """OpenClaw's ``maxReducibleChars`` to the character: what its recovery rewrite (minimum 0) removes.
+
+    ``buildToolResultReplacementPlan``: (a) every result over the cap is cut to it, then (b) all results
+    together must fit the same budget, the newest cut first (larger first on ties). The route compares this
+    with OpenClaw's thresholds, so it follows OpenClaw's own cuts; our plan is ``plan_pruning``, which takes
+    only what the target needs, oldest first, and has no aggregate cap.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    suffix = _suffix_factory(None)
+    chars_before: list[int] = []
+    current: list[tuple[Message, int]] = []
+    for _, message in items:
+        if role_of(message) != "toolResult":
+            continue
+        chars = tool_result_text_chars(message)
+        chars_before.append(chars)
+        if chars > max_chars:
+            message = _truncate_message(message, max_chars, RECOVERY_MIN_KEEP_CHARS, None, compat=True)
+            chars = tool_result_text_chars(message)
+        current.append((message, chars))
+    live = [i for i, (_, chars) in enumerate(current) if chars > 0]
+    total = sum(current[i][1] for i in live)
+    if len(live) >= 2 and total > max_chars:
+        remaining = total - max_chars
+        # OpenClaw's floor assumes a one-digit count and then slices its own suffix apart.
+        floor_chars = len(suffix(1))
+        for i in sorted(live, key=lambda i: (-i, -current[i][1])):
+            if remaining <= 0:
+                break
+            message, chars = current[i]
+            reducible = max(0, chars - floor_chars)
+            if reducible <= 0:
+                continue
+            target = max(floor_chars, chars - min(reducible, remaining))
+            cut = _truncate_message(message, target, RECOVERY_MIN_KEEP_CHARS, None, compat=True)
+            cut_chars = tool_result_text_chars(cut)
+            if chars - cut_chars <= 0:
+                continue
+            remaining -= chars - cut_chars
+            current[i] = (cut, cut_chars)
+    return sum(chars_before) - sum(chars for _, chars in current)

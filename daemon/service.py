@@ -399,6 +399,7 @@ class Service:
                     identifiers_total=ids.total if ids else None,
                     identifiers_kept_by_model=ids.kept_by_model if ids else None,
                     identifiers_in_summary=ids.in_summary if ids else None,
+                    fill=result.fill.as_json() if result.fill else None,
                 )
                 if ids is not None:
                     self.metrics.record_retention(

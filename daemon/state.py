@@ -191,6 +191,13 @@ class SessionState:
     identifiers_total: int | None = None
     identifiers_kept_by_model: int | None = None
     identifiers_in_summary: int | None = None
+    # The last commit's fill (tokens with the margin) before and after, and where the tokens went.
+    last_fill_before: int | None = None
+    last_fill_after: int | None = None
+    last_fill_threshold: int | None = None
+    last_summary_tokens: int | None = None
+    last_kept_tokens: int | None = None
+    last_pruned_chars: int | None = None
 
     # --- derived ---------------------------------------------------------------------------------------
     @property
@@ -238,14 +245,39 @@ class SessionState:
         identifiers_total: int | None = None,
         identifiers_kept_by_model: int | None = None,
         identifiers_in_summary: int | None = None,
+        fill: Mapping[str, Any] | None = None,
     ) -> None:
-        """A compaction was committed: a new cycle starts (the next flush is due again)."""
+        """A compaction was committed: a new cycle starts (the next flush is due again).
+
+        ``fill`` is the job's ``Fill.as_json()``.
+        """
         self.compactions += 1
         self.last_level, self.last_route = level, route
         self.last_action, self.last_action_at = route or "compact", now
         self.identifiers_total = identifiers_total
         self.identifiers_kept_by_model = identifiers_kept_by_model
         self.identifiers_in_summary = identifiers_in_summary
+        f = fill or {}
+        self.last_fill_before, self.last_fill_after = f.get("before"), f.get("after")
+        self.last_fill_threshold = f.get("threshold")
+        self.last_summary_tokens, self.last_kept_tokens = f.get("summary_tokens"), f.get("kept_tokens")
+        self.last_pruned_chars = f.get("pruned_chars")
+
+    def last_fill(self) -> dict[str, Any] | None:
+        """The last commit's fill for ``status``: before and after (with the margin), shares, breakdown."""
+        if self.last_fill_before is None or self.last_fill_after is None or not self.last_fill_threshold:
+            return None
+        threshold = self.last_fill_threshold
+        return {
+            "before": self.last_fill_before,
+            "after": self.last_fill_after,
+            "threshold": threshold,
+            "before_percent": round(100.0 * self.last_fill_before / threshold, 1),
+            "after_percent": round(100.0 * self.last_fill_after / threshold, 1),
+            "summary_tokens": self.last_summary_tokens,
+            "kept_tokens": self.last_kept_tokens,
+            "pruned_chars": self.last_pruned_chars,
+        }
 
     # --- persistence -----------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -532,6 +564,7 @@ def _session_row(state: SessionState, now: float) -> dict[str, Any]:
         "compactions": state.compactions,
         "last_level": state.last_level,
         "identifier_retention": None if retention is None else round(retention, 4),
+        "last_fill": state.last_fill(),
     }
 
 
@@ -656,6 +689,9 @@ def _last_column(row: Mapping[str, Any], now: float) -> str:
     when = _epoch(row.get("last_action_at"))
     level = row.get("last_level")
     text = f"{action} ({level})" if isinstance(level, str) and level and "compact" in action else action
+    fill = row.get("last_fill")
+    if isinstance(fill, Mapping) and isinstance(fill.get("before_percent"), int | float):
+        text += f" {fill['before_percent']:.0f}%->{fill.get('after_percent', 0):.0f}%"
     return f"{text} {_duration(now - when)} ago" if when is not None else text
 
 

@@ -26,7 +26,7 @@ from daemon.prune import (
     truncate_tool_result,
     truncation_suffix,
 )
-from daemon.tokens import js_len
+from daemon.tokens import estimate_tokens, js_len
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 SUFFIX_RE = re.compile(r"\[\.\.\. (\d+) more characters truncated(?:; [^\]]*)?\]$")
@@ -337,118 +337,162 @@ def items_of(*texts: str, other_every: int = 0) -> list[tuple[str, dict[str, Any
     return out
 
 
+def code(size: int, tag: str = "a") -> str:
+    """A source file of about ``size`` characters ending in ``}`` (an important tail: head and tail kept)."""
+    line = f"    const {tag} = compute(1, 2); // {tag * 20}\n"
+    return (line * (size // len(line) + 1))[: size - 2] + "\n}"
+
+
+def tokens_of(message: dict[str, Any]) -> int:
+    return estimate_tokens(message)
+
+
+def after_of(items: list[tuple[str, dict[str, Any]]], plan: PrunePlan) -> dict[str, dict[str, Any]]:
+    edited = {e.entry_id: e.new_message for e in plan.edits}
+    return {entry_id: edited.get(entry_id, message) for entry_id, message in items}
+
+
 def test_zero_tool_results() -> None:
     items: list[tuple[str, dict[str, Any]]] = [
         ("u1", {"role": "user", "content": "a" * 100_000}),
         ("a1", {"role": "assistant", "content": []}),
     ]
-    plan = plan_pruning(items, 16_000)
-    assert plan == PrunePlan((), 0, 0)
-    assert not plan
+    plan = plan_pruning(items, 16_000, 1_000)
+    assert plan == PrunePlan((), 1_000, 0)
+    assert not plan and plan.short_tokens == 1_000 and plan.chars_saved == 0
     assert reducible_chars(items, 16_000) == 0
     entries = [{"type": "message", "id": i, "message": m} for i, m in items]
     applied = plan.apply(entries)
     assert applied == entries and applied is not entries
 
 
-def test_one_giant_result() -> None:
-    items = items_of("a" * 200_000)
-    plan = plan_pruning(items, 16_000)
-    assert len(plan.edits) == 1
+def test_nothing_needed_cuts_nothing_even_over_the_cap() -> None:
+    items = items_of("a" * 200_000, code(12_000), code(12_000))
+    plan = plan_pruning(items, 16_000, 0)
+    assert plan.edits == () and plan.short_tokens == 0
+    assert reducible_chars(items, 16_000) > 0  # OpenClaw's routing figure is another thing
+
+
+def test_the_observed_session_keeps_its_newest_reads_whole() -> None:
+    """Three kept 12 KB reads, 60 tokens over: the oldest gives 60 tokens' worth, the other two stay verbatim.
+
+    (OpenClaw's recovery plan, which compactd used, cut all three to the bare suffix: its aggregate cap of
+    16,000 characters, newest first.)
+    """
+    reads = [code(12_054, tag) for tag in "abc"]
+    items = [(f"e{i}", result(text)) for i, text in enumerate(reads)]
+    plan = plan_pruning(items, 16_000, 60, note_for=lambda _: "full text in s.jsonl.bak")
+    assert [e.entry_id for e in plan.edits] == ["e0"]
     edit = plan.edits[0]
-    assert edit.entry_id == "e0"
-    assert (edit.chars_before, edit.chars_after) == (200_000, 16_000)
-    assert edit.saved == plan.chars_saved == plan.max_reducible_chars == 184_000
-    assert reducible_chars(items, 16_000) == 184_000
+    assert 60 <= plan.tokens_saved == edit.tokens_saved <= 60 + 20  # a newline cut may take a line more
+    assert plan.short_tokens == 0
+    text = edit.new_message["content"][0]["text"]
+    body, n = split(text)
+    head, marker, tail = body.partition(MIDDLE_MARKER)
+    assert marker and reads[0].startswith(head) and reads[0].endswith(tail) and tail.endswith("}")
+    assert n == js_len(reads[0]) - js_len(head) - js_len(tail)
+    assert js_len(text) > 11_500  # never a bare pointer while the need is this small
+    after = after_of(items, plan)
+    assert after["e1"] is items[1][1] and after["e2"] is items[2][1]
+    assert (
+        sum(map(tokens_of, dict(items).values())) - sum(map(tokens_of, after.values())) == plan.tokens_saved
+    )
 
 
-def test_single_result_under_the_cap_is_not_an_aggregate() -> None:
-    """The aggregate needs at least two non-empty results."""
-    assert plan_pruning(items_of("a" * 15_000, ""), 16_000).edits == ()
+def test_a_result_over_the_cap_gives_first_and_only_what_is_needed() -> None:
+    items = items_of("a" * 8_000, code(30_000), "c" * 8_000)
+    plan = plan_pruning(items, 16_000, 1_000)
+    assert [e.entry_id for e in plan.edits] == ["e1"]  # the older, smaller result is left whole
+    assert 16_000 < plan.edits[0].chars_after <= 30_000 - 4_000
+    assert 1_000 <= plan.tokens_saved <= 1_000 + 25
 
 
-def test_one_many_block_result_is_not_an_aggregate() -> None:
-    """Twenty 1,000-char blocks, minimum 2,000: no block can shrink, and no edit that saves nothing."""
-    msg = result([{"type": "text", "text": "a" * 1000} for _ in range(20)])
-    plan = plan_pruning([("e0", msg)], 16_000, min_keep=2000)
-    assert plan.edits == ()
-    assert plan.chars_saved == 0
+def test_past_the_cap_the_oldest_results_give_next() -> None:
+    items = items_of("a" * 8_000, code(30_000), "c" * 8_000, "d" * 8_000)
+    # 14,000 characters above the cap, then 2,000 tokens more.
+    plan = plan_pruning(items, 16_000, 3_500 + 2_000)
+    by_id = {e.entry_id: e for e in plan.edits}
+    assert set(by_id) == {"e0", "e1"}
+    assert by_id["e1"].chars_after <= 16_000
+    assert by_id["e0"].chars_after >= 2_000  # the minimum keep: head kept, no bare pointer
+    assert plan.short_tokens == 0
 
 
-def test_many_medium_results_newest_first() -> None:
-    texts = [chr(ord("a") + i % 26) * 3000 for i in range(20)]
+def test_the_minimum_keep_holds_before_any_bare_pointer() -> None:
+    texts = ["q" * 6_000 for _ in range(8)]
     items = items_of(*texts, other_every=3)
-    plan = plan_pruning(items, 16_000)
-    # 60,000 chars, budget 16,000: the newest are cut to the bare suffix (36) until 44,000 are saved.
-    edited = [e.entry_id for e in plan.edits]
-    assert edited == [f"e{i}" for i in range(5, 20)]  # the oldest five are untouched
-    for edit in plan.edits[1:]:
-        assert edit.chars_after == len(truncation_suffix(3000)) == 36
-    assert sum(3000 - e.saved for e in plan.edits) + 5 * 3000 <= 16_000
-    assert plan.chars_saved == reducible_chars(items, 16_000) == 44_000
+    # Each result can give about 1,000 tokens before its minimum of 2,000 characters: ask for 5,500.
+    plan = plan_pruning(items, 16_000, 5_500, min_keep=2_000)
+    assert plan.short_tokens == 0
+    assert [e.entry_id for e in plan.edits] == [f"e{i}" for i in range(6)]  # the newest two untouched
+    assert all(e.chars_after >= 2_000 for e in plan.edits)
+    # Ask for more than the minimums allow: the oldest go down to the bare suffix first.
+    more = plan_pruning(items, 16_000, 8 * 1_000 + 2_000, min_keep=2_000)
+    assert more.short_tokens == 0
+    kept = {e.entry_id: e.chars_after for e in more.edits}
+    assert kept["e0"] == len(truncation_suffix(6_000)) and kept["e7"] >= 2_000
 
 
-def test_aggregate_visits_newest_before_larger() -> None:
-    """Order is by position (newest first); size only breaks ties of position, which cannot occur."""
-    items = items_of("a" * 12_000, "b" * 5_000)
-    plan = plan_pruning(items, 16_000)
-    assert [e.entry_id for e in plan.edits] == ["e1"]
-    assert plan.edits[0].chars_after == 4000
+def test_a_need_beyond_everything_leaves_bare_suffixes_and_says_what_is_short() -> None:
+    items = items_of("a" * 40_000, "b" * 9_000)
+    plan = plan_pruning(items, 16_000, 1_000_000)
+    assert [e.chars_after for e in plan.edits] == [
+        len(truncation_suffix(40_000)),
+        len(truncation_suffix(9_000)),
+    ]
+    assert plan.short_tokens == 1_000_000 - plan.tokens_saved > 0
 
 
-def test_oversized_then_aggregate_on_the_same_entry_is_one_edit() -> None:
-    items = items_of("a" * 10_000, "b" * 50_000)
-    plan = plan_pruning(items, 16_000)
-    # (a) e1 → 16,000; (b) total 26,000 − 16,000 = 10,000 more from e1 (newest) → 6,000.
-    assert [(e.entry_id, e.chars_before, e.chars_after) for e in plan.edits] == [("e1", 50_000, 6_000)]
-    assert plan.chars_saved == plan.max_reducible_chars == 44_000
+def test_the_committed_note_is_counted() -> None:
+    """The commit swaps a short placeholder for the archive's name: the need is met with the real note."""
+    items = items_of(code(12_000), code(12_000))
+    placeholder, real = "{x}", "full text in " + "n" * 120
+    plan = plan_pruning(
+        items, 16_000, 200, note_for=lambda _: placeholder, committed_note_chars=lambda _: len(real)
+    )
+    edit = plan.edits[0]
+    committed = edit.new_message["content"][0]["text"].replace(placeholder, real)
+    assert edit.chars_after == js_len(committed)
+    assert tokens_of(items[0][1]) - tokens_of(result(committed)) == edit.tokens_saved >= 200
 
 
-def test_min_keep_floor_in_the_plan() -> None:
-    items = items_of(*(["a" * 3000] * 10))
-    plan = plan_pruning(items, 16_000, min_keep=2000)
-    for edit in plan.edits:
-        assert edit.chars_after >= 2000
-    # The figure for routing is still the recovery one (minimum 0).
-    assert plan.max_reducible_chars == reducible_chars(items, 16_000) > plan.chars_saved
+def test_images_count_but_are_kept() -> None:
+    image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+    msg = result([{"type": "text", "text": "a" * 12_000}, image])
+    plan = plan_pruning([("e0", msg)], 16_000, 500)
+    new = plan.edits[0].new_message
+    assert new["content"][1] is image
+    assert tokens_of(msg) - tokens_of(new) == plan.tokens_saved >= 500
 
 
-@pytest.mark.parametrize(
-    ("first", "second", "max_chars", "expected"),
-    [
-        # Values from a transcription of OpenClaw's tool-result-truncation.ts run under node.
-        ("a" * 40_000, "b" * 200, 16_000, 24_200),  # (a) then (b) cuts the (a) text again
-        ("x" * 20_000 + "\nexit code 1\n", "y" * 9000 + "\nok done}", 16_000, 13_022),  # head + tail
-        ("a" * 5000 + "\nexit code 1}", "b" * 60, 5000, 73),  # the suffix count gains a digit
-        ("😀" * 9000, "日本" * 3000 + "\nError", 4000, 20_006),  # UTF-16 lengths
-    ],
-)
-def test_reducible_chars_is_openclaws_figure(first: str, second: str, max_chars: int, expected: int) -> None:
-    items = [("e0", result(first)), ("u", {"role": "user", "content": "u"}), ("e2", result(second))]
-    assert reducible_chars(items, max_chars) == expected
-    assert plan_pruning(items, max_chars).max_reducible_chars == expected
+def test_one_many_block_result_cannot_go_below_its_block_floors() -> None:
+    """Twenty 1,000-char blocks, minimum 2,000: no block can shrink until the bare-suffix pass."""
+    msg = result([{"type": "text", "text": "a" * 1000} for _ in range(20)])
+    plan = plan_pruning([("e0", msg)], 16_000, 10, min_keep=2000)
+    assert plan.tokens_saved >= 10 and plan.short_tokens == 0
 
 
 def test_notes_name_where_the_full_text_is() -> None:
     items = items_of("a" * 40_000, "b" * 200)
-    plan = plan_pruning(items, 16_000, note_for=lambda entry_id: f"full text in x.bak / entry {entry_id}")
+    plan = plan_pruning(
+        items, 16_000, 6_000, note_for=lambda entry_id: f"full text in x.bak / entry {entry_id}"
+    )
     text = plan.edits[0].new_message["content"][0]["text"]
     assert text.endswith("; full text in x.bak / entry e0]")
     body, n = split(text)
     assert n == 40_000 - len(body)
-    assert plan.max_reducible_chars == reducible_chars(items, 16_000)
 
 
 def test_note_for_may_return_none() -> None:
     items = items_of("a" * 40_000)
-    plan = plan_pruning(items, 16_000, note_for=lambda _: None)
+    plan = plan_pruning(items, 16_000, 6_000, note_for=lambda _: None)
     assert plan.edits[0].new_message["content"][0]["text"].endswith("truncated]")
 
 
 def test_details_do_not_count_and_survive_apply() -> None:
     msg = result("a" * 20_000, details={"full": "z" * 100_000})
     stripped = {k: v for k, v in msg.items() if k != "details"}
-    plan = plan_pruning([("e1", stripped)], 16_000)
+    plan = plan_pruning([("e1", stripped)], 16_000, 1_000)
     assert plan.edits[0].chars_before == 20_000
     entries: list[dict[str, Any]] = [
         {"type": "session", "id": "s"},
@@ -469,8 +513,39 @@ def test_details_do_not_count_and_survive_apply() -> None:
 def test_plan_never_mutates_its_input() -> None:
     items = items_of("a" * 40_000, "b" * 9_000, "c" * 9_000)
     before = copy.deepcopy(items)
-    plan_pruning(items, 16_000)
+    plan_pruning(items, 16_000, 100_000)
     assert items == before
+
+
+def test_reducible_chars_refuses_a_cap_below_one() -> None:
+    with pytest.raises(ValueError):
+        reducible_chars(items_of("a"), 0)
+    with pytest.raises(ValueError):
+        plan_pruning(items_of("a"), 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "max_chars", "expected"),
+    [
+        # Values from a transcription of OpenClaw's tool-result-truncation.ts run under node.
+        ("a" * 40_000, "b" * 200, 16_000, 24_200),  # (a) then (b) cuts the (a) text again
+        ("x" * 20_000 + "\nexit code 1\n", "y" * 9000 + "\nok done}", 16_000, 13_022),  # head + tail
+        ("a" * 5000 + "\nexit code 1}", "b" * 60, 5000, 73),  # the suffix count gains a digit
+        ("😀" * 9000, "日本" * 3000 + "\nError", 4000, 20_006),  # UTF-16 lengths
+    ],
+)
+def test_reducible_chars_is_openclaws_figure(first: str, second: str, max_chars: int, expected: int) -> None:
+    items = [("e0", result(first)), ("u", {"role": "user", "content": "u"}), ("e2", result(second))]
+    assert reducible_chars(items, max_chars) == expected
+
+
+def test_reducible_chars_follows_openclaws_aggregate() -> None:
+    """The routing figure keeps OpenClaw's recovery plan: (a) the cap, (b) the aggregate, newest first."""
+    assert reducible_chars(items_of("a" * 200_000), 16_000) == 184_000
+    assert reducible_chars(items_of("a" * 15_000, ""), 16_000) == 0  # the aggregate needs two results
+    medium = items_of(*(chr(ord("a") + i % 26) * 3000 for i in range(20)), other_every=3)
+    assert reducible_chars(medium, 16_000) == 44_000  # 60,000 down to 16,000
+    assert reducible_chars(items_of("a" * 10_000, "b" * 50_000), 16_000) == 44_000
 
 
 def test_prune_edit_saved() -> None:
@@ -501,6 +576,35 @@ OPENCLAW_REDUCIBLE = {
 }
 
 
+def check_plan_order(
+    items: list[tuple[str, dict[str, Any]]], plan: PrunePlan, cap: int, min_keep: int
+) -> None:
+    """The plan's shape: only what was asked (one cut's overshoot at most), oldest first, floors respected.
+
+    A result within the cap is cut only once every older result is at its minimum (or was smaller), and it
+    is cut to a bare suffix only once every result is at its minimum.
+    """
+    edits = {e.entry_id: e for e in plan.edits}
+    results = [(i, m) for i, m in items if m.get("role") == "toolResult"]
+    chars = {i: tool_result_text_chars(m) for i, m in results}
+    after = {i: edits[i].chars_after if i in edits else chars[i] for i, _ in results}
+    floor = {}
+    for i, _ in results:
+        suffix_chars = len(truncation_suffix(chars[i]))
+        lowest = min_keep + suffix_chars  # a result over the cap may go to the cap, if that is lower
+        floor[i] = min(chars[i], lowest if chars[i] <= cap else min(lowest, max(cap, suffix_chars)))
+    for index, (entry_id, _) in enumerate(results):
+        if entry_id not in edits or chars[entry_id] > cap:
+            continue
+        older = [i for i, _ in results[:index]]
+        # (+3: a cut of fewer than four characters may not save a token, and is not made)
+        assert all(after[i] <= floor[i] + 3 for i in older), entry_id
+    if any(after[i] < floor[i] for i, _ in results):
+        assert all(after[i] <= floor[i] + 3 for i, _ in results)
+    assert plan.tokens_saved == sum(e.tokens_saved for e in plan.edits)
+    assert plan.chars_saved == sum(chars.values()) - sum(after.values())
+
+
 @pytest.mark.parametrize(("name", "window"), sorted(OPENCLAW_REDUCIBLE))
 def test_real_sessions(name: str, window: int) -> None:
     path = REAL / name
@@ -508,24 +612,21 @@ def test_real_sessions(name: str, window: int) -> None:
         pytest.skip("real fixtures not present")
     items = real_items(path)
     cap = max_tool_result_chars(window)
-    plan = plan_pruning(items, cap)
+    assert reducible_chars(items, cap) == OPENCLAW_REDUCIBLE[(name, window)]
     by_id = dict(items)
-    assert plan.edits
-    for edit in plan.edits:
-        assert edit.chars_after < edit.chars_before == tool_result_text_chars(by_id[edit.entry_id])
-        assert edit.chars_after <= cap
-    results = [tool_result_text_chars(m) for _, m in items]
-    edited = {e.entry_id: e.chars_after for e in plan.edits}
-    after = [edited.get(i, tool_result_text_chars(m)) for i, m in items]
-    assert sum(results) - sum(after) == plan.chars_saved
-    assert plan.max_reducible_chars == reducible_chars(items, cap) == OPENCLAW_REDUCIBLE[(name, window)]
-    # Our cuts and OpenClaw's differ by a few characters at most (suffix count, double cuts).
-    # Our suffix keeps its real count where OpenClaw slices it: a few characters per edit.
-    assert abs(plan.chars_saved - plan.max_reducible_chars) <= 6 * len(plan.edits)
-    # Either the budget is met, or every result that still has text is down to its bare suffix.
-    assert sum(after) <= cap or all(
-        c <= len(truncation_suffix(n)) for c, n in zip(after, results, strict=True) if c
-    )
+    for need in (1, 5_000, 60_000, 10_000_000):
+        plan = plan_pruning(items, cap, need, note_for=lambda _: "full text in x.bak")
+        assert plan.edits
+        for edit in plan.edits:
+            assert edit.chars_after < edit.chars_before == tool_result_text_chars(by_id[edit.entry_id])
+            assert tokens_of(by_id[edit.entry_id]) - tokens_of(edit.new_message) == edit.tokens_saved
+        check_plan_order(items, plan, cap, 2_000)
+        assert plan.short_tokens == 0 or all(
+            e.chars_after <= len(truncation_suffix(e.chars_before, "full text in x.bak")) for e in plan.edits
+        )
+        if plan.short_tokens == 0:
+            # Only what was asked: the last cut may overshoot by a line (newline cut), never by a result.
+            assert plan.tokens_saved - need <= max(e.tokens_saved for e in plan.edits)
 
 
 # --- properties ---------------------------------------------------------------------------------------------
@@ -618,31 +719,32 @@ def test_message_truncation_never_grows_a_block(
 @given(
     texts=st.lists(st.integers(0, 30_000), max_size=12),
     max_chars=st.integers(1, 20_000),
+    need=st.integers(0, 40_000),
+    min_keep=st.sampled_from([0, 500, 2_000]),
 )
 @settings(max_examples=200, deadline=None)
-def test_plan_reaches_the_budget_or_the_floor(texts: list[int], max_chars: int) -> None:
+def test_plan_frees_what_is_asked_oldest_first(
+    texts: list[int], max_chars: int, need: int, min_keep: int
+) -> None:
     items = items_of(*("q" * n for n in texts), other_every=2)
     before = copy.deepcopy(items)
-    plan = plan_pruning(items, max_chars)
+    plan = plan_pruning(items, max_chars, need, min_keep=min_keep)
     assert items == before
-    edited = {e.entry_id: e for e in plan.edits}
-    after = []
-    for entry_id, msg in items:
-        if msg["role"] != "toolResult":
-            continue
-        edit = edited.get(entry_id)
-        chars = tool_result_text_chars(edit.new_message) if edit else tool_result_text_chars(msg)
-        assert chars <= tool_result_text_chars(msg)
-        if edit:
-            assert edit.chars_after == chars
-        after.append(chars)
-    assert plan.chars_saved == sum(texts) - sum(after)
-    assert abs(plan.chars_saved - reducible_chars(items, max_chars)) <= 6 * len(plan.edits)
-    nonempty = [n for n in texts if n]
-    if len(nonempty) >= 2:
-        assert sum(after) <= max_chars or all(
-            c <= len(truncation_suffix(n))
-            for c, n in zip(after, [t for t in texts if t is not None], strict=False)
-        )
+    by_id = dict(items)
+    for edit in plan.edits:
+        assert edit.chars_after == tool_result_text_chars(edit.new_message) < edit.chars_before
+        assert tokens_of(by_id[edit.entry_id]) - tokens_of(edit.new_message) == edit.tokens_saved > 0
+    check_plan_order(items, plan, max_chars, min_keep)
+    if need == 0:
+        assert plan.edits == ()
+    if plan.short_tokens:
+        # Short only when every result is down to its bare suffix.
+        edits = {e.entry_id: e for e in plan.edits}
+        for entry_id, msg in items:
+            chars = tool_result_text_chars(msg)
+            after = edits[entry_id].chars_after if entry_id in edits else chars
+            if msg["role"] == "toolResult":
+                assert after <= len(truncation_suffix(chars)) + 3  # + a cut that no longer saves a token
     else:
-        assert all(c <= max_chars for c in after)
+        # Text without newlines is cut to the character: at most one token more than asked.
+        assert need <= plan.tokens_saved <= need + 1

@@ -25,7 +25,15 @@ from daemon.commit.atomic import (
     pread_all,
 )
 from daemon.commit.journal import Journal
-from daemon.commit.successor import Entry, PlanError, build_append, dumps_entry, fresh_id, verify
+from daemon.commit.successor import (
+    Entry,
+    PlanError,
+    build_append,
+    dumps_entry,
+    entry_note,
+    fresh_id,
+    verify,
+)
 from daemon.transcript.reader import parse_line, parse_transcript
 
 log = logging.getLogger(__name__)
@@ -95,7 +103,7 @@ def append_commit(
         transcript = parse_transcript(snap.data)
 
         def note(entry_id: str) -> str:
-            return f"full text in entry {entry_id}"
+            return entry_note(entry_id)
 
         plan = build_append(
             transcript, compaction, post, replacements, snapshot_leaf_id=snapshot_leaf_id, note_for=note

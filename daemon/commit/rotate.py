@@ -23,7 +23,7 @@ from daemon.commit.atomic import (
     tmp_path_for,
 )
 from daemon.commit.journal import Journal, successor_digest
-from daemon.commit.successor import Entry, PlanError, build_successor, verify
+from daemon.commit.successor import Entry, PlanError, archive_note, build_successor, verify
 from daemon.transcript.reader import parse_line, parse_transcript
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def rotate_commit(
         archive_name = os.path.basename(archive)
 
         def note(entry_id: str) -> str:
-            return f"full text in {archive_name}"
+            return archive_note(archive_name)
 
         plan = build_successor(
             snap.data,

@@ -63,6 +63,16 @@ LEAF_POINTER_TYPE = "compactd.leaf"
 FULL_TEXT_PLACEHOLDER = "{compactd:full-text}"
 
 
+def archive_note(archive_name: str) -> str:
+    """The placeholder's text in rotate mode: the archive keeps the full text."""
+    return f"full text in {archive_name}"
+
+
+def entry_note(entry_id: str) -> str:
+    """The placeholder's text in append mode: the original entry stays in the file, on an abandoned branch."""
+    return f"full text in entry {entry_id}"
+
+
 class PlanError(Exception):
     """The commit would not give the expected result; ``reason`` says why. Nothing was written."""
 

@@ -16,8 +16,10 @@ import orjson
 from daemon.summarize.redact import redact_secrets
 from daemon.transcript.messages import Message, blocks_of, llm_visible, role_of, text_of, tool_calls
 
-# pi truncates each tool result to this many characters in its summarization input (CU TOOL_RESULT_MAX_CHARS).
-TOOL_RESULT_MAX_CHARS = 2_000
+# pi truncates each tool result to this many characters in its summarization input (its TOOL_RESULT_MAX_CHARS).
+# Not the per-result cap of pruning (``daemon.prune.max_tool_result_chars``, 16,000): this is what a summarizer
+# reads of a result, that is what a result keeps in the agent's context.
+SUMMARIZER_TOOL_RESULT_MAX_CHARS = 2_000
 IMAGE_PLACEHOLDER = "[image]"
 # Separator between messages: pi joins its parts with a blank line.
 PART_SEPARATOR = "\n\n"
@@ -135,7 +137,7 @@ def _serialize_one(
 def serialize_transcript(
     messages: Iterable[Message],
     *,
-    tool_result_max_chars: int = TOOL_RESULT_MAX_CHARS,
+    tool_result_max_chars: int = SUMMARIZER_TOOL_RESULT_MAX_CHARS,
     redact: bool = True,
     include_thinking: bool = True,
 ) -> str:

@@ -22,7 +22,7 @@ from daemon.summarize.chunking import (
     max_chunk_tokens,
     split_by_token_share,
 )
-from daemon.summarize.serialize import serialize_transcript
+from daemon.summarize.serialize import SUMMARIZER_TOOL_RESULT_MAX_CHARS, serialize_transcript
 from daemon.transcript.messages import role_of
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class StageSettings:
     identifier_instructions: str | None = None
     custom_instructions: str | None = None
     max_output_tokens: int | None = None
-    tool_result_max_chars: int = 2_000
+    tool_result_max_chars: int = SUMMARIZER_TOOL_RESULT_MAX_CHARS
     redact: bool = True
     # The AGENTS.md sections compactd re-injects: a model may not write them as headings (sanitize.py).
     reserved_sections: tuple[str, ...] = POST_COMPACTION_SECTIONS
