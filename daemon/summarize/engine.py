@@ -27,6 +27,7 @@ from daemon.summarize.identifiers import (
     ensure_identifiers,
     extract_identifiers,
     rank_identifiers,
+    with_carried,
 )
 from daemon.summarize.stages import LEVEL_DIGEST, LEVEL_LLM, LEVEL_PARTIAL, Stages, StageSettings, Summarizer
 from daemon.tokens import estimate_context_tokens, estimate_tokens
@@ -170,9 +171,11 @@ class CompactionEngine:
         s = self.settings
         span = repair_tool_pairing(list(llm_visible(plan.to_summarize)), errored_policy="drop").messages
         prefix = list(llm_visible(plan.turn_prefix))
-        ranked = rank_identifiers(extract_identifiers([*span, *prefix]), cap=s.identifier_cap)
-        latest_ask = latest_user_ask([*span, *prefix])
         previous = plan.previous_summary
+        # What the previous summary guaranteed is guaranteed again, or a poor model loses it at this compaction.
+        found = with_carried(extract_identifiers([*span, *prefix]), previous)
+        ranked = rank_identifiers(found, cap=s.identifier_cap)
+        latest_ask = latest_user_ask([*span, *prefix])
 
         body, level, quality_info, calls, notes = await self._summarize(
             list(span), previous, ranked, latest_ask
