@@ -56,7 +56,8 @@ TOOL_RESULT_MIN_KEEP_CHARS = 2_000
 # --- summary ----------------------------------------------------------------------------------------------
 # "strict": every identifier kept literally (the most common complaint about peers' summaries).
 IDENTIFIER_POLICY = "strict"
-# Identifiers ranked and guaranteed in the summary; those the user wrote are never dropped by the cap.
+# Identifiers ranked and guaranteed in the summary; those the user or the agent wrote are never dropped by the
+# cap (it is cut from tool-call arguments and tool output, tool output first).
 IDENTIFIER_CAP = 64
 QUALITY_GUARD_ENABLED = True
 QUALITY_GUARD_RETRIES = 1

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from daemon.summarize.headings import EXACT_IDENTIFIERS, REQUIRED_HEADINGS
 from daemon.summarize.identifiers import (
     COMMAND_MAX_CHARS,
+    WRITTEN_MAX,
     Identifier,
+    carried_identifiers,
     ensure_identifiers,
     extract_identifiers,
     identifier_line,
@@ -21,6 +23,7 @@ from daemon.summarize.identifiers import (
     missing_identifiers,
     rank_identifiers,
     scan_text,
+    with_carried,
 )
 
 Msg = dict[str, Any]
@@ -101,7 +104,7 @@ def ident(text: str, kind: str = "path", *, user: bool = False, count: int = 1, 
         ("v6 [::1]:8443 ok", "[::1]:8443", "host_port"),
         ("mail ops@example.com.", "ops@example.com", "email"),
         ("order 1234567 shipped", "1234567", "number"),
-        ("the 4-part version 1.2.3.4 reads as an IP", "1.2.3.4", "ip"),
+        ("the 4-part 1.2.3.4 reads as an IP", "1.2.3.4", "ip"),  # "version 1.2.3.4" is a version
     ],
 )
 def test_each_kind_is_extracted(text: str, expected: str, kind: str) -> None:
@@ -113,11 +116,11 @@ def test_each_kind_is_extracted(text: str, expected: str, kind: str) -> None:
     [
         "hello world, this is ordinary prose with no identifiers at all",
         "and/or input/output offset/limit title/heading text/plain",
-        "1/2 of 12/08/2024",
+        "1/2 of 3/4",  # fractions (12/08/2024 is a date: see test_new_kinds_are_extracted)
         "e.g. i.e. etc.",
         "deadbeef facade accede",  # hex letters only: words
-        "version 1.2.3 and v1.2.3.4",  # three-part versions and v-prefixed ones are not IPs
-        "at 12:34:56 on 2025-12-08T23:22:54.411Z",
+        "release 1.2.3 and build 4.5.6",  # bare three-part numbers are not versions (v1.2.3 and 1.2.3-rc.1 are)
+        "ratios 16:9 and 3:1, scores 10:1",  # not times (12:34:56 is: see test_new_kinds_are_extracted)
         "console.log(x); res.json(); self.json",
         "12345 and 99",  # fewer than 6 digits
         "std::vector and foo::bar",
@@ -232,6 +235,195 @@ def test_hex_duplicates_merge_case_insensitively() -> None:
     assert [(i.text, i.count, i.from_user, i.last_index) for i in ids] == [("ABC1234F", 2, True, 1)]
 
 
+# --- extraction: the kinds the seeds name besides paths and hashes -----------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected", "kind"),
+    [
+        # ticket keys
+        ("see OPS-27203 now", "OPS-27203", "ticket"),
+        ("SEC-1393, JIRA-88.", "SEC-1393", "ticket"),
+        ("(JIRA-88)", "JIRA-88", "ticket"),
+        ("工单OPS-27203已关闭", "OPS-27203", "ticket"),
+        ("branch feature/K8S-12-login", "K8S-12", "ticket"),
+        ("patched CVE-2024-12345 today", "CVE-2024-12345", "ticket"),
+        # issue and pull-request references
+        ("fixes #1234", "#1234", "issue"),
+        ("修复了#1234。", "#1234", "issue"),
+        ("merged PR 567 today", "PR 567", "issue"),
+        ("merged PR #567 today", "PR #567", "issue"),
+        ("see PR#5", "PR#5", "issue"),
+        ("GitLab !89 is open", "!89", "issue"),
+        ("GitLab MR !9", "MR !9", "issue"),
+        ("tracked as GH-12", "GH-12", "issue"),
+        ("see owner/repo#12 too", "owner/repo#12", "issue"),
+        ("closes issue #7", "issue #7", "issue"),
+        ("the pull request 42 landed", "pull request 42", "issue"),
+        # prefixed ids
+        ("request req_8f3a9c2d71 failed", "req_8f3a9c2d71", "prefixed_id"),
+        ("customer cus_NffrFeUfNV2Hib", "cus_NffrFeUfNV2Hib", "prefixed_id"),
+        ("msg msg_01XFDUDYJgAACzvnptvVoYEL ok", "msg_01XFDUDYJgAACzvnptvVoYEL", "prefixed_id"),
+        ("order ord_12345678", "ord_12345678", "prefixed_id"),
+        ("instance i-0abcd1234ef567890 stopped", "i-0abcd1234ef567890", "prefixed_id"),
+        ("group sg-0a1b2c3d", "sg-0a1b2c3d", "prefixed_id"),
+        # hostnames without a scheme or port
+        ("connect to db-3.internal now", "db-3.internal", "hostname"),
+        ("call api.example.com.", "api.example.com", "hostname"),
+        ("网关api.example.com。", "api.example.com", "hostname"),
+        ("the cache-2.prod.example.net box", "cache-2.prod.example.net", "hostname"),
+        ("deploy to api.myapp.dev", "api.myapp.dev", "hostname"),
+        ("printer db-1.local", "db-1.local", "hostname"),
+        # ports
+        ("Postgres listens on port 5432", "port 5432", "port"),
+        ("set PORT=8080", "port 8080", "port"),
+        ("DB_PORT: 6543", "port 6543", "port"),
+        ("数据库端口 5432。", "port 5432", "port"),
+        ("数据库端口5432", "port 5432", "port"),
+        ("admin on :9443)", "port 9443", "port"),
+        ("listening on :8443.", "port 8443", "port"),
+        # file names
+        ("see 季度报告 report-2026.xlsx", "report-2026.xlsx", "path"),
+        ("the model.safetensors and notes.docx", "notes.docx", "path"),
+        # dates and times
+        ("due 2026-11-30 at noon", "2026-11-30", "date"),
+        ("at 2026-11-30T14:05:00Z", "2026-11-30T14:05:00Z", "date"),
+        ("at 2025-12-08T23:22:54.411Z", "2025-12-08T23:22:54.411Z", "date"),
+        ("at 2026-11-30T14:05+01:00", "2026-11-30T14:05+01:00", "date"),
+        ("on 30 Nov 2026.", "30 Nov 2026", "date"),
+        ("on Nov 30, 2026", "Nov 30, 2026", "date"),
+        ("on November 30th 2026", "November 30th 2026", "date"),
+        ("截止2026年11月30日之前", "2026年11月30日", "date"),
+        ("截止11月30日", "11月30日", "date"),
+        ("on 2026/11/30", "2026/11/30", "date"),
+        ("on 12/08/2024", "12/08/2024", "date"),
+        ("am 30.11.2026", "30.11.2026", "date"),
+        ("meet at 14:05.", "14:05", "time"),
+        ("at 12:34:56 sharp", "12:34:56", "time"),
+        ("at 2:05pm", "2:05pm", "time"),
+        ("下午14:05开会", "14:05", "time"),
+        # versions written as versions
+        ("upgrade to v2.4.1.", "v2.4.1", "version"),
+        ("v1.2 is out", "v1.2", "version"),
+        ("tag v3.0.0-beta.2", "v3.0.0-beta.2", "version"),
+        ("npm i pkg@1.2.3", "pkg@1.2.3", "version"),
+        ("npm i @scope/lib@4.5.6", "@scope/lib@4.5.6", "version"),
+        ("pin react@18", "react@18", "version"),
+        ("pip install requests==2.31.0", "requests==2.31.0", "version"),
+        ("needs numpy>=1.26.4", "numpy>=1.26.4", "version"),
+        ("pin it ==1.2.3", "==1.2.3", "version"),
+        ('"react": "^18.2.0"', "^18.2.0", "version"),
+        ("ship 1.2.3-rc.1 first", "1.2.3-rc.1", "version"),
+        ("build 1.0.0+build.5", "1.0.0+build.5", "version"),
+        ("Python version 3.12.1", "3.12.1", "version"),
+        ("版本 1.4.2 已发布", "1.4.2", "version"),
+        ("version 1.2.3.4", "1.2.3.4", "version"),
+    ],
+)
+def test_new_kinds_are_extracted(text: str, expected: str, kind: str) -> None:
+    assert (expected, kind) in found(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "twin"),
+    [
+        # not tickets: standards, encodings, models, one-letter keys, lower case
+        ("UTF-8 and SHA-256 and ISO-8601 and GPT-4 and COVID-19 and AES-256 and ISO-8859-1", "OPS-27203"),
+        ("a B-52 and Q1-2026, lower-case ops-123", "JIRA-88"),
+        # not issue references: a rank, colours, shell and code, "issue 3"
+        ("the #1 priority, #2 next", "#12"),
+        ("colours #808080 and #34354180", "#1234"),
+        ("if (!x) return; a != 10; wow!!11", "!89"),
+        ("issue 3 of the magazine, bug 2", "issue #3"),
+        # not prefixed ids: snake-case names and short tails
+        ("load_config2 test_function12345 my_var_name123 user_settings base64_encode", "req_8f3a9c2d71"),
+        ("req_8f3a is short", "cus_NffrFeUfNV2Hib"),
+        # not hostnames: code, file names, weak TLDs with two plain labels
+        ("self.app logger.info os.path np.array console.log node.js main.rs deploy.sh", "api.example.com"),
+        ("myservice.local foo.test e.g. i.e. U.S.", "db-3.internal"),
+        # not ports
+        ("import 1234 and report 2024 and support 100 and passport 12", "port 5432"),
+        ("x[:10] and x[1:10] and {'a':1234}", ":9443"),
+        # not dates or times
+        ("2026-13-45 and 2026-02-32 and 99/99/2026 and 31.31.2026", "2026-11-30"),
+        ("25:00 and 14:75 and 00:1A:2B:3C:4D:5E", "14:05"),
+        ("in May we met 5 people; March 2026 and 2026", "30 Nov 2026"),
+        # not versions
+        ("v2 of the plan, v10 and V3", "v2.4.1"),
+        ("the 1.2.3 release and 2.0", "1.2.3-rc.1"),
+        ("a == 1, x >= 10", "requests==2.31.0"),
+    ],
+)
+def test_new_kinds_have_no_false_positives(text: str, twin: str) -> None:
+    """Nothing of the new kinds in ``text``, while its near twin, in the same text, is found."""
+    new_kinds = {"ticket", "issue", "prefixed_id", "hostname", "port", "date", "time", "version"}
+    assert {(t, k) for t, k in found(text) if k in new_kinds} == set()
+    assert {k for _, k in found(f"{text} and {twin}")} & new_kinds
+
+
+def test_new_kinds_keep_their_neighbours_whole() -> None:
+    """A versioned package, a URL, a file with a date and a path with a ticket are each one identifier."""
+    assert found("@scope/pkg@1.2.3") == {("@scope/pkg@1.2.3", "version")}
+    assert found("https://example.com/OPS-27203/v2.4.1?at=2026-11-30") == {
+        ("https://example.com/OPS-27203/v2.4.1?at=2026-11-30", "url")
+    }
+    assert found("backup-2026-11-30.tar.gz") == {("backup-2026-11-30.tar.gz", "path")}
+    assert found("docs/OPS-27203.md") == {("docs/OPS-27203.md", "path")}
+    assert found("db.internal:5432") == {("db.internal:5432", "host_port")}
+    assert found("src/main.ts:14:05") == {("src/main.ts", "path")}
+    assert found("ops@example.com") == {("ops@example.com", "email")}
+
+
+def test_a_url_ends_at_cjk_punctuation() -> None:
+    assert ("https://wiki.example.com/runbook", "url") in found("手册https://wiki.example.com/runbook。会话")
+
+
+def test_secrets_are_never_extracted_as_prefixed_ids() -> None:
+    """redact.py replaces the known key formats first; the prefixes of keys and tokens are refused on top, so a
+    key redact.py does not know is still never guaranteed into a summary."""
+    keys = [
+        "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",  # redact.py: stripe_key
+        "sk_" + "4eC39HqLyjWDarjtT1zd",  # no live/test: redact.py lets it through
+        "rk_" + "9Xk2mQ7pL4vN8sT1",
+        "pk_" + "test4eC39HqLyjWDarjtT1zd",
+        "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "ghp_" + "a1B2c3D4e5F6g7H8i9J0",  # shorter than redact.py's rule
+        "npm_" + "a1B2c3D4e5F6g7H8i9J0",
+        "api_" + "a1B2c3D4e5F6g7H8",
+        "mytoken_" + "a1B2c3D4e5F6g7H8",
+        "sess_" + "a1B2c3D4e5F6g7H8",
+    ]
+    ids = extract_identifiers([user("keys: " + " ".join(keys) + " req_8f3a9c2d71"), result("\n".join(keys))])
+    assert [(i.text, i.kind) for i in ids] == [("req_8f3a9c2d71", "prefixed_id")]  # the id, not the keys
+    texts = " ".join(i.text for i in ids)
+    for key in keys:
+        assert key.split("_", 1)[1][:8] not in texts, key
+    assert all("REDACTED" not in i.text for i in ids)
+
+
+def test_port_is_kept_when_its_number_is_there() -> None:
+    port = ident("port 5432", "port")
+    assert missing_identifiers("Postgres on 5432.", [port]) == []
+    assert missing_identifiers("PORT=5432", [port]) == []
+    assert missing_identifiers("on 15432 and 54321", [port]) == [port]
+    repaired, _ = ensure_identifiers(summary(), [port])
+    assert "- `port 5432`" in repaired
+
+
+def test_hostnames_match_whatever_their_case() -> None:
+    host = ident("API.example.com", "hostname")
+    assert missing_identifiers("calls api.example.com", [host]) == []
+
+
+def test_assistant_text_is_written_tool_calls_are_used() -> None:
+    messages = [
+        assistant("Tracking OPS-27203", call("read", path="/srv/a.py")),
+        result("see TOOL-999"),
+    ]
+    by_text = {i.text: i for i in extract_identifiers(messages)}
+    assert by_text["OPS-27203"].written and by_text["OPS-27203"].agent_wrote
+    assert by_text["/srv/a.py"].from_agent and not by_text["/srv/a.py"].written
+    assert not by_text["TOOL-999"].from_agent and not by_text["TOOL-999"].written
+
+
 # --- ranking ------------------------------------------------------------------------------------------------
 def test_user_written_first_then_by_score() -> None:
     ids = [
@@ -257,21 +449,77 @@ def test_score_rewards_recency_repetition_agent_use_and_kind() -> None:
     assert identifier_score(ident("123456", "number", last=5), 10) < identifier_score(base, 10)
 
 
-def test_cap_never_drops_a_user_identifier() -> None:
+def test_cap_never_drops_a_written_identifier() -> None:
+    """Everything the user or the agent wrote is kept; the cap is cut from the rest, tool output first."""
     users = [ident(f"/u/{n}.ts", user=True, last=n) for n in range(100)]
-    others = [ident(f"/o/{n}.ts", last=200 + n) for n in range(50)]
-    ranked = rank_identifiers(others + users, cap=64)
-    assert len(ranked) == 100
-    assert all(i.from_user for i in ranked)
-    small = rank_identifiers([*users[:2], *others], cap=5)
-    assert [i.from_user for i in small] == [True, True, False, False, False]
-    assert [i.text for i in small[2:]] == ["/o/49.ts", "/o/48.ts", "/o/47.ts"]
+    said = [
+        Identifier(f"/a/{n}.ts", "path", False, 1, n, from_agent=True, agent_wrote=True) for n in range(40)
+    ]
+    used = [Identifier(f"/c/{n}.ts", "path", False, 1, n, from_agent=True) for n in range(3)]
+    tool = [ident(f"/o/{n}.ts", last=200 + n) for n in range(50)]
+    ranked = rank_identifiers([*tool, *used, *said, *users], cap=64)
+    assert len(ranked) == 140 and all(i.written for i in ranked)
+    small = rank_identifiers([*tool, *used, *said[:2]], cap=7)
+    assert [i.text for i in small] == [
+        "/a/1.ts",
+        "/a/0.ts",
+        "/c/2.ts",
+        "/c/1.ts",
+        "/c/0.ts",
+        "/o/49.ts",
+        "/o/48.ts",
+    ]
+    assert rank_identifiers(tool, cap=0) == []
+    # The bound far above real use: the best-scoring written ones are kept.
+    many = [ident(f"/u/{n}.ts", user=True, last=n) for n in range(WRITTEN_MAX + 10)]
+    capped = rank_identifiers(many, cap=64)
+    assert len(capped) == WRITTEN_MAX and capped[0].text == f"/u/{WRITTEN_MAX + 9}.ts"
+
+
+def test_tool_output_does_not_crowd_out_what_the_agent_said() -> None:
+    """The issue's case: a git log of 80 hashes in the newest tool result, the agent's words from earlier."""
+    hashes = "\n".join(f"{n:03d}a{n:04x}bc1f chore {n}" for n in range(80))
+    messages = [
+        user("fix the deploy"),
+        assistant("I will check /srv/deploy.sh, OPS-27203 and db-3.internal:5432"),
+        *[m for n in range(6) for m in (user(f"step {n}"), assistant(f"done {n}"))],
+        assistant("", call("bash", command="git log --oneline -80")),
+        result(hashes),
+    ]
+    ranked = rank_identifiers(extract_identifiers(messages), cap=64)
+    texts = [i.text for i in ranked]
+    assert set(texts[:3]) == {"/srv/deploy.sh", "OPS-27203", "db-3.internal:5432"}
+    assert texts[3] == "git log --oneline -80"  # the agent's own command, before tool output
+    assert len(ranked) == 64
 
 
 def test_ranking_is_deterministic() -> None:
     ids = [ident(f"/t/{n}.ts", last=3) for n in range(10)]
     assert rank_identifiers(ids) == rank_identifiers(list(reversed(ids)))
     assert [i.text for i in rank_identifiers(ids, cap=3)] == ["/t/0.ts", "/t/1.ts", "/t/2.ts"]
+
+
+def test_a_previous_summarys_identifiers_are_carried_and_ranked_last_among_the_written() -> None:
+    previous = (
+        "## Decisions\n- used `/not/carried.ts` here\n"
+        "## Exact identifiers\n- `OPS-27203`\n- `git log -1`\n- `port 5432`\n- `None`\n"
+        "- the model wrote `the main file` here\n- `sk_live_4eC39HqLyjWDarjtT1zdp7dc`\n- `DEADBEE1`\n"
+        "## Open TODOs\n- `/also/not.ts`\n"
+    )
+    carried = carried_identifiers(previous)
+    assert [(i.text, i.kind) for i in carried] == [
+        ("OPS-27203", "ticket"),
+        ("git log -1", "command"),
+        ("port 5432", "port"),
+        ("DEADBEE1", "hash"),
+    ]
+    assert all(i.written and i.last_index == -1 for i in carried)
+    span = extract_identifiers([user("still on deadbee1 and /srv/new.ts")])
+    merged = with_carried(span, previous)
+    assert [i.text for i in merged] == ["/srv/new.ts", "deadbee1", "OPS-27203", "git log -1", "port 5432"]
+    ranked = rank_identifiers(merged)
+    assert {i.text for i in ranked[:2]} == {"/srv/new.ts", "deadbee1"}  # the span's own come first
+    assert carried_identifiers(None) == [] and carried_identifiers("no sections") == []
 
 
 # --- checking and repair ------------------------------------------------------------------------------------
@@ -386,9 +634,9 @@ def test_real_session_ranking_and_full_repair(name: str) -> None:
     messages = build_context(read_transcript(path)).messages
     ids = extract_identifiers(messages)
     ranked = rank_identifiers(ids)
-    user_ids = [i for i in ids if i.from_user]
-    assert {i.text for i in user_ids} <= {i.text for i in ranked}
-    assert len(ranked) == max(64, len(user_ids))
+    written = [i for i in ids if i.written]
+    assert {i.text for i in written} <= {i.text for i in ranked}
+    assert len(ranked) == max(64, len(written))
     poor = "\n".join(REQUIRED_HEADINGS) + "\nThe session was about some files.\n"
     repaired, report = ensure_identifiers(poor, ranked)
     assert report.in_summary == report.total == len(ranked)

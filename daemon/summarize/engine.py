@@ -32,6 +32,7 @@ from daemon.summarize.identifiers import (
     ensure_identifiers,
     extract_identifiers,
     rank_identifiers,
+    with_carried,
 )
 from daemon.summarize.redact import redact_secrets, redact_value
 from daemon.summarize.stages import LEVEL_DIGEST, LEVEL_LLM, LEVEL_PARTIAL, Stages, StageSettings, Summarizer
@@ -194,7 +195,9 @@ class CompactionEngine:
             prefix = [redact_value(m) for m in prefix]
             failures = [redact_value(m) for m in failures]
             previous = redact_secrets(previous) if previous else previous
-        ranked = rank_identifiers(extract_identifiers([*span, *prefix]), cap=s.identifier_cap)
+        # What the previous summary guaranteed is guaranteed again, or a poor model loses it at this compaction.
+        found = with_carried(extract_identifiers([*span, *prefix]), previous)
+        ranked = rank_identifiers(found, cap=s.identifier_cap)
         latest_ask = latest_user_ask([*span, *prefix])
 
         body, level, quality_info, calls, notes = await self._summarize(
