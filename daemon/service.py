@@ -239,9 +239,10 @@ class Service:
         if due:
             self.wakeup.set()
 
-    def rescan(self) -> None:
+    def rescan(self, *, seal: bool = True) -> None:
         """The safety net for dropped events: every transcript under every root, reconciled by stat; and an
-        idle file whose last line is torn is sealed, so the agent's next append is not swallowed by it."""
+        idle file whose last line is torn is sealed, so the agent's next append is not swallowed by it
+        (``seal=False``: a dry run writes nothing, not even that newline)."""
         seen: set[str] = set()
         now = time.time()
         for root in self.root_paths():
@@ -249,7 +250,7 @@ class Service:
                 seen.add(path)
                 self.refresh(path)
                 session = self.sessions.get(path)
-                if session is not None and session.tracker.cursor.partial:
+                if seal and session is not None and session.tracker.cursor.partial:
                     try:
                         self.seal(session, now)
                     except Exception as exc:
@@ -855,7 +856,7 @@ def run_once(
             service.recover()
             service.state = service.store.load_sessions()
         outcomes: list[Outcome] = []
-        service.rescan()
+        service.rescan(seal=not dry_run)
         try:
             now = time.time()
             ready = {s.path for s in service.ready_sessions(now, force=force or dry_run)}

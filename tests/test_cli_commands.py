@@ -239,6 +239,9 @@ def test_an_idle_torn_last_line_is_sealed_and_the_next_append_survives(tmp_path:
     old = time.time() - 3600
     os.utime(path, (old, old))
     before = path.read_bytes()
+    dry = compactd("once", "--sessions", str(sessions), "--dry-run", "--json", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert path.read_bytes() == before  # a dry run writes nothing, not even the sealing newline
     result = compactd("once", "--sessions", str(sessions), "--json", env=env)
     assert result.returncode == 0, result.stderr
     after = path.read_bytes()

@@ -80,6 +80,21 @@ async def test_success_returns_text_usage_and_finish_reason(llm_server: StubLLMS
     assert "options" not in request.json
 
 
+async def test_a_query_in_base_url_is_sent_on_every_call_and_never_named(llm_server: StubLLMServer) -> None:
+    """Gateways that take their key as ``?api-key=``: the SDK would append the path after the query (a 404),
+    so the query goes as the client's default query, and the client names the endpoint without its values."""
+    llm_server.script(Reply.completion("## Goal\nok"))
+    client = make_client(f"{llm_server.base_url}?api-key=Zq81secret&tenant=a")
+    async with client:
+        result = await client.complete("s", "u")
+    assert result.text == "## Goal\nok"
+    [request] = llm_server.completions
+    path, _, query = request.path.partition("?")
+    assert path.endswith("/v1/chat/completions")
+    assert sorted(query.split("&")) == ["api-key=Zq81secret", "tenant=a"]
+    assert "Zq81secret" not in repr(client) and "api-key=***" in repr(client)
+
+
 async def test_default_responder_computes_answers_from_the_prompt(llm_server: StubLLMServer) -> None:
     llm_server.responder = lambda req: Reply.completion("echo: " + req.content("user").upper())
     async with make_client(llm_server.base_url) as client:

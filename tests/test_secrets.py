@@ -20,6 +20,7 @@ import yaml
 from daemon.state import SessionState, build_status, write_status
 from daemon.summarize.headings import REQUIRED_HEADINGS
 from daemon.transcript.reader import read_transcript
+from tests.support.llm_server import Reply
 
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer
@@ -232,8 +233,9 @@ def test_a_previous_summary_holding_secrets_is_redacted_before_it_is_sent(
 @pytest.fixture
 def keyed(tmp_path: Path, llm_server: StubLLMServer) -> tuple[Path, dict[str, str]]:
     """A config whose base_url carries the key in its query string and whose memory hook echoes the API key,
-    over an idle session that needs compacting. The SDK cannot reach a base_url with a query (it appends the
-    path after it), so every call fails with an error naming the URL: the line that must be masked."""
+    over an idle session that needs compacting. The endpoint answers every call with an error naming the
+    URL: the line that must be masked."""
+    llm_server.responder = lambda _request: Reply.error(500, "stub outage")
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     shutil.copyfile(REPO / "examples" / "sessions" / LONG_EXAMPLE, sessions / "s.jsonl")

@@ -21,6 +21,7 @@ import math
 import random
 import re
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -465,7 +466,11 @@ class SummarizerClient:
             )
         if timeout_seconds <= 0 or max_output_tokens <= 0 or max_concurrency < 1:
             raise ValueError("timeout_seconds, max_output_tokens and max_concurrency must be positive")
-        self.base_url = base_url.rstrip("/")
+        # The SDK appends ``/chat/completions`` to base_url verbatim, after any query string; a query (an
+        # ``?api-key=`` some gateways want) is therefore sent as the client's default query instead.
+        parts = urllib.parse.urlsplit(base_url)
+        query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        self.base_url = urllib.parse.urlunsplit(parts._replace(query="", fragment="")).rstrip("/")
         self.model = model
         self.timeout_seconds = timeout_seconds
         self.context_tokens = context_tokens
@@ -476,6 +481,8 @@ class SummarizerClient:
         self.retry = retry or RetryPolicy()
         # How errors name the endpoint: credentials in the URL (user:password@host) are masked too.
         self._safe_url = re.sub(r"//[^/@]*@", "//***@", self.base_url)
+        if query:  # named, never shown: a query value is as likely a key as not
+            self._safe_url += "?" + "&".join(f"{name}=***" for name in query)
         self._where = f"{self._safe_url} model {model!r}"
         self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_concurrency)
         self._api_key = api_key
@@ -494,6 +501,7 @@ class SummarizerClient:
             max_retries=0,
             timeout=self._timeout,
             default_headers={"Accept-Encoding": "identity"},
+            default_query=query or None,
             http_client=openai.DefaultAsyncHttpxClient(
                 timeout=self._timeout, event_hooks={"response": [_cap_body]}
             ),

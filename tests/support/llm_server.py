@@ -426,7 +426,11 @@ class StubLLMServer:
     @property
     def completions(self) -> list[RecordedRequest]:
         with self._cond:
-            return [r for r in self.requests if r.method == "POST" and r.path.endswith("/chat/completions")]
+            return [
+                r
+                for r in self.requests
+                if r.method == "POST" and r.path.split("?", 1)[0].endswith("/chat/completions")
+            ]
 
     def wait_for_requests(self, count: int, timeout: float = 30.0) -> None:
         """Block until ``count`` chat requests have arrived (for tests that act while a request is open)."""
