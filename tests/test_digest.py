@@ -469,6 +469,7 @@ def test_rules_are_rule_clauses_deduplicated() -> None:
                 user("Rotate the keys; do NOT restart the gateway. Only the staging ones, please."),
                 user("When deploying, always use blue-green, and don't drop tables, views or indexes."),
                 user("Also,  NEVER   touch PROD.DB; run make test afterwards."),
+                user("i don't think that works, and I never said so."),
                 user("部署时必须先备份，然后修复问题。请更新文档并且不要删除注释。"),
             ]
         )

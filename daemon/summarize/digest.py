@@ -62,6 +62,8 @@ _SECTIONS_MAX_CHARS = (
 _STRUCTURE_CHARS = 400
 # One extracted sentence or item; long enough for a decision with its reason.
 ITEM_MAX_CHARS = 240
+# A sentence shorter than this says too little to be a decision ("Done, I'll go.").
+MIN_STATEMENT_CHARS = 15
 # The very last user ask, verbatim: the one thing the agent must not lose (OpenClaw audits it).
 LAST_ASK_MAX_CHARS = 1_200
 EARLIER_ASK_MAX_CHARS = 200
@@ -93,7 +95,7 @@ PREFACE = (
 _DECISION = re.compile(
     r"\b(?:decided|decide to|decision|chose|chosen|choose to|opted|settled on|agreed (?:on|to)|"
     r"going with|go with|sticking with|stick with|switched to|switching to|"
-    r"(?:let's|let us|we'll|we will|we're going to|we are going to) "
+    r"(?:let['’]s|let us|we['’]ll|we will|we['’]re going to|we are going to) "
     r"(?:use|keep|adopt|switch to|stay with|stick with|go with))\b"
     r"|决定|采用|改用|选用|选择了|确定(?:用|使用)|就用",
     re.IGNORECASE,
@@ -105,9 +107,10 @@ _NEXT_STEP = re.compile(
     re.IGNORECASE,
 )
 _CHECKBOX = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\[(?P<mark>[ xX])\]\s+(?P<item>.+)$")
-# A rule: what must or must never be done. "please" and "only" alone make an ask, not a rule.
+# A rule: what must or must never be done. "please" and "only" alone make an ask, not a rule, and the user
+# speaking of themself ("I don't think", "I never said") states nothing the agent must follow.
 _RULE = re.compile(
-    r"\b(?:must|mustn't|never|always|don't|do not|dont|shouldn't|should not|avoid|make sure|ensure|"
+    r"(?<!\bI )\b(?:must|mustn['’]t|never|always|don['’]t|do not|dont|shouldn['’]t|should not|avoid|make sure|ensure|"
     r"under no circumstances|not allowed|forbidden|prohibited)\b"
     r"|必须|不要|不许|不准|不得|别再|禁止|严禁|切勿|务必|一定要|永远|总是|始终|确保|只能|只允许",
     re.IGNORECASE,
@@ -127,8 +130,6 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？；])")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 _SPACES = re.compile(r"\s+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
-# A sentence shorter than this says too little to be a decision ("Done, I'll go.").
-MIN_STATEMENT_CHARS = 15
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _XML_BLOCK = re.compile(
     r"<(read-files|modified-files|workspace-critical-rules)>.*?</\1>|\[Compaction summary truncated[^\]]*\]",
