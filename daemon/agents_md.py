@@ -23,8 +23,6 @@ logger = logging.getLogger(__name__)
 AGENTS_MD = "AGENTS.md"
 # Older workspace templates named the same two sections this way; used only for the default set (as OpenClaw).
 LEGACY_SECTIONS = ("Every Session", "Safety")
-# The critical-rules block in the summary suffix is capped here (spec §11 step 13).
-CRITICAL_RULES_MAX_CHARS = 2_000
 TRUNCATED_MARKER = "\n...[truncated]..."
 DATE_PLACEHOLDER = "YYYY-MM-DD"
 # An AGENTS.md larger than this is not a rules file; reading it whole would only cost memory.
@@ -131,19 +129,6 @@ def post_compaction_context(
     else:
         prose, label = CUSTOM_PROSE, f"Injected sections from AGENTS.md ({', '.join(sections)}):"
     return f"{HEADER}\n\n{prose}\n\n{label}\n\n{content}\n\nCurrent time: {_current_time(now)}"
-
-
-def critical_rules(
-    markdown: str,
-    max_chars: int = CRITICAL_RULES_MAX_CHARS,
-    *,
-    sections: Sequence[str] = POST_COMPACTION_SECTIONS,
-) -> str | None:
-    """The content of the summary's ``<workspace-critical-rules>`` block, or None when nothing is found."""
-    found = select_sections(markdown, sections) if sections else []
-    if not found:
-        return None
-    return _cut("\n\n".join(found), max_chars)
 
 
 def find_agents_md(workspace: Path, owner: int | None = None) -> Path | None:

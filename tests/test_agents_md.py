@@ -10,10 +10,8 @@ import pytest
 
 from daemon import agents_md
 from daemon.agents_md import (
-    CRITICAL_RULES_MAX_CHARS,
     HEADER,
     TRUNCATED_MARKER,
-    critical_rules,
     extract_sections,
     find_agents_md,
     post_compaction_context,
@@ -114,10 +112,6 @@ def test_legacy_names_only_for_the_default_set_and_only_when_nothing_found() -> 
     mixed = legacy + "\n## Red Lines\nNever push to main.\n"
     text = post_compaction_context(mixed, now=NOW)
     assert text is not None and "Never push to main." in text and "Every Session" not in text
-    assert (
-        critical_rules(legacy)
-        == "## Every Session\nRead SOUL.md first.\n\n## Safety\nNo destructive commands."
-    )
 
 
 def test_post_compaction_context_text() -> None:
@@ -143,8 +137,6 @@ def test_custom_sections_are_named() -> None:
 def test_disabled_or_nothing_found() -> None:
     assert post_compaction_context(AGENTS, sections=(), now=NOW) is None
     assert post_compaction_context("# Title\njust text\n", now=NOW) is None
-    assert critical_rules("nothing here") is None
-    assert critical_rules(AGENTS, sections=()) is None
 
 
 def test_truncation_marker_after_max_chars() -> None:
@@ -157,12 +149,6 @@ def test_truncation_marker_after_max_chars() -> None:
     assert "YYYY-MM-DD" not in content  # replaced before cutting
     short = post_compaction_context("## Red Lines\nOne rule.", max_chars=1800, now=NOW)
     assert short is not None and TRUNCATED_MARKER not in short
-
-    rules = critical_rules(big)
-    assert rules is not None
-    assert rules.endswith(TRUNCATED_MARKER)
-    assert len(rules) == CRITICAL_RULES_MAX_CHARS + len(TRUNCATED_MARKER)
-    assert critical_rules("## Red Lines\nshort") == "## Red Lines\nshort"
 
 
 # --- reading from the workspace -----------------------------------------------------------------------------
@@ -247,4 +233,5 @@ def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
     (tmp_path / "AGENTS.md").write_bytes(b"## Red Lines\nbad \xff byte\n")
     text = read_agents_md(tmp_path)
     assert text is not None and "bad \ufffd byte" in text
-    assert agents_md.critical_rules(text) == "## Red Lines\nbad \ufffd byte"
+    refresh = agents_md.post_compaction_context(text, now=NOW)
+    assert refresh is not None and "## Red Lines\nbad \ufffd byte" in refresh

@@ -60,7 +60,6 @@ def augment(summary: str = "BODY", **kw: Any) -> str:
         "tool_failures": [],
         "read_files": [],
         "modified_files": [],
-        "critical_rules": None,
     }
     args.update(kw)
     return augment_summary(summary, **args)
@@ -71,7 +70,9 @@ def test_empty_inputs_leave_the_summary_alone() -> None:
     assert augment("## Decisions\nNone.") == "## Decisions\nNone."
     assert augment("") == ""
     assert (
-        build_suffix(recent_turns=[], tool_failures=[], read_files=[], modified_files=[], critical_rules="  ")
+        build_suffix(
+            recent_turns=[], tool_failures=[], read_files=[], modified_files=[], split_turn_summary=" "
+        )
         == ""
     )
 
@@ -84,7 +85,6 @@ def test_suffix_order() -> None:
         tool_failures=[result("c1", "boom", error=True)],
         read_files=["/r.txt"],
         modified_files=["/m.txt"],
-        critical_rules="## Red Lines\nNever push to main.",
     )
     markers = [
         "BODY",
@@ -93,21 +93,20 @@ def test_suffix_order() -> None:
         TOOL_FAILURES_HEADING,
         "<read-files>",
         "<modified-files>",
-        "<workspace-critical-rules>",
     ]
     positions = [out.index(m) for m in markers]
     assert positions == sorted(positions)
     assert out.startswith("BODY\n\n---\n\n" + SPLIT_TURN_LABEL + "\n\n- the user asked for 17 migrations")
-    assert out.endswith(
-        "<workspace-critical-rules>\n## Red Lines\nNever push to main.\n</workspace-critical-rules>"
-    )
+    assert out.endswith("<modified-files>\n/m.txt\n</modified-files>")
+    # AGENTS.md's rules are written once, in the post-compaction message, never into the summary (issue 10).
+    assert "<workspace-critical-rules>" not in out
     assert "- User: hello there\n- Assistant: hi" in out
     assert "<read-files>\n/r.txt\n</read-files>\n\n<modified-files>\n/m.txt\n</modified-files>" in out
 
 
 def test_empty_body_has_no_leading_blank_lines() -> None:
-    out = augment("", critical_rules="rule")
-    assert out == "<workspace-critical-rules>\nrule\n</workspace-critical-rules>"
+    out = augment("", read_files=["/rule"])
+    assert out == "<read-files>\n/rule\n</read-files>"
 
 
 # --- recent turns -------------------------------------------------------------------------------------------
@@ -312,35 +311,31 @@ def test_file_list_of_one_huge_path() -> None:
 # --- size cap -----------------------------------------------------------------------------------------------
 def test_cap_within_budget_is_untouched() -> None:
     body = "b" * 1000
-    out = augment(body, critical_rules="rule", max_chars=16_000)
-    assert out == body + "\n\n<workspace-critical-rules>\nrule\n</workspace-critical-rules>"
+    out = augment(body, read_files=["/rule"], max_chars=16_000)
+    assert out == body + "\n\n<read-files>\n/rule\n</read-files>"
 
 
 def test_cap_cuts_the_body_and_keeps_the_suffix() -> None:
     body = "b" * 20_000
-    out = augment(body, recent_turns=[user("keep me")], critical_rules="rule")
+    out = augment(body, recent_turns=[user("keep me")], read_files=["/rule"])
     assert len(out) == 16_000
-    suffix = (
-        "\n\n"
-        + RECENT_TURNS_HEADING
-        + "\n- User: keep me\n\n<workspace-critical-rules>\nrule\n</workspace-critical-rules>"
-    )
+    suffix = "\n\n" + RECENT_TURNS_HEADING + "\n- User: keep me\n\n<read-files>\n/rule\n</read-files>"
     assert out.endswith(TRUNCATION_MARKER + suffix)
     assert out.startswith("b" * 100)
 
 
 def test_cap_with_suffix_as_large_as_the_budget_keeps_its_tail() -> None:
-    rules = "r" * 400
-    out = augment("BODY", critical_rules=rules, max_chars=300)
+    path = "/" + "r" * 400
+    out = augment("BODY", read_files=[path], max_chars=300)
     assert len(out) == 300
-    assert out.endswith("r" * 100 + "\n</workspace-critical-rules>")
+    assert out.endswith("r" * 100 + "\n</read-files>")
     assert "BODY" not in out and TRUNCATION_MARKER not in out
 
 
 def test_cap_when_suffix_and_marker_just_exceed_the_budget() -> None:
-    out = augment("BODY" * 10, critical_rules="r" * 60, max_chars=100)
+    out = augment("BODY" * 10, read_files=["/" + "r" * 65], max_chars=100)
     assert len(out) <= 100
-    assert out.endswith("r" * 60 + "\n</workspace-critical-rules>")
+    assert out.endswith("r" * 65 + "\n</read-files>")
 
 
 def test_cap_default_is_16000() -> None:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 
+from daemon.commit.commit import CommitMode, CompactionEntries, commit
+from daemon.defaults import KEEP_RECENT_TOKENS, KEEP_RECENT_TURNS
+from daemon.job import snapshot_size
+from daemon.summarize.augment import RECENT_TURNS_HEADING
 from daemon.summarize.digest import (
     DIGEST_MAX_CHARS,
     FAILURES_HEADING,
@@ -17,6 +22,7 @@ from daemon.summarize.digest import (
     build_digest,
     tool_failures,
 )
+from daemon.summarize.engine import CompactionEngine, EngineResult, EngineSettings
 from daemon.summarize.fileops import FileOps, file_operations
 from daemon.summarize.headings import (
     CONSTRAINTS,
@@ -28,6 +34,11 @@ from daemon.summarize.headings import (
     split_sections,
 )
 from daemon.summarize.identifiers import extract_identifiers, missing_identifiers, rank_identifiers
+from daemon.transcript.messages import text_of
+from daemon.transcript.reader import Transcript, read_transcript
+
+if TYPE_CHECKING:
+    from tests.support.pi import Pi
 
 Msg = dict[str, Any]
 
@@ -124,14 +135,13 @@ def test_sections_are_filled_from_the_span() -> None:
     assert "- [ ] update docs" not in todos  # checked off later
     assert "- TODO: bump the version" in todos
     assert "- fix test_auth" in todos and "- release notes" in todos
-    assert any(line.startswith("- In progress when compacted: Also please keep") for line in todos)
-    rules = body[CONSTRAINTS]
-    assert any("must never touch prod.db" in line for line in rules)
-    assert any("keep the public function names" in line for line in rules)
-    asks = body[PENDING_ASKS]
-    assert asks[0].startswith("- Migrate the API to v2.")
-    assert asks[-3:] == [
-        "- Latest ask (verbatim):",
+    # Issue 10: the latest ask is said once, under the pending asks with its state, not again as a TODO.
+    assert not any("Also please keep" in line for line in todos)
+    # Issue 10: rule clauses only; "please keep ..." is an ask (quoted verbatim below), not a rule.
+    assert body[CONSTRAINTS] == ["- You must never touch prod.db and always run the tests first."]
+    # Issue 10: the first ask was answered (its turn ended in a final reply), so it is not pending.
+    assert body[PENDING_ASKS] == [
+        "- Latest ask (verbatim; no reply):",
         "  > Also please keep the public function names.",
         "  > Now make the tests pass and push to origin/main.",
     ]
@@ -151,7 +161,9 @@ def test_digest_keeps_the_last_user_ask_verbatim() -> None:
     )
     quoted = [line[4:] if line.startswith("  > ") else "" for line in sections(digest)[PENDING_ASKS]]
     assert "\n".join(quoted).strip() == ask
-    assert "- first" in sections(digest)[PENDING_ASKS]
+    # Issue 10: "first" was answered ("done"), so it is not pending; the latest ask's turn has no final reply.
+    assert "- first" not in sections(digest)[PENDING_ASKS]
+    assert "- Latest ask (verbatim; no final reply):" in sections(digest)[PENDING_ASKS]
 
 
 def test_very_long_last_ask_is_capped_with_a_note() -> None:
@@ -369,7 +381,6 @@ def test_real_sessions(name: str) -> None:
     if not path.is_file():
         pytest.skip(f"{path} not present")
     from daemon.transcript.context import build_context
-    from daemon.transcript.reader import read_transcript
 
     messages = build_context(read_transcript(path)).messages
     digest = build_digest(messages)
@@ -392,3 +403,255 @@ def test_real_sessions(name: str) -> None:
         assert len(again) <= DIGEST_MAX_CHARS
         assert missing_identifiers(again, ranked) == []
         assert "Refactor `coding-agent`" in again  # carried from the earlier summary
+
+
+# --- issue 10: the digest says what it knows, once ----------------------------------------------------------
+def test_unanswered_asks_are_pending_with_how_their_turn_ended() -> None:
+    errored = {**assistant("", stop="error"), "errorMessage": "529 overloaded_error"}
+    digest = build_digest(
+        [
+            user("answered one"),
+            assistant("", call("read", "r1", path="/a.py")),
+            result("text", "r1", name="read"),
+            assistant("Here it is."),
+            user("tool ran, no answer"),
+            assistant("", call("bash", "b1", command="make")),
+            result("ok", "b1"),
+            user("aborted one"),
+            assistant("Start", stop="aborted"),
+            user("cut off one"),
+            assistant("Half an answ", stop="length"),
+            user("the latest, errored"),
+            errored,
+        ]
+    )
+    assert sections(digest)[PENDING_ASKS] == [
+        "- tool ran, no answer (no final reply)",
+        "- aborted one (aborted)",
+        "- cut off one (the reply was cut off at its length limit)",
+        "- Latest ask (verbatim; the turn ended in an error: 529 overloaded_error):",
+        "  > the latest, errored",
+    ]
+
+
+def test_a_carried_digest_keeps_its_unanswered_asks_and_drops_its_answered_latest_one() -> None:
+    first = build_digest(
+        [user("never answered"), assistant("", stop="error"), user("answered latest"), assistant("Done.")]
+    )
+    second = build_digest([user("new ask"), assistant("Sure.")], previous_summary=first)
+    assert sections(second)[PENDING_ASKS] == [
+        "- never answered (the turn ended in an error)",
+        "- Latest ask (verbatim; answered):",
+        "  > new ask",
+    ]
+    third = build_digest([user("newer ask")], previous_summary=first)
+    assert "- never answered (the turn ended in an error)" in sections(third)[PENDING_ASKS]
+    assert not any("answered latest" in line for line in sections(third)[PENDING_ASKS])
+
+
+def test_many_unanswered_asks_are_counted_when_they_do_not_fit() -> None:
+    messages: list[Msg] = []
+    for n in range(40):
+        messages += [user(f"ask number {n} " + "x" * 150), assistant("", stop="error")]
+    messages += [user("the last one"), assistant("Done.")]
+    pending = sections(build_digest(messages))[PENDING_ASKS]
+    assert pending[0].startswith("- ...and ") and pending[0].endswith(" earlier unanswered asks")
+    dropped = int(pending[0].split()[2])
+    assert dropped + sum(1 for line in pending if line.startswith("- ask number")) == 40
+    assert any(line.startswith("- ask number 39 ") for line in pending)  # the newest are kept
+
+
+def test_rules_are_rule_clauses_deduplicated() -> None:
+    body = sections(
+        build_digest(
+            [
+                user("Fix the login bug and never touch prod.db. Please write a test for it."),
+                user("Rotate the keys; do NOT restart the gateway. Only the staging ones, please."),
+                user("When deploying, always use blue-green, and don't drop tables, views or indexes."),
+                user("Also,  NEVER   touch PROD.DB; run make test afterwards."),
+                user("i don't think that works, and I never said so."),
+                user("部署时必须先备份，然后修复问题。请更新文档并且不要删除注释。"),
+            ]
+        )
+    )
+    assert body[CONSTRAINTS] == [
+        "- never touch prod.db.",
+        "- do NOT restart the gateway.",
+        "- When deploying, always use blue-green, and don't drop tables, views or indexes.",
+        "- 部署时必须先备份，然后修复问题。",
+        "- 不要删除注释。",
+    ]
+
+
+def test_decisions_are_decision_sentences_not_plans() -> None:
+    body = sections(
+        build_digest(
+            [
+                user("go"),
+                assistant("I'll read src/app.py first.", call("read", "r1", path="src/app.py")),
+                result("code", "r1", name="read"),
+                assistant(
+                    "We'll go with httpx for the client. I will run the tests next. Let's use tabs here. "
+                    "The root cause is a race. 我决定改用 httpx 库。我会先读一下配置文件。"
+                ),
+            ]
+        )
+    )
+    assert body[DECISIONS] == [
+        "- We'll go with httpx for the client.",
+        "- Let's use tabs here.",
+        "- 我决定改用 httpx 库。",
+    ]
+
+
+# Sessions written by pi's own SessionManager: one turn of each ending, a rule restated, plans and decisions.
+ASKS_BASE_MS = 1_790_000_000_000
+
+
+def _pi_user(text: str, ts: int) -> Msg:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": ts}
+
+
+def _pi_assistant(text: str, ts: int, *calls: Msg, stop: str | None = None, **extra: Any) -> Msg:
+    return {
+        **assistant(text, *calls, stop=stop or ("toolUse" if calls else "stop")),
+        "api": "anthropic-messages",
+        "provider": "anthropic",
+        "model": "claude-sonnet-4-5",
+        "usage": {
+            "input": 900,
+            "output": 50,
+            "cacheRead": 0,
+            "cacheWrite": 0,
+            "totalTokens": 950,
+            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+        },
+        "timestamp": ts,
+        **extra,
+    }
+
+
+def asks_session_ops() -> list[Msg]:
+    t = ASKS_BASE_MS
+    messages = [
+        _pi_user("Fix the login bug in src/auth.py and never touch prod.db.", t),
+        _pi_assistant("I'll read src/auth.py first.", t + 1, call("read", "r1", path="src/auth.py")),
+        {**result("def login(): ...", "r1", name="read"), "timestamp": t + 2},
+        _pi_assistant("Decided to use bcrypt for the hashes; the fix is in place.", t + 3),
+        _pi_user("Rotate the staging keys in vault.internal; do NOT restart the gateway.", t + 10),
+        _pi_assistant("", t + 11, stop="error", errorMessage="529 overloaded_error"),
+        _pi_user("Update CHANGELOG.md for v2.4.1", t + 20),
+        _pi_assistant("Starting on the changelog", t + 21, stop="aborted"),
+        _pi_user("Benchmark the parser with make bench", t + 30),
+        _pi_assistant("", t + 31, call("bash", "b1", command="make bench")),
+        {**result("parser: 41 ms", "b1"), "timestamp": t + 32},
+        _pi_user("Also,  NEVER   touch PROD.DB; always run make test.", t + 40),
+        _pi_assistant("I'll read the logs first. We'll go with the argon2 defaults instead.", t + 41),
+        _pi_user("Write the release notes.", t + 50),
+        _pi_assistant("Release notes written.", t + 51),
+        _pi_user("What is left?", t + 60),  # the kept turn
+        _pi_assistant("Nothing is left.", t + 61),
+    ]
+    return [{"op": "appendMessage", "message": m} for m in messages]
+
+
+def _engine_result(transcript: Transcript, **kw: Any) -> EngineResult:
+
+    engine = CompactionEngine(EngineSettings(keep_recent_turns=1, keep_recent_tokens=20))
+    result = anyio.run(lambda: engine.compact(transcript, **kw))
+    assert result is not None
+    return result
+
+
+def _commit_and_load(pi: Pi, path: Path, result: EngineResult, tmp_path: Path, mode: CommitMode) -> list[Msg]:
+    """Commit the engine's result to ``path`` and return pi's view of the committed session."""
+    transcript = read_transcript(path)
+    entries = CompactionEntries(
+        compaction=result.compaction,
+        post_message=result.post_message,
+        snapshot_size=snapshot_size(transcript),
+        snapshot_leaf_id=transcript.leaf_id or "",
+    )
+    done = commit(path, entries, mode=mode, state_dir=tmp_path / f"state-{mode}", idle_seconds=0)
+    assert done.committed, done.reason
+    messages: list[Msg] = pi.load(path)["messages"]
+    return messages
+
+
+def test_a_pi_session_digest_says_what_it_knows_once(pi: Pi, tmp_path: Path) -> None:
+    path = Path(pi.write(tmp_path / "s", asks_session_ops())["path"])
+    result = _engine_result(read_transcript(path))
+    view = _commit_and_load(pi, path, result, tmp_path, "rotate")
+    assert view[0]["role"] == "compactionSummary" and view[0]["summary"] == result.summary
+    body = sections(view[0]["summary"])
+    assert body[PENDING_ASKS] == [
+        "- Rotate the staging keys in vault.internal; do NOT restart the gateway. "
+        "(the turn ended in an error: 529 overloaded_error)",
+        "- Update CHANGELOG.md for v2.4.1 (aborted)",
+        "- Benchmark the parser with make bench (no final reply)",
+        "- Latest ask (verbatim; answered):",
+        "  > Write the release notes.",
+    ]
+    assert body[CONSTRAINTS] == [
+        "- never touch prod.db.",
+        "- do NOT restart the gateway.",
+        "- always run make test.",
+    ]
+    assert body[DECISIONS] == [
+        "- Decided to use bcrypt for the hashes; the fix is in place.",
+        "- We'll go with the argon2 defaults instead.",
+    ]
+    assert not any("Release notes written" in line for line in body[DECISIONS])  # no "latest note" copy
+    # The clipped turns are named for what they are: the last summarized ones, not the kept one.
+    assert RECENT_TURNS_HEADING == "## Last summarized turns (clipped)" and RECENT_TURNS_HEADING in body
+    assert "## Recent turns preserved verbatim" not in view[0]["summary"]
+    clipped = [line for line in body[RECENT_TURNS_HEADING] if line.startswith("- ")]
+    assert clipped[-2:] == ["- User: Write the release notes.", "- Assistant: Release notes written."]
+    assert not any("What is left?" in line for line in clipped)
+    assert view[-2]["content"][0]["text"] == "What is left?"  # the kept turn, whole, in the context
+
+
+AGENTS_RULES = "## Red Lines\nNever run migrations against prod-db-01 without a ticket."
+
+
+@pytest.mark.parametrize("mode", ["rotate", "append"])
+def test_agents_md_rules_are_written_once_in_pis_view(pi: Pi, tmp_path: Path, mode: CommitMode) -> None:
+    path = Path(pi.write(tmp_path / "s", asks_session_ops())["path"])
+    agents = "# Workspace\n\n## Session Startup\nRead TODO.md first.\n\n" + AGENTS_RULES + "\n"
+    result = _engine_result(read_transcript(path), agents_md=agents)
+    view = _commit_and_load(pi, path, result, tmp_path, mode)
+    rule = "Never run migrations against prod-db-01 without a ticket."
+    texts = [text_of(m) for m in view]
+    assert sum(text.count(rule) for text in texts) == 1
+    assert sum(text.count("Read TODO.md first.") for text in texts) == 1
+    refresh = [m for m in view if m["role"] == "custom"]
+    assert len(refresh) == 1 and rule in refresh[0]["content"]  # the refresh is the copy that stays
+    assert "<workspace-critical-rules>" not in view[0]["summary"]
+
+
+def _bundled_example() -> Path:
+    return (
+        Path(__file__).resolve().parents[1]
+        / "examples"
+        / "sessions"
+        / "2026-09-21T09-00-00-000Z_0196a3b2-0000-7000-8000-00000000a001.jsonl"
+    )
+
+
+def test_the_bundled_example_digest() -> None:
+    """The session the README runs: every ask was answered ("the fix is in place"), every ask restates one
+    rule, and every turn opens with a plan ("I'll read X first")."""
+    engine = CompactionEngine(
+        EngineSettings(keep_recent_turns=KEEP_RECENT_TURNS, keep_recent_tokens=KEEP_RECENT_TOKENS)
+    )
+    result = anyio.run(lambda: engine.compact(read_transcript(_bundled_example())))
+    assert result is not None and result.level == "digest"
+    body = sections(result.summary)
+    last_ask = text_of([m for m in result.plan.to_summarize if m.get("role") == "user"][-1])
+    assert body[PENDING_ASKS] == ["- Latest ask (verbatim; answered):", f"  > {last_ask}"]
+    assert body[CONSTRAINTS] == ["- never touch the production database at db.internal:5432"]
+    assert body[DECISIONS] and all(
+        line.startswith("- Decided to keep the retry logic in ") for line in body[DECISIONS]
+    )
+    assert len(body[DECISIONS]) == len(set(body[DECISIONS])) == 5  # one per file, said once
+    assert RECENT_TURNS_HEADING in body and "## Recent turns preserved verbatim" not in result.summary

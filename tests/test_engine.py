@@ -323,7 +323,8 @@ def test_agents_md_sections_become_the_post_compaction_message(
     assert result.post_message["customType"] == "compactd.post_compaction_context"
     assert result.post_message["display"] is False
     assert "No force pushes." in result.post_message["content"]
-    assert "<workspace-critical-rules>" in result.summary
+    # Issue 10: the rules are written once, in the post-compaction message, not in the summary as well.
+    assert "<workspace-critical-rules>" not in result.summary and "No force pushes." not in result.summary
 
 
 def test_model_text_and_agents_md_reach_the_summary_redacted_unless_redaction_is_off(
@@ -343,7 +344,9 @@ def test_model_text_and_agents_md_reach_the_summary_redacted_unless_redaction_is
     kept = run(
         CompactionEngine(settings(redact=False), client_for(llm_server)), transcript, workspace=tmp_path
     )
-    assert token in kept.summary and "Tr0ub4dor-horse-77" in kept.summary
+    assert kept.post_message is not None
+    # AGENTS.md's text is written once, in the post-compaction message (issue 10), not in the summary.
+    assert token in kept.summary and "Tr0ub4dor-horse-77" in kept.post_message["content"]
 
 
 @pytest.fixture

@@ -180,7 +180,7 @@ def test_no_secret_in_any_request_or_committed_summary_over_two_compactions(
         assert DETAILS_MARKER not in body and RUNTIME_MARKER not in body
     # The verbatim turns and the tool failures made it in (so the check above is not vacuous) ...
     for summary in summaries:
-        assert "## Recent turns preserved verbatim" in summary and "## Tool Failures" in summary
+        assert "## Last summarized turns (clipped)" in summary and "## Tool Failures" in summary
         assert "[REDACTED:" in summary and "git.internal.example/repo.git" in summary
         # ... without a secret, a fragment of one, or anything from details.
         assert not leaks(summary), leaks(summary)
@@ -191,7 +191,7 @@ def test_no_secret_in_a_digest_summary_over_two_compactions(tmp_path: Path, pi: 
     summaries, _ = compact_twice(tmp_path, pi, None)
     for summary in summaries:
         assert summary.startswith("_Mechanical digest of ")
-        assert "## Recent turns preserved verbatim" in summary and "## Tool Failures" in summary
+        assert "## Last summarized turns (clipped)" in summary and "## Tool Failures" in summary
         assert not leaks(summary), leaks(summary)
         assert DETAILS_MARKER not in summary and RUNTIME_MARKER not in summary
 

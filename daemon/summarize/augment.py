@@ -1,9 +1,14 @@
 """What is appended after the model's summary (spec-openclaw §11 steps 3, 9 and 13), as pure functions.
 
-The suffix carries what a summary most often loses and an agent most needs to go on: the last turns word for
-word, the tool calls that failed (so they are not blindly retried), the files touched, and the workspace's
-critical rules. Under the size cap the suffix wins over the body, because the body is the part a model wrote
-and the suffix is the part that is exact.
+The suffix carries what a summary most often loses and an agent most needs to go on: the last summarized turns
+(clipped; the kept turns themselves follow the summary whole), the tool calls that failed (so they are not
+blindly retried), and the files touched. Under the size cap the suffix wins over the body, because the body is
+the part a model wrote and the suffix is the part that is exact.
+
+OpenClaw also copies AGENTS.md's critical rules here (step 13) and then injects them again as its
+post-compaction refresh. compactd writes them once, in the post-compaction message (:mod:`daemon.agents_md`):
+pi and OpenClaw both build that ``custom_message`` into the context right beside the summary, so a second copy
+would only cost the agent tokens.
 
 Being exact, it copies transcript text as it is: the caller passes messages already redacted (the engine does,
 before anything reads them), since a secret cut by a cap here would be a fragment no pattern recognises.
@@ -28,7 +33,9 @@ FILE_SECTION_MAX_CHARS = 2_000
 FILE_LIST_MAX_CHARS = 900
 
 SPLIT_TURN_LABEL = "**Turn Context (split turn):**"
-RECENT_TURNS_HEADING = "## Recent turns preserved verbatim"
+# OpenClaw's "## Recent turns preserved verbatim" renders turns it removes from the context; ours are the last
+# turns of the summarized span (the kept ones stay whole in the context), each clipped, and named so.
+RECENT_TURNS_HEADING = "## Last summarized turns (clipped)"
 TOOL_FAILURES_HEADING = "## Tool Failures"
 TRUNCATION_MARKER = "\n\n[Compaction summary truncated to fit budget]"
 ELLIPSIS = "…"
@@ -51,7 +58,7 @@ def _cap(text: str, limit: int) -> str:
 
 # --- recent turns -------------------------------------------------------------------------------------------
 def select_recent_turns(messages: Sequence[Message], turns: int = KEEP_RECENT_TURNS) -> list[Message]:
-    """The messages preserved verbatim (spec §11 step 9): user/assistant messages from the ``turns``-th last
+    """The last turns of ``messages`` (spec §11 step 9): user/assistant messages from the ``turns``-th last
     user message on; with fewer user messages, every user message plus the newest 2×``turns`` user/assistant
     messages; plus the tool results that answer a kept assistant's calls. Original order."""
     if turns <= 0:
@@ -234,18 +241,16 @@ def build_suffix(
     tool_failures: Sequence[Message],
     read_files: Sequence[str],
     modified_files: Sequence[str],
-    critical_rules: str | None,
     split_turn_summary: str | None = None,
 ) -> str:
-    """Everything appended after the body, in spec order; empty parts left out."""
+    """Everything appended after the body, in spec order (without the critical rules: see the module
+    docstring); empty parts left out."""
     parts: list[str] = []
     if split_turn_summary and split_turn_summary.strip():
         parts.append(f"---\n\n{SPLIT_TURN_LABEL}\n\n{split_turn_summary.strip()}")
     parts.append(render_recent_turns(recent_turns))
     parts.append(render_tool_failures(tool_failures))
     parts.append(render_file_lists(read_files, modified_files))
-    if critical_rules and critical_rules.strip():
-        parts.append(f"<workspace-critical-rules>\n{critical_rules.strip()}\n</workspace-critical-rules>")
     return "".join("\n\n" + p for p in parts if p)
 
 
@@ -267,18 +272,16 @@ def augment_summary(
     tool_failures: list[dict[str, Any]],
     read_files: list[str],
     modified_files: list[str],
-    critical_rules: str | None,
     split_turn_summary: str | None = None,
     max_chars: int = SUMMARY_MAX_CHARS,
 ) -> str:
-    """The committed summary: body, then split-turn context, recent turns, tool failures, file lists and
-    critical rules, capped at ``max_chars`` with the suffix kept."""
+    """The committed summary: body, then split-turn context, the last summarized turns, tool failures and
+    file lists, capped at ``max_chars`` with the suffix kept."""
     suffix = build_suffix(
         recent_turns=recent_turns,
         tool_failures=tool_failures,
         read_files=read_files,
         modified_files=modified_files,
-        critical_rules=critical_rules,
         split_turn_summary=split_turn_summary,
     )
     body = summary.rstrip()

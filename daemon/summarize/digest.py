@@ -2,10 +2,12 @@
 
 It is the summary when no endpoint is configured and the last fallback level when every model call failed.
 OpenClaw's last level writes "Summary unavailable due to size limits." and the history is gone; ours fills the
-five required headings from what can be extracted mechanically — assistant statements that read as decisions,
-unchecked items and TODOs, the user's rules, the user's latest asks (the very last one verbatim), ranked
-identifiers, tool failures with exit codes, the files read and modified — and carries a previous summary's
-sections forward. Same input, same output; always under :data:`DIGEST_MAX_CHARS`.
+five required headings from what can be extracted mechanically — assistant sentences that state a decision,
+unchecked items and TODOs, the rule clauses of the user's messages, the asks the agent has not answered (and the
+very last ask verbatim, with whether it was answered), ranked identifiers, tool failures with exit codes, the
+files read and modified — and carries a previous summary's sections forward. Each thing is said once: a rule
+repeated in every ask is one line, an answered ask is not pending. Same input, same output; always under
+:data:`DIGEST_MAX_CHARS`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from daemon.transcript.messages import Message, is_runtime_context, role_of, tex
 
 # --- size limits ------------------------------------------------------------------------------------------
 # The digest must leave room in the 16,000-character committed summary (spec §11 step 13) for the augmentation
-# (recent turns, tool failures, file lists, AGENTS.md rules), so it keeps to half of it.
+# (the last summarized turns, tool failures, file lists), so it keeps to half of it.
 DIGEST_MAX_CHARS = 8_000
 # Per-section body budgets, scaled down together when the identifiers need the room.
 DECISIONS_MAX_CHARS = 1_400
@@ -60,17 +62,22 @@ _SECTIONS_MAX_CHARS = (
 _STRUCTURE_CHARS = 400
 # One extracted sentence or item; long enough for a decision with its reason.
 ITEM_MAX_CHARS = 240
+# A sentence shorter than this says too little to be a decision ("Done, I'll go.").
+MIN_STATEMENT_CHARS = 15
 # The very last user ask, verbatim: the one thing the agent must not lose (OpenClaw audits it).
 LAST_ASK_MAX_CHARS = 1_200
-EARLIER_ASKS = 4
 EARLIER_ASK_MAX_CHARS = 200
-LATEST_NOTE_MAX_CHARS = 300
+ERROR_TEXT_MAX_CHARS = 120
 # A carried previous summary may use at most this share of a section when new items need the room.
 CARRIED_SHARE = 0.5
 # OpenClaw lists at most 8 tool failures (spec §11 step 3).
 MAX_FAILURES = 8
 FAILURE_TEXT_MAX_CHARS = 160
 FAILURE_COMMAND_MAX_CHARS = 80
+
+# The latest ask's label says how its turn ended: "- Latest ask (verbatim; answered):" or "...; aborted):".
+LATEST_ASK_LABEL = "- Latest ask (verbatim"
+ANSWERED = "answered"
 
 FAILURES_HEADING = "## Tool failures"
 FILES_HEADING = "## Files"
@@ -83,11 +90,14 @@ PREFACE = (
 )
 
 # --- patterns ---------------------------------------------------------------------------------------------
+# A decision, not a plan: "Decided to keep the retry logic", "we'll go with httpx", "let's use tabs" — never
+# "I'll read X first", which only announces the next tool call.
 _DECISION = re.compile(
-    r"\b(?:I'll|I will|we'll|we will|I'm going to|we're going to|let's|decided|decide to|decision|will use|"
-    r"going with|go with|chose|choose to|opted|instead of|switch(?:ed|ing)? to|the fix is|the plan is|"
-    r"root cause|the (?:issue|problem|bug) (?:is|was)|fixed by|now uses?)\b"
-    r"|决定|选择|采用|改用|将使用|我会|我将|方案|原因是|问题是|修复",
+    r"\b(?:decided|decide to|decision|chose|chosen|choose to|opted|settled on|agreed (?:on|to)|"
+    r"going with|go with|sticking with|stick with|switched to|switching to|"
+    r"(?:let['’]s|let us|we['’]ll|we will|we['’]re going to|we are going to) "
+    r"(?:use|keep|adopt|switch to|stay with|stick with|go with))\b"
+    r"|决定|采用|改用|选用|选择了|确定(?:用|使用)|就用",
     re.IGNORECASE,
 )
 _TODO_LINE = re.compile(r"\b(?:TODO|FIXME)\b\s*[:：]?\s*(?P<rest>.+)|(?:待办|待完成)\s*[:：]\s*(?P<cn>.+)")
@@ -97,23 +107,38 @@ _NEXT_STEP = re.compile(
     re.IGNORECASE,
 )
 _CHECKBOX = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\[(?P<mark>[ xX])\]\s+(?P<item>.+)$")
-_CONSTRAINT = re.compile(
-    r"\b(?:must|mustn't|never|always|don't|do not|dont|should|shouldn't|please|only|make sure|avoid|"
-    r"no need)\b"
-    r"|必须|不要|不能|别再|永远|总是|始终|应该|请|只|务必|禁止|确保",
+# A rule: what must or must never be done. "please" and "only" alone make an ask, not a rule, and the user
+# speaking of themself ("I don't think", "I never said") states nothing the agent must follow.
+_RULE = re.compile(
+    r"(?<!\bI )\b(?:must|mustn['’]t|never|always|don['’]t|do not|dont|shouldn['’]t|should not|avoid|make sure|ensure|"
+    r"under no circumstances|not allowed|forbidden|prohibited)\b"
+    r"|必须|不要|不许|不准|不得|别再|禁止|严禁|切勿|务必|一定要|永远|总是|始终|确保|只能|只允许",
+    re.IGNORECASE,
+)
+# Where a rule clause begins inside a sentence: after a semicolon or colon, or a coordinating "and"/"but" (the
+# rule in "fix X and never touch prod" is "never touch prod"). Commas are not boundaries: they join a rule to
+# its condition ("when deploying, always ...") or its list ("don't touch A, B or C").
+_RULE_START = re.compile(r"[;:]\s+|[；：]|\s(?:and|but)\s|并且|而且|但是")
+_RULE_END = re.compile(r"\s*[;；]")
+# Words that open a restated rule without being part of it ("Also, never ...", "Please, again: don't ...").
+_RULE_FILLER = re.compile(
+    r"^(?:(?:also|again|and|but|so|plus|please|remember|note|btw|ok|okay)\b[,:]?\s+|(?:另外|还有|同时|再次)[，,：:])+",
     re.IGNORECASE,
 )
 _EXIT_CODE = re.compile(r"\bexit(?:ed)?(?: with)?\s*(?:code|status)\s*[:=]?\s*(?P<code>-?\d+)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？；])")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 _SPACES = re.compile(r"\s+")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _XML_BLOCK = re.compile(
     r"<(read-files|modified-files|workspace-critical-rules)>.*?</\1>|\[Compaction summary truncated[^\]]*\]",
     re.DOTALL,
 )
 # How a previous summary's own headings (ours, pi's default ones, a model's inventions) map onto ours.
-_DROPPED_SECTION = re.compile(r"tool failures?|\bfiles\b|recent turns|turn context|critical rules")
+_DROPPED_SECTION = re.compile(
+    r"tool failures?|\bfiles\b|recent turns|summarized turns|turn context|critical rules"
+)
 _TODO_SECTION = re.compile(
     r"\btodos?\b|next steps?|in progress|\bblocked\b|open questions?|current task|remaining"
 )
@@ -165,6 +190,11 @@ def _sentences(text: str) -> list[str]:
     return out
 
 
+def _long_enough(sentence: str) -> bool:
+    """At least :data:`MIN_STATEMENT_CHARS`, a CJK character counting three (they carry a word each)."""
+    return len(sentence) + 2 * len(_CJK.findall(sentence)) >= MIN_STATEMENT_CHARS
+
+
 def _item_key(item: str) -> str:
     """Items compare equal whatever their case, spacing, leading bullet or final full stop."""
     return _SPACES.sub(" ", _BULLET.sub("", item)).strip().rstrip(".!。！").lower()
@@ -212,21 +242,12 @@ def _decisions(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
         for sentence in _sentences(read(message)):
             # "Now let's build:" announces a tool call, and a question decides nothing.
             if (
-                len(sentence) >= 15
+                _long_enough(sentence)
                 and not sentence.endswith(("?", ":", "？", "："))
                 and _DECISION.search(sentence)
             ):
                 items.append("- " + _collapse(sentence, ITEM_MAX_CHARS))
     return _dedupe(items)
-
-
-def _latest_note(messages: Sequence[Message], read: TextOf = _text) -> str | None:
-    for message in reversed(messages):
-        if role_of(message) == "assistant":
-            text = read(message).strip()
-            if text:
-                return "- Latest assistant note: " + _collapse(text, LATEST_NOTE_MAX_CHARS)
-    return None
 
 
 def _todos(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
@@ -276,57 +297,113 @@ def _todos(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
     return _dedupe(open_items.values())
 
 
-def _unanswered(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
-    """What was still open at the cut: a user ask with no final answer, or a question back to the user."""
-    last_user = next((i for i in range(len(messages) - 1, -1, -1) if _is_ask(messages[i])), None)
-    if last_user is None:
+def _is_ask(message: Message) -> bool:
+    return role_of(message) == "user" and bool(text_of(message).strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One user ask and how its turn ended: ``status`` is None when a final reply answered it."""
+
+    text: str
+    status: str | None
+    reply: Message | None  # the turn's last assistant message
+
+
+def _outcome(reply: Message | None, read: TextOf) -> str | None:
+    """Why a turn's last assistant message is not a final answer, or None when it is one."""
+    if reply is None:
+        return "no reply"
+    stop = reply.get("stopReason")
+    if stop == "error":
+        error = reply.get("errorMessage")
+        detail = _collapse(redact_secrets(error), ERROR_TEXT_MAX_CHARS) if isinstance(error, str) else ""
+        return f"the turn ended in an error: {detail}" if detail else "the turn ended in an error"
+    if stop == "aborted":
+        return "aborted"
+    if stop == "length":
+        return "the reply was cut off at its length limit"
+    if stop == "toolUse" or tool_calls(reply) or not read(reply).strip():
+        return "no final reply"
+    return None
+
+
+def _user_asks(messages: Sequence[Message], read: TextOf = _text) -> list[Ask]:
+    """Every user ask, oldest first, with how its turn (up to the next ask) ended."""
+    asks: list[Ask] = []
+    current: str | None = None
+    reply: Message | None = None
+    for message in messages:
+        if _is_ask(message):
+            if current is not None:
+                asks.append(Ask(current, _outcome(reply, read), reply))
+            current, reply = read(message).strip(), None
+        elif current is not None and role_of(message) == "assistant":
+            reply = message
+    if current is not None:
+        asks.append(Ask(current, _outcome(reply, read), reply))
+    return asks
+
+
+def _question_back(asks: Sequence[Ask], read: TextOf = _text) -> list[str]:
+    """A final reply to the latest ask that ends with a question: the agent is waiting for the user."""
+    if not asks or asks[-1].status is not None or asks[-1].reply is None:
         return []
-    answered = False
-    question: str | None = None
-    for message in messages[last_user + 1 :]:
-        if role_of(message) == "assistant" and message.get("stopReason") == "stop" and read(message).strip():
-            answered = True
-            sentences = _sentences(read(message))
-            question = sentences[-1] if sentences and sentences[-1].endswith(("?", "？")) else None
-    ask = _collapse(read(messages[last_user]), EARLIER_ASK_MAX_CHARS)
-    if not answered:
-        return [f"- In progress when compacted: {ask}"]
-    if question:
-        return [f"- Waiting for the user's answer to: {_collapse(question, ITEM_MAX_CHARS)}"]
+    sentences = _sentences(read(asks[-1].reply))
+    if sentences and sentences[-1].endswith(("?", "？")):
+        return [f"- Waiting for the user's answer to: {_collapse(sentences[-1], ITEM_MAX_CHARS)}"]
     return []
 
 
-def _constraints(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
+def _rule_clauses(sentence: str) -> list[str]:
+    """The rule clauses of one sentence: each runs from the boundary before its keyword (see ``_RULE_START``)
+    to the next semicolon or the sentence's end; a keyword inside a clause already taken adds nothing."""
+    starts = [m.end() for m in _RULE_START.finditer(sentence)]
+    clauses: list[str] = []
+    taken_to = 0
+    for match in _RULE.finditer(sentence):
+        if match.start() < taken_to:
+            continue
+        begin = max([taken_to, *(b for b in starts if b <= match.start())])
+        stop = _RULE_END.search(sentence, match.end())
+        end = stop.start() if stop else len(sentence)
+        clause = _RULE_FILLER.sub("", sentence[begin:end].strip())
+        if clause:
+            clauses.append(clause)
+        taken_to = stop.end() if stop else len(sentence)
+    return clauses
+
+
+def _rules(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
+    """The user's rule clauses, each once (whatever its case or spacing): a rule restated in every ask, as in
+    "fix X and never touch prod", is one line, and the ask around it is not a rule."""
     items: list[str] = []
     for message in messages:
         if role_of(message) != "user":
             continue
         for sentence in _sentences(read(message)):
-            if (
-                len(sentence) <= 3 * ITEM_MAX_CHARS
-                and not sentence.endswith(("?", "？"))
-                and _CONSTRAINT.search(sentence)
-            ):
-                items.append("- " + _collapse(sentence, ITEM_MAX_CHARS))
+            if len(sentence) > 3 * ITEM_MAX_CHARS or sentence.endswith(("?", "？")):
+                continue
+            items.extend("- " + _collapse(c, ITEM_MAX_CHARS) for c in _rule_clauses(sentence))
     return _dedupe(items)
 
 
-def _is_ask(message: Message) -> bool:
-    return role_of(message) == "user" and bool(text_of(message).strip())
-
-
-def _asks(messages: Sequence[Message], read: TextOf = _text) -> tuple[list[str], list[str]]:
-    """(earlier asks, newest last; the latest ask as verbatim quoted lines)."""
-    asks = [read(m).strip() for m in messages if _is_ask(m)]
+def _pending(asks: Sequence[Ask]) -> tuple[list[str], list[str]]:
+    """(the earlier asks the agent did not answer, oldest first; the latest ask as verbatim quoted lines,
+    labelled with whether it was answered)."""
     if not asks:
         return [], []
-    latest = asks[-1]
-    earlier = _dedupe("- " + _collapse(a, EARLIER_ASK_MAX_CHARS) for a in asks[:-1])[-EARLIER_ASKS:]
+    earlier = _dedupe(
+        f"- {_collapse(a.text, EARLIER_ASK_MAX_CHARS)} ({a.status})"
+        for a in asks[:-1]
+        if a.status is not None
+    )
+    latest = asks[-1].text
     if len(latest) > LAST_ASK_MAX_CHARS:
         latest = f"{latest[:LAST_ASK_MAX_CHARS]}… [{len(latest) - LAST_ASK_MAX_CHARS} more characters]"
     # Quoted, so a line of the ask that looks like a heading can never pass for one of ours.
     quoted = [
-        "- Latest ask (verbatim):",
+        f"{LATEST_ASK_LABEL}; {asks[-1].status or ANSWERED}):",
         *("  > " + line if line.strip() else "  >" for line in latest.splitlines()),
     ]
     return earlier, quoted
@@ -403,6 +480,33 @@ def _section_for(heading: str) -> str | None:
     return DECISIONS
 
 
+_LATEST_ASK_LINE = re.compile(r"^\s*- Latest ask \(verbatim(?:; (?P<status>[^)]*))?\):\s*$")
+
+
+def _unquote_latest_ask(body: Sequence[str]) -> list[str]:
+    """A previous digest's latest ask as one line, with how its turn ended; dropped when it was answered,
+    since a pending list carries only what is still open."""
+    out: list[str] = []
+    lines = list(body)
+    n = 0
+    while n < len(lines):
+        label = _LATEST_ASK_LINE.match(lines[n])
+        if label is None:
+            out.append(lines[n])
+            n += 1
+            continue
+        n += 1
+        quoted: list[str] = []
+        while n < len(lines) and lines[n].lstrip().startswith(">"):
+            quoted.append(lines[n].lstrip()[1:].strip())
+            n += 1
+        status = label.group("status")
+        if status != ANSWERED and any(quoted):
+            ask = _collapse(" ".join(quoted), EARLIER_ASK_MAX_CHARS)
+            out.append(f"- {ask} ({status})" if status else f"- {ask}")
+    return out
+
+
 def _carried(previous_summary: str | None) -> dict[str, list[str]]:
     """A previous summary's lines, as list items, grouped under our headings."""
     carried: dict[str, list[str]] = {h: [] for h in REQUIRED_HEADINGS}
@@ -414,6 +518,8 @@ def _carried(previous_summary: str | None) -> dict[str, list[str]]:
         target = _section_for(heading)
         if target is None:
             continue
+        if target == PENDING_ASKS:
+            body = _unquote_latest_ask(body)
         for line in body:
             stripped = line.strip()
             if (
@@ -475,6 +581,18 @@ def _fit(carried: Sequence[str], new: Sequence[str], budget: int) -> list[str]:
     return [*kept_carried, *_newest(new, budget - _cost(kept_carried))]
 
 
+def _fit_asks(carried: Sequence[str], earlier: Sequence[str], budget: int) -> list[str]:
+    """``_fit`` for unanswered asks, which are never dropped silently: those that do not fit are counted."""
+    fitted = _fit(carried, earlier, budget)
+    known = {_item_key(item) for item in carried}
+    new = [item for item in earlier if _item_key(item) not in known]
+    if all(item in fitted for item in new):
+        return fitted
+    fitted = _fit(carried, earlier, max(0, budget - 48))  # 48: room for the count line
+    dropped = sum(1 for item in new if item not in fitted)
+    return [f"- ...and {dropped} earlier unanswered asks", *fitted]
+
+
 def _section(heading: str, lines: Sequence[str], empty: str = "- None.") -> list[str]:
     return [heading, *(lines or [empty])]
 
@@ -499,14 +617,12 @@ def build_digest(
     carried = _carried(previous_summary)
     read = _memo_text()
     decisions = _decisions(span, read)
-    note = _latest_note(span, read)
-    if note:
-        decisions = [d for d in decisions if d[2:] not in note] + [note]
     if not span and not carried[DECISIONS]:
         decisions = ["- No prior history."]
-    todos = _dedupe([*_todos(span, read), *_unanswered(span, read)])
-    constraints = _constraints(span, read)
-    earlier, latest = _asks(span, read)
+    asks = _user_asks(span, read)
+    todos = _dedupe([*_todos(span, read), *_question_back(asks, read)])
+    constraints = _rules(span, read)
+    earlier, latest = _pending(asks)
 
     # The identifiers are what peers lose most (peers.md §(c) 3), so they are budgeted first: the ranked ones
     # get up to IDENTIFIERS_RESERVED_CHARS, and the other sections shrink in proportion to leave that room.
@@ -528,7 +644,7 @@ def build_digest(
         _section(CONSTRAINTS, _fit(carried[CONSTRAINTS], constraints, budget(CONSTRAINTS_MAX_CHARS)))
     )
     asks_budget = max(0, budget(ASKS_MAX_CHARS) - _cost(latest))  # the latest ask itself is never dropped
-    blocks.append(_section(PENDING_ASKS, [*_fit(carried[PENDING_ASKS], earlier, asks_budget), *latest]))
+    blocks.append(_section(PENDING_ASKS, [*_fit_asks(carried[PENDING_ASKS], earlier, asks_budget), *latest]))
 
     extra: list[list[str]] = []
     if include_failures:

@@ -7,7 +7,7 @@ model call is the only IO, behind ``Summarizer``.
 With ``redact`` on, secrets are redacted at the engine's three edges: the messages and the previous summary as
 they are read (so nothing downstream, cap or cut included, ever holds a secret or half of one), every prompt as
 it leaves (:class:`RedactedPrompts`), and what else is written: the summary's parts before they are fitted to
-the cap (model text, a split-turn summary) and AGENTS.md before its rules and post-compaction text are cut.
+the cap (model text, a split-turn summary) and AGENTS.md before its post-compaction text is cut.
 """
 
 from __future__ import annotations
@@ -215,14 +215,14 @@ class CompactionEngine:
             from daemon.agents_md import read_agents_md
 
             markdown = read_agents_md(workspace)
-        rules = None
         post_text = None
         moment = now or datetime.now().astimezone()
         if markdown:
-            from daemon.agents_md import critical_rules, post_compaction_context
+            from daemon.agents_md import post_compaction_context
 
             markdown = self._clean(markdown)  # before its sections are cut to fit: whole secrets only
-            rules = critical_rules(markdown, sections=s.post_compaction_sections)
+            # The rules go into the post-compaction message only, not into the summary as well: pi and
+            # OpenClaw put both in the agent's context, and one copy is the refresh (see augment).
             post_text = post_compaction_context(
                 markdown,
                 sections=s.post_compaction_sections,
@@ -235,7 +235,6 @@ class CompactionEngine:
                 tool_failures=failures,
                 read_files=ops.read,
                 modified_files=ops.modified,
-                critical_rules=rules,
                 split_turn_summary=split_summary,
             )
         )
