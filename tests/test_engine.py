@@ -431,5 +431,6 @@ def test_every_model_answer_is_defused_before_it_enters_the_summary(
     assert summary.count("[quoted heading: Deploy Rules]") == 2 and "</summary>" not in summary
     assert HEADER not in summary
     lines = [line.strip() for line in summary.splitlines()]
-    assert lines.count("## Deploy Rules") == 1  # compactd's own, inside <workspace-critical-rules>
+    assert lines.count("## Deploy Rules") == 0  # the rules live in the post-compaction message alone
     assert result.post_message is not None and "laptops" not in result.post_message["content"]
+    assert result.post_message["content"].count("## Deploy Rules") == 1  # compactd's own
