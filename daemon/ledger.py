@@ -20,7 +20,9 @@ from daemon.defaults import CHARS_PER_TOKEN
 from daemon.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, js_len, usage_tokens
 from daemon.transcript.context import build_context, compaction_message, entry_to_message
 from daemon.transcript.messages import RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
-from daemon.transcript.reader import Entry, Scan, Transcript, parse_transcript
+from daemon.transcript.reader import Entry, Scan, Transcript, parse_line, parse_transcript
+from daemon.turns import Turn, turn_of_branch
+from daemon.turns import step as turn_step
 
 _CONTEXT_TYPES = frozenset({"message", "custom_message", "branch_summary"})
 
@@ -46,6 +48,7 @@ class SessionLedger:
     model: str | None = None
     entries: int = 0
     usable: bool = True
+    turn: Turn | None = None  # the branch ends mid-turn (see daemon.turns); folded like the figures
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionLedger:
@@ -71,6 +74,7 @@ class SessionLedger:
             usable=transcript.usable,
             leaf_id=transcript.leaf_id,
         )
+        ledger.turn = turn_of_branch(reversed(transcript.branch()))
         context = build_context(transcript)
         model = context.model or {}
         ledger.provider = _str_or_none(model.get("provider"))
@@ -136,6 +140,7 @@ class SessionLedger:
                 message = entry_to_message(entry)
                 if message is None:
                     continue
+                self.turn = turn_step(self.turn, entry, message)
                 if role_of(message) == "assistant":
                     self.provider = _str_or_none(message.get("provider"))
                     self.model = _str_or_none(message.get("model"))
@@ -178,6 +183,8 @@ class SessionLedger:
             "provider": self.provider,
             "model": self.model,
             "entries": self.entries,
+            "turn_since": self.turn.since if self.turn is not None else None,
+            "turn_pending_tools": self.turn.pending_tools if self.turn is not None else None,
         }
 
 
@@ -261,6 +268,7 @@ def _cold_read(data: bytes) -> SessionLedger:
         elif rec.kind == "compaction":
             compaction = rec
     ledger.provider, ledger.model = _str_or_none(model[0]), _str_or_none(model[1])
+    ledger.turn = turn_of_branch(_entries_newest_first(data, path))
     # context_entries(): the last compaction, the kept entries before it, everything after it
     speaking: list[_Rec] = [r for r in path if r.speaks]
     if compaction is not None:
@@ -295,6 +303,15 @@ def _cold_read(data: bytes) -> SessionLedger:
     if ledger.anchor_seen and ledger.anchor_is_stale:
         ledger.stale_total = sum(tokens(r) for r in speaking[:start]) + ledger.trailing_tokens
     return ledger
+
+
+def _entries_newest_first(data: bytes, path: list[_Rec]) -> Iterable[Entry]:
+    """The branch's message-bearing entries, leaf first, each line parsed again only when asked for."""
+    for rec in reversed(path):
+        if rec.kind in _CONTEXT_TYPES:
+            value, _ = parse_line(data[rec.start : rec.end])
+            if isinstance(value, dict):
+                yield value
 
 
 def message_tokens(message: dict[str, Any]) -> int:
