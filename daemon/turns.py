@@ -40,7 +40,10 @@ class Turn:
         """``turn in flight since <UTC time> (waiting for …)``: the reason ``status`` and ``once`` give."""
         when = ""
         if self.since is not None:
-            when = " since " + datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            try:
+                when = " since " + datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            except (OverflowError, ValueError, OSError):  # a timestamp JavaScript takes, datetime cannot
+                when = f" since {self.since:.0f} s after the epoch"
         if self.pending_tools:
             plural = "s" if self.pending_tools != 1 else ""
             waiting = f"{self.pending_tools} tool result{plural}"

@@ -178,7 +178,7 @@ def test_a_slow_models_turn_is_not_compacted_until_its_final_reply(
 def test_an_abandoned_turn_is_compacted_after_the_limit(
     pi: Pi, llm_server: StubLLMServer, daemons: Callable[..., Daemon]
 ) -> None:
-    d, path = start(pi, llm_server, daemons, abandoned_turn_seconds=3.0)
+    d, path = start(pi, llm_server, daemons, abandoned_turn_seconds=4.0)
     inode = path.stat().st_ino
     with pi.LiveSession(path) as agent:
         agent.append_message(user(ASK))
@@ -188,7 +188,7 @@ def test_an_abandoned_turn_is_compacted_after_the_limit(
     wait_for(lambda: has_compaction(path), 60, "the abandoned turn's session to be compacted", d.proc)
     assert d.stop() == 0
     compaction = next(e for e in read_transcript(path).entries if e.get("type") == "compaction")
-    assert js_timestamp(compaction["timestamp"]) / 1000 >= written_at + 3.0 - 0.01
+    assert js_timestamp(compaction["timestamp"]) / 1000 >= written_at + 4.0 - 0.01
 
 
 # --- once and compact ---------------------------------------------------------------------------------------

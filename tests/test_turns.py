@@ -250,6 +250,10 @@ def test_a_turn_is_described_with_its_start_and_what_it_waits_for() -> None:
         "turn in flight since 2026-09-21T14:13:21Z (waiting for the model's reply)"
     )
     assert Turn(None, 2).describe() == "turn in flight (waiting for 2 tool results)"
+    # JavaScript dates reach year 275760; a transcript may say so, and the reason must still be given.
+    assert Turn(8.64e12, 1).describe() == (
+        "turn in flight since 8640000000000 s after the epoch (waiting for 1 tool result)"
+    )
 
 
 # --- against an independent statement of the rule ------------------------------------------------------------
