@@ -242,6 +242,7 @@ class SessionsConfig:
 
     roots: tuple[str, ...] = _opt(d.SESSION_ROOTS, parse=_parse_roots)
     idle_seconds: float = _opt(d.IDLE_SECONDS, ge=0)
+    abandoned_turn_seconds: float = _opt(d.ABANDONED_TURN_SECONDS, ge=0)
     ignore: tuple[str, ...] = _opt((), parse=_parse_globs)
 
     def is_ignored(self, path: str | os.PathLike[str]) -> bool:

@@ -37,6 +37,10 @@ MAX_KEEP_RECENT_TURNS = 12
 COMMIT_MODE = "rotate"
 # A session is touched only after this much quiet, so a live agent's file is never rewritten under it.
 IDLE_SECONDS = 30.0
+# ... but quiet is not idle: a session whose branch ends mid-turn (a user message or tool calls awaiting the
+# model) is left alone whatever its quiet time, until the turn ends or nothing has been written for this long
+# (an abandoned turn: the agent died mid-turn). 15 minutes outlasts a slow local model's reply.
+ABANDONED_TURN_SECONDS = 900.0
 # Archives (``*.jsonl.bak.<ts>``) are the only copy of the lines a rotation summarized: they are removed by age
 # only. A count cap (0 = none) is opt-in: 30 compactions of a busy session in an hour would otherwise delete
 # thousands of lines that exist nowhere else within that hour.

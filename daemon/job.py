@@ -1,6 +1,8 @@
 """One session's compaction job: load → budget → engine → (commit). Shared by ``compact``, ``once`` and ``run``.
 
-The model call happens here with no lock held; the commit re-validates against the file as it is then.
+The model call happens here with no lock held; the commit re-validates against the file as it is then, and a
+session whose branch ends mid-turn (``planning.readiness``) is refused both before the model call and again
+just before the commit, so a turn the agent started during the model call is not cut.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from daemon.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from daemon.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from daemon.config import Config
 from daemon.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
-from daemon.planning import budget_for, prune_plan
+from daemon.planning import budget_for, prune_plan, readiness
 from daemon.roots import is_session_path
 from daemon.summarize.engine import CompactionEngine, EngineResult, EngineSettings
 from daemon.tokens import estimate_tokens, js_len
 from daemon.transcript.context import compaction_message, entry_to_message
 from daemon.transcript.messages import llm_visible
 from daemon.transcript.reader import Transcript, read_transcript
+from daemon.turns import turn_of_branch
 from daemon.workspace import Workspace, read_agents_md
 from daemon.workspace import workspace_for as choose_workspace
 
@@ -245,6 +248,10 @@ async def compact_file(
     if not transcript.committable:
         reason = "; ".join(f"{p.kind} at line {p.line}: {p.message}" for p in transcript.blocking)
         return JobResult(path, "none", reason=f"not compacted: {reason}")
+    if not (dry_run or force):
+        busy = turn_in_flight(config, path, transcript)
+        if busy is not None:
+            return JobResult(path, "none", reason=busy)
     budget = budget_for(config, transcript)
     chosen = route or budget.route
     if chosen == "fits":
@@ -325,6 +332,16 @@ def _commit(
 ) -> JobResult:
     from daemon.commit.commit import CompactionEntries, commit
 
+    if not force:
+        try:
+            current = read_transcript(path, follow_symlinks=False)
+        except OSError:
+            current = None  # gone or unreadable now: commit() says why
+        busy = turn_in_flight(config, path, current) if current is not None else None
+        if busy is not None:
+            log.info("not committed path=%s reason=%s (a turn started during the model call)", path, busy)
+            result.reason = busy
+            return result
     engine = result.engine
     entries = None
     if engine is not None:
@@ -351,6 +368,18 @@ def _commit(
     result.archive = outcome.archive
     result.reason = outcome.reason
     return result
+
+
+def turn_in_flight(config: Config, path: str, transcript: Transcript) -> str | None:
+    """Why ``transcript`` (just read from ``path``) must not be committed over now, when its branch ends
+    mid-turn and the turn is not abandoned; None otherwise. The quiet-time clause of the same rule is
+    ``commit()``'s own, checked again under the lock."""
+    try:
+        quiet = time.time() - os.lstat(path).st_mtime  # stat after the read: no older than what was read
+    except OSError:
+        return None  # gone: commit() says so
+    verdict = readiness(config, turn=turn_of_branch(reversed(transcript.branch())), quiet_seconds=quiet)
+    return verdict.reason if verdict.turn_in_flight else None
 
 
 def _prune_entries(

@@ -22,6 +22,8 @@ from daemon.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, js_len,
 from daemon.transcript.context import UNDEFINED, build_context, compaction_message, entry_to_message, js_same
 from daemon.transcript.messages import RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
 from daemon.transcript.reader import Entry, Scan, Transcript, link_key, parse_line, parse_transcript
+from daemon.turns import Turn, turn_of_branch
+from daemon.turns import step as turn_step
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class SessionLedger:
     usable: bool = True
     # The last line parses only because pi trims the file's end: an append changes how pi reads it.
     reload_on_append: bool = False
+    turn: Turn | None = None  # the branch ends mid-turn (see daemon.turns); folded like the figures
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str | None = None) -> SessionLedger:
@@ -81,6 +84,7 @@ class SessionLedger:
             leaf_id=transcript.leaf_id,
             reload_on_append=_trims_tail(transcript.problems),
         )
+        ledger.turn = turn_of_branch(reversed(transcript.branch()))
         context = build_context(transcript)
         model = context.model or {}
         ledger.provider = _str_or_none(model.get("provider"))
@@ -146,6 +150,7 @@ class SessionLedger:
                 message = entry_to_message(entry)
                 if message is None:
                     continue
+                self.turn = turn_step(self.turn, entry, message)
                 if role_of(message) == "assistant":
                     self.provider = _str_or_none(message.get("provider"))
                     self.model = _str_or_none(message.get("model"))
@@ -188,6 +193,8 @@ class SessionLedger:
             "provider": self.provider,
             "model": self.model,
             "entries": self.entries,
+            "turn_since": self.turn.since if self.turn is not None else None,
+            "turn_pending_tools": self.turn.pending_tools if self.turn is not None else None,
         }
 
 
@@ -278,6 +285,7 @@ def _cold_read(data: bytes) -> SessionLedger:
         elif rec.kind == "compaction":
             compaction = rec
     ledger.provider, ledger.model = _str_or_none(model[0]), _str_or_none(model[1])
+    ledger.turn = turn_of_branch(_entries_newest_first(data, path))
     # context_entries(): the last compaction, the kept entries before it, everything after it
     speaking: list[_Rec] = [r for r in path if r.speaks]
     if compaction is not None:
@@ -328,6 +336,15 @@ def _entry_at(data: bytes, start: int, end: int) -> Entry:
 
 def _trims_tail(problems: Iterable[Any]) -> bool:
     return any(p.kind == "trailing_whitespace" for p in problems)
+
+
+def _entries_newest_first(data: bytes, path: list[_Rec]) -> Iterable[Entry]:
+    """The branch's message-bearing entries, leaf first, each line parsed again only when asked for."""
+    for rec in reversed(path):
+        if rec.kind in _CONTEXT_TYPES:
+            value = _entry_at(data, rec.start, rec.end)
+            if value:
+                yield value
 
 
 def message_tokens(message: dict[str, Any]) -> int:

@@ -18,6 +18,7 @@ from daemon.tokens import estimate_for_planning
 from daemon.transcript.context import build_context, context_entries, entry_to_message
 from daemon.transcript.messages import llm_visible, role_of, strip_for_llm
 from daemon.transcript.reader import Transcript
+from daemon.turns import Turn
 
 Action = Literal["none", "flush", "prune", "compact", "compact_then_prune", "skip"]
 
@@ -79,6 +80,39 @@ def skip_reason(budget: Budget) -> str | None:
             f"{GUARD_HARD_MIN_TOKENS:,} (set by {_WINDOW_SOURCES[budget.window_source]})"
         )
     return None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether a due session may be acted on now; if not, why, and how long time alone would take."""
+
+    ready: bool
+    reason: str | None = None  # "not idle yet", or a turn's ``describe()``
+    wait_seconds: float = 0.0  # until the quiet time alone makes it ready (a turn may also end sooner)
+    turn_in_flight: bool = False
+
+
+READY = Readiness(True)
+
+
+def readiness(config: Config, *, turn: Turn | None, quiet_seconds: float, force: bool = False) -> Readiness:
+    """The one rule for "may compactd touch this session now", used by ``run``, ``once``, ``compact`` and the
+    check just before a commit: quiet for ``idle_seconds``, and not mid-turn, unless the turn looks abandoned
+    (nothing written for ``abandoned_turn_seconds``: a live turn writes at every step). ``force`` skips both.
+
+    Quiet is not idle: a model slower than ``idle_seconds`` leaves a turn's file quiet while its next request,
+    built from the agent's memory, is on its way; compacting then saves that request nothing and its tool
+    result lands on the fresh summary, pushing the session straight back over its threshold.
+    """
+    if force:
+        return READY
+    sessions = config.sessions
+    if turn is not None and quiet_seconds < sessions.abandoned_turn_seconds:
+        wait = max(sessions.abandoned_turn_seconds, sessions.idle_seconds) - quiet_seconds
+        return Readiness(False, turn.describe(), wait, turn_in_flight=True)
+    if quiet_seconds < sessions.idle_seconds:
+        return Readiness(False, "not idle yet", sessions.idle_seconds - quiet_seconds)
+    return READY
 
 
 def decide(config: Config, budget: Budget, *, transcript_bytes: int, flushed_this_cycle: bool) -> Decision:

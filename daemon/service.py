@@ -23,7 +23,7 @@ import anyio.abc
 
 from daemon import __version__
 from daemon.config import Config, ConfigError, file_kind, load_config
-from daemon.planning import Decision, budget_for, decide, quick_budget, skip_reason
+from daemon.planning import Decision, Readiness, budget_for, decide, quick_budget, readiness, skip_reason
 from daemon.roots import is_session_path
 from daemon.state import Backoff, SessionState, describe_error
 from daemon.tail import Change
@@ -235,6 +235,10 @@ class Service:
                 budget.compact_threshold,
             )
         st.next_action = ("compact" if budget.over_compact_threshold else "flush") if due else None
+        if due:
+            verdict = self.readiness(session, time.time())
+            if verdict.turn_in_flight:
+                st.next_action = f"busy: {verdict.reason}"
         session.due = due
         if due:
             self.wakeup.set()
@@ -268,16 +272,26 @@ class Service:
             self.refresh(session.path)
 
     # --- acting ---------------------------------------------------------------------------------------------
+    def readiness(self, session: Session, now: float, *, force: bool = False) -> Readiness:
+        """:func:`planning.readiness` from what the tracker knows: the ledger's turn and the file's mtime."""
+        ledger = session.tracker.ledger
+        return readiness(
+            self.config,
+            turn=ledger.turn if ledger is not None else None,
+            quiet_seconds=now - session.tracker.cursor.mtime,
+            force=force,
+        )
+
     def ready_sessions(self, now: float, *, force: bool = False) -> list[Session]:
-        """Due sessions that may be acted on now (idle, not backing off, not in flight), fullest first."""
-        idle = self.config.sessions.idle_seconds
+        """Due sessions that may be acted on now (idle and not mid-turn, not backing off, not in flight),
+        fullest first."""
         ready = [
             session
             for session in self.sessions.values()
             if session.due
             and not session.in_flight
             and not self.session_state(session.path).in_backoff(now)
-            and (force or now - session.tracker.cursor.mtime >= idle)
+            and self.readiness(session, now, force=force).ready
         ]
         return sorted(ready, key=lambda s: -(self.session_state(s.path).percent_of_budget() or 0.0))
 
@@ -421,6 +435,8 @@ class Service:
                     self._reported.pop(path, None)
             elif result.reason and result.reason.startswith("nothing to compact"):
                 session.due = False
+            elif result.reason and result.reason.startswith("turn in flight"):
+                pass  # still due; the ledger (refreshed above) holds it back until the turn ends
             elif result.reason and result.reason.startswith(("not idle", "locked")):
                 self._retry_later(st, result.reason)  # an agent is at work: not a failure, just not now
             else:
@@ -566,13 +582,10 @@ class Service:
                 await self.wakeup.wait()
 
     def next_wake(self, now: float) -> float:
-        """Seconds until a due session may become ready (idle, or out of back-off); long when none is due."""
-        idle = self.config.sessions.idle_seconds
+        """Seconds until a due session may become ready (idle, its turn abandoned, or out of back-off); long
+        when none is due. A turn that ends is an append, which wakes the worker at once."""
         waits = [
-            max(
-                self.session_state(s.path).backoff_remaining(now),
-                s.tracker.cursor.mtime + idle - now,
-            )
+            max(self.session_state(s.path).backoff_remaining(now), self.readiness(s, now).wait_seconds)
             for s in self.sessions.values()
             if s.due and not s.in_flight
         ]
@@ -894,7 +907,9 @@ def run_once(
                 detail={"reason": "an agent was at work", "retry_in": round(st.backoff_remaining(now))},
             )
         if session.due:
-            return Outcome(path, "wait", detail={"reason": "not idle yet"})
+            return Outcome(
+                path, "wait", detail={"reason": service.readiness(session, now).reason or "not idle yet"}
+            )
         return Outcome(path, "fits", detail={"tokens": st.planning_tokens, "threshold": st.compact_threshold})
 
     outcomes = anyio.run(go)

@@ -52,6 +52,7 @@ def error_for(tmp_path: Path, text: str, env: Mapping[str, str] = ENV) -> Config
 DEFAULTS_TABLE: list[tuple[str, Any]] = [
     ("sessions.roots", d.SESSION_ROOTS),
     ("sessions.idle_seconds", d.IDLE_SECONDS),
+    ("sessions.abandoned_turn_seconds", d.ABANDONED_TURN_SECONDS),
     ("sessions.ignore", ()),
     ("agents.defaults.context_tokens", None),
     ("compaction.reserve_tokens", d.RESERVE_TOKENS),
@@ -235,6 +236,12 @@ ERRORS: list[tuple[str, str, str, str]] = [
     ("roots-empty", "sessions:\n  roots: []\n", "sessions.roots", "at least one glob"),
     ("roots-item", "sessions:\n  roots: [~/a, 3]\n", "sessions.roots[1]", "non-empty string"),
     ("negative-idle", "sessions:\n  idle_seconds: -1\n", "sessions.idle_seconds", "0 or more, got -1"),
+    (
+        "negative-abandoned-turn",
+        "sessions:\n  abandoned_turn_seconds: -2\n",
+        "sessions.abandoned_turn_seconds",
+        "0 or more, got -2",
+    ),
     ("negative-reserve", "compaction:\n  reserve_tokens: -5\n", "compaction.reserve_tokens", "got -5"),
     (
         "zero-window",

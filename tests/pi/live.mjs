@@ -4,6 +4,8 @@
 // argv[2]: the session file. First output line: {"ok": true, "session_id", "leaf_id", "entry_count"}.
 // Requests (one JSON object a line), each answered with one line:
 //   {"cmd": "append_exchange", "user", "assistant", "usage"?} -> {"ok", "user_id", "assistant_id"}
+//   {"cmd": "append_message", "message"} -> {"ok", "id"} (one message, as pi's agent loop persists each one;
+//     a missing timestamp is set to now)
 //   {"cmd": "context"} -> {"ok", "leaf_id", "messages"} (pi's in-memory view, not re-read from disk)
 //   {"cmd": "close"} -> {"ok"} and exit
 // A failing request answers {"ok": false, "error"}.
@@ -31,6 +33,11 @@ function handle(request) {
       const user_id = manager.appendMessage(userMessage(request.user));
       const assistant_id = manager.appendMessage(assistantMessage(request.assistant, request.usage));
       return { ok: true, user_id, assistant_id };
+    }
+    case "append_message": {
+      const message = { ...request.message };
+      if (message.timestamp === undefined) message.timestamp = Date.now();
+      return { ok: true, id: manager.appendMessage(message) };
     }
     case "context":
       return { ok: true, leaf_id: manager.getLeafId() ?? null, messages: manager.buildSessionContext().messages };

@@ -395,6 +395,12 @@ class PiLiveSession(_NodeProcess):
         answer = self._request(request)
         return {"user_id": answer["user_id"], "assistant_id": answer["assistant_id"]}
 
+    def append_message(self, message: Mapping[str, Any]) -> str:
+        """Append one message (user, assistant, toolResult, ...) from pi's leaf, as pi's agent loop persists
+        each message when it ends; a message without ``timestamp`` gets now. Returns the entry id."""
+        answer = self._request({"cmd": "append_message", "message": dict(message)})
+        return str(answer["id"])
+
     def context(self) -> JsonDict:
         """pi's in-memory view: ``{"leaf_id", "messages"}`` (what this agent would send to its model now)."""
         answer = self._request({"cmd": "context"})
