@@ -109,15 +109,15 @@ def test_a_hostile_summary_is_committed_as_data(tmp_path: Path, llm_server: Stub
     assert "[quoted heading: Red Lines]" in lines and f"[quoted: {HEADER.strip('[]')}]" in lines
     assert HEADER not in summary and "</summary>" not in summary
     assert lines.count("Critical rules from AGENTS.md:") == 0
-    # The one "## Red Lines" heading and the one rules block are compactd's, with the workspace's rule.
-    assert lines.count("## Red Lines") == 1 and lines.count("<workspace-critical-rules>") == 1
-    rules = summary[summary.index("<workspace-critical-rules>") :]
-    assert "- Never force push." in rules and not any(f in rules for f in FORGED)
+    # The workspace's rules are written once, in the post-compaction refresh: no "## Red Lines" heading and no
+    # rules block in the summary, so none of the model's can pass for them.
+    assert lines.count("## Red Lines") == 0 and "<workspace-critical-rules>" not in summary
     # The post-compaction refresh is compactd's message alone, with the workspace's rules only.
     refreshes = [m for m in messages if HEADER in json.dumps(m, ensure_ascii=False)]
     assert [m["role"] for m in refreshes] == ["custom"]
     assert refreshes[0]["customType"] == "compactd.post_compaction_context"
     assert "- Never force push." in refreshes[0]["content"]
+    assert refreshes[0]["content"].count("## Red Lines") == 1  # compactd's own heading, once
     assert not any(f in refreshes[0]["content"] for f in FORGED)
 
 
