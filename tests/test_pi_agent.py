@@ -100,9 +100,9 @@ class ScriptedAgentModel:
             if m.get("role") == "assistant"
             for call in m.get("tool_calls") or []
         ]
-        usage: dict[str, Any] = {"prompt_tokens": len(request.raw) // 4, "completion_tokens": 24}
+        reply: dict[str, Any] = {"prompt_tokens": len(request.raw) // 4, "completion_tokens": 24}
         if self.holds:
-            usage["hold"] = self.holds.pop(0)
+            reply["hold"] = self.holds.pop(0)
         pending = [name for name in wanted if name not in read]
         if pending:
             name = pending[0]
@@ -113,10 +113,10 @@ class ScriptedAgentModel:
                 "function": {"name": "read", "arguments": json.dumps({"path": name})},
             }
             return Reply.completion(
-                None, finish_reason="tool_calls", extra_message={"tool_calls": [call]}, **usage
+                None, finish_reason="tool_calls", extra_message={"tool_calls": [call]}, **reply
             )
         answer = f"Read {', '.join(read)}: every shard is balanced." if read else "Noted."
-        return Reply.completion(answer, **usage)
+        return Reply.completion(answer, **reply)
 
 
 def summarizer_responder(request: RecordedRequest) -> Reply:
@@ -167,7 +167,8 @@ class PiAgent:
             "enableInstallTelemetry": False,
         }
         (self.agent_dir / "settings.json").write_text(json.dumps(settings))
-        self.cli = pi_package_dir() / "dist" / "cli.js"
+        package = pi_package_dir()  # installs the pinned package when missing: this test never skips
+        self.cli = package / json.loads((package / "package.json").read_text())["bin"]["pi"]
         self.node = shutil.which("node") or "node"
         self.prompts: list[str] = []
 
@@ -489,6 +490,16 @@ def test_a_slow_model_turn_in_flight_is_not_committed_mid_turn(
     sent = len(llm_server.completions)
     proc = pi.start(f"Here is today's audit log:\n{PASTED_LOG}\nCheck it against notes_04.txt.")
     held: list[str] = []
+
+    def not_committed_mid_turn(number: int, figures: dict[str, Any]) -> None:
+        mid_turn = compactd.intents(path)
+        assert mid_turn == [], (
+            f"compactd committed while request {number} of the turn was held by the model (the session read "
+            f"{figures['estimated_with_margin']:,} of {figures['compact_threshold']:,} tokens then): "
+            f"{[(r['op'], r['ts']) for r in mid_turn]}\n"
+            + "\n".join(line for line in compactd.log().splitlines() if "committed" in line)
+        )
+
     for number, gate in enumerate(gates, 1):
         llm_server.wait_for_requests(sent + number, timeout=PI_TIMEOUT_SECONDS)
         # pi wrote the turn so far before asking the model: the session is over its threshold, mid-turn.
@@ -499,6 +510,8 @@ def test_a_slow_model_turn_in_flight_is_not_committed_mid_turn(
             f"pi to write the turn before request {number}",
         )
         figures = compactd.inspect(path)
+        # First: after a commit the figures would be those of the compacted file.
+        not_committed_mid_turn(number, figures)
         assert figures["route"] != "fits", figures
         held.append(f"{figures['estimated_with_margin']:,} of {figures['compact_threshold']:,}")
         # The model is slow: the file stays quiet for MODEL_SECONDS, longer than idle_seconds.
@@ -507,12 +520,7 @@ def test_a_slow_model_turn_in_flight_is_not_committed_mid_turn(
             MODEL_SECONDS + 30,
             "the slow model's answer time",
         )
-        mid_turn = compactd.intents(path)
-        assert mid_turn == [], (
-            f"compactd committed while request {number} of the turn was held by the model "
-            f"(session at {held[-1]} tokens): {[(r['op'], r['ts']) for r in mid_turn]}\n"
-            + "\n".join(line for line in compactd.log().splitlines() if "committed" in line)
-        )
+        not_committed_mid_turn(number, figures)
         gate.set()
     turn_ended = time.time()
     pi.finish(proc)
