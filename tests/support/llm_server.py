@@ -13,6 +13,9 @@ A completion asked for with ``"stream": true`` is sent as server-sent events the
 them: a role chunk, the content in pieces, a chunk with the finish reason, a final chunk with the usage, then
 ``data: [DONE]``. Bodies generated while they are sent (:meth:`Reply.trickling`, :meth:`Reply.huge`) are
 recorded in ``server.bodies`` with the bytes that reached the socket and whether the client went away.
+
+A reply may be held (``Reply(..., hold=server.gate())``): the request stays open, answered only when the test
+sets the gate, so a test can act while a client waits on a slow model without sleeping for it.
 """
 
 from __future__ import annotations
@@ -137,7 +140,8 @@ class Reply:
 
     ``generate`` makes a body while it is sent: given whether the request streams, it returns the content
     type and an iterable of byte chunks, written with ``interval`` seconds before each and no content-length
-    (the body ends when the connection closes).
+    (the body ends when the connection closes). ``hold`` (from :meth:`StubLLMServer.gate`) keeps the request
+    open until the test sets it, then the reply is sent as it is.
     """
 
     status: int = 200
@@ -150,6 +154,7 @@ class Reply:
     stream: bool | None = None
     generate: BodyMaker | None = None
     interval: float = 0.0
+    hold: threading.Event | None = None
 
     @classmethod
     def completion(
@@ -163,6 +168,7 @@ class Reply:
         delay: float = 0.0,
         extra_message: dict[str, Any] | None = None,
         stream: bool | None = None,
+        hold: threading.Event | None = None,
     ) -> Reply:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         message.update(extra_message or {})
@@ -179,7 +185,7 @@ class Reply:
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
             }
-        return cls(payload=payload, delay=delay, stream=stream)
+        return cls(payload=payload, delay=delay, stream=stream, hold=hold)
 
     @classmethod
     def error(
@@ -364,6 +370,7 @@ class StubLLMServer:
         self._script: deque[Reply | str] = deque()
         self._cond = threading.Condition()
         self._release = threading.Event()
+        self._gates: list[threading.Event] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -385,6 +392,9 @@ class StubLLMServer:
 
     def stop(self) -> None:
         self._release.set()
+        with self._cond:
+            for gate in self._gates:
+                gate.set()  # a held reply never outlives the test
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -421,6 +431,13 @@ class StubLLMServer:
     def release(self) -> None:
         """Let every hung request (current and future) finish with a normal completion."""
         self._release.set()
+
+    def gate(self) -> threading.Event:
+        """A gate for ``Reply(hold=...)``: a reply holding it is sent once the test sets it (or at shutdown)."""
+        gate = threading.Event()
+        with self._cond:
+            self._gates.append(gate)
+        return gate
 
     # --- inspection --------------------------------------------------------------------------------------
     @property
@@ -537,6 +554,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
             return
         reply = self.stub._next_reply(request)
+        if reply.hold is not None:
+            reply.hold.wait(HANG_LIMIT_SECONDS)
         if reply.hang:
             self.stub._release.wait(HANG_LIMIT_SECONDS)
             reply = Reply.completion("released")
