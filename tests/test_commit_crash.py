@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from daemon.commit import CRASH_POINTS, Journal, commit, recover
+from daemon.commit import CRASH_POINTS, CompactionEntries, Journal, commit, recover
 from daemon.commit.locks import lock_is_live, lock_path_for, read_lock
 from daemon.transcript.reader import read_transcript
 from tests.support.crash import (
@@ -93,8 +93,10 @@ def test_kill_minus_nine_anywhere_loses_nothing(pi: Pi, tmp_path: Path) -> None:
                 f.write(b'{"type":"message","id":"70rn')
             with_writer = False
         if point == "append_after_correction":
-            # An agent line slips in between our read and our write, so a correction is needed.
-            hooks["append_after_intent"] = _agent_line_hook(path, entries.snapshot_leaf_id)
+            # An agent line slips in between our read and our write, so a correction is needed. It hangs from
+            # the file's last line, as pi's does: from the plan's leaf it would fork below the appender's lines,
+            # and a one-against-one fork has no branch holding both (the longer-branch rule is tested below).
+            hooks["append_after_intent"] = _agent_line_hook(path, None)
         before_ids = {e["id"] for e in iter_union_entries(path) if "id" in e}
         kill_after = rng.uniform(0.0, RANDOM_KILL_MAX_SECONDS) if point is None else None
         result = run_child_commit(
@@ -166,10 +168,14 @@ def test_kill_minus_nine_anywhere_loses_nothing(pi: Pi, tmp_path: Path) -> None:
     assert outcomes.get("killed", 0) >= len(CRASH_POINTS)
 
 
-def _agent_line_hook(path: Path, parent: str) -> Callable[[], None]:
+def _agent_line_hook(path: Path, parent: str | None) -> Callable[[], None]:
+    """A hook appending one agent line under ``parent`` (None: under the file's last line at that moment)."""
+
     def append() -> None:
+        under = parent if parent is not None else read_transcript(path).leaf_id
+        assert under is not None
         with open(path, "ab") as f:
-            f.write(_message_line("a9e17001", parent, "an agent line that slipped in"))
+            f.write(_message_line("a9e17001", under, "an agent line that slipped in"))
 
     return append
 
@@ -263,6 +269,85 @@ def _message_line(entry_id: str, parent: str, text: str) -> bytes:
         "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1},
     }
     return json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+
+
+def _forked_below_the_leaf(pi: Pi, tmp_path: Path) -> tuple[Path, CompactionEntries, bytes]:
+    """A session whose agent appended two lines (s1, s2) after the plan was made, and a line from a writer
+    with a stale leaf (f1, under the plan's leaf, below s1 and s2) that slips in between our read and write."""
+    path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
+    entries = make_entries(path)
+    leaf = entries.snapshot_leaf_id
+    with open(path, "ab") as f:
+        f.write(_message_line("5e000001", leaf, "on the branch planned on"))
+        f.write(_message_line("5e000002", "5e000001", "its tip when the commit reads the file"))
+    return path, entries, _message_line("f0000001", leaf, "forked below the tip")
+
+
+def test_append_correction_keeps_the_longer_branch_when_a_line_forks_below_the_leaf(
+    pi: Pi, tmp_path: Path
+) -> None:
+    """The correction chains from the agent's newest line, which is the tip of the longest chain, not the last
+    line in the file: chaining from f1 cut s1 and s2 (after the cut point) off the branch."""
+    from daemon.commit.atomic import TEST_HOOKS
+
+    path, entries, forked = _forked_below_the_leaf(pi, tmp_path)
+
+    def slip_in() -> None:
+        with open(path, "ab") as f:
+            f.write(forked)
+
+    TEST_HOOKS["append_after_intent"] = slip_in
+    try:
+        result = commit(
+            path, entries, mode="append", state_dir=tmp_path / "state", idle_seconds=0, force=True
+        )
+    finally:
+        TEST_HOOKS.clear()
+    assert result.committed, result.reason
+    branch = [e.get("id") for e in read_transcript(path).branch()]
+    assert {"5e000001", "5e000002"} <= set(branch), branch[-6:]
+    assert read_transcript(path).leaf_id == result.leaf_id
+    assert branch[-3] == "5e000002"  # our compaction and post hang from s2: nothing cut off, f1 left aside
+    assert [e["type"] for e in read_transcript(path).branch()[-2:]] == ["compaction", "custom_message"]
+    loaded = pi.load_many([path])[0]
+    assert {"5e000001", "5e000002"} <= set(loaded["branch_ids"])
+
+
+def test_recovery_repoints_to_the_longer_branch_after_a_correction_onto_a_fork(
+    pi: Pi, tmp_path: Path
+) -> None:
+    """The bytes a commit killed after correcting onto the forked line f1 left (its correction chained from
+    f1, cutting s1 and s2 off): recovery points the leaf at s2. Looking only at lines after the snapshot, it
+    saw f1 alone, already on the last line's branch, and left s1 and s2 off it."""
+    path, entries, forked = _forked_below_the_leaf(pi, tmp_path)
+    state = tmp_path / "state"
+    size = path.stat().st_size
+
+    def ours(entry_id: str, parent: str, kind: str) -> bytes:
+        base = entries.compaction if kind == "compaction" else entries.post_message
+        assert base is not None
+        return (
+            json.dumps({**base, "id": entry_id, "parentId": parent}, separators=(",", ":")).encode() + b"\n"
+        )
+
+    st = path.stat()
+    journal = Journal(state)
+    tx = journal.intent(
+        "append", str(path), dev=st.st_dev, inode=st.st_ino, size=size, ids=["c0000001", "90000001"]
+    )
+    with open(path, "ab") as f:
+        f.write(forked)
+        f.write(ours("c0000001", "5e000002", "compaction") + ours("90000001", "c0000001", "post"))
+    journal.progress(tx, ids=["c0000002", "90000002"])
+    with open(path, "ab") as f:
+        f.write(ours("c0000002", "f0000001", "compaction") + ours("90000002", "c0000002", "post"))
+
+    report = recover(state, roots=[tmp_path])
+    assert report.errors == [] and report.leaf_pointers == 1
+    branch = {e.get("id") for e in read_transcript(path).branch()}
+    assert {"5e000001", "5e000002"} <= branch
+    assert {"5e000001", "5e000002"} <= set(pi.load_many([path])[0]["branch_ids"])
+    assert recover(state, roots=[tmp_path]).leaf_pointers == 0
 
 
 def test_recovery_removes_an_empty_lock_our_killed_process_left(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from daemon.commit.successor import (
     dumps_entry,
     entry_note,
     fresh_id,
+    newest_tip,
     verify,
 )
 from daemon.transcript.reader import parse_line, parse_transcript
@@ -180,7 +181,9 @@ def _write(
                 )
                 break
             if replacements:
-                correction = _full_correction(fd, base, ours, compaction, post, replacements, note)
+                correction = _full_correction(
+                    fd, base, ours, compaction, post, replacements, note, branch_ids
+                )
             else:
                 correction = _quick_correction(fd, base, ours, compaction, post, branch_ids)
             if correction is None:
@@ -220,6 +223,18 @@ def _region(fd: int, base: int) -> tuple[list[Entry], int]:
     return entries, base + end
 
 
+def _join(entry: Entry, agent: Mapping[str, Entry]) -> tuple[object, list[str]]:
+    """Where ``entry``'s chain of agent lines joins the rest of the tree, and that chain (newest first)."""
+    chain: list[str] = []
+    current: Entry | None = entry
+    join: object = None
+    while current is not None:
+        chain.append(str(current["id"]))
+        join = current.get("parentId")
+        current = agent.get(join) if isinstance(join, str) and join not in chain else None
+    return join, chain
+
+
 def _quick_correction(
     fd: int,
     base: int,
@@ -239,22 +254,35 @@ def _quick_correction(
     agent = {i: e for e in entries if isinstance(i := e.get("id"), str) and i not in ours}
     if not agent:
         return None
-    newest = [e for e in entries if e.get("id") in agent][-1]
-    chain: list[str] = []
-    current: Entry | None = newest
-    join: object = None
-    while current is not None:
-        chain.append(str(current["id"]))
-        join = current.get("parentId")
-        current = agent.get(join) if isinstance(join, str) and join not in chain else None
     first_kept = compaction.get("firstKeptEntryId")
-    if (
-        not isinstance(join, str)
-        or join not in branch_ids
-        or first_kept not in branch_ids[: branch_ids.index(join) + 1]
-    ):
+    position = {entry_id: n for n, entry_id in enumerate(branch_ids)}
+    # Only chains that join our branch at or after the cut point compete; a stub index of the branch lets
+    # their depth count from the root (see newest_tip).
+    parents = {e.get("parentId") for e in agent.values()}
+    joining: list[Entry] = []
+    for tip_id, entry in agent.items():
+        if tip_id in parents:
+            continue
+        join, chain = _join(entry, agent)
+        if join in position and first_kept in position and position[first_kept] <= position[join]:
+            joining.extend(agent[i] for i in reversed(chain))
+    if not joining:
         log.warning("append: an agent line joined the tree away from our cut point; not correcting")
         return None
+    index: dict[str, Entry] = {
+        entry_id: {"id": entry_id, "parentId": branch_ids[n - 1] if n else None}
+        for n, entry_id in enumerate(branch_ids)
+    }
+    index.update(agent)
+    tip = newest_tip(joining, index, anchor=branch_ids[-1] if branch_ids else None)
+    if tip is None or tip not in agent:
+        # Every agent line forks off below the tip we planned on, with a shorter chain: our lines already
+        # hang from the agent's newest line.
+        log.warning("append: an agent line forked off our branch below its leaf; kept the longer branch")
+        return None
+    newest = agent[tip]
+    join, chain = _join(newest, agent)
+    assert isinstance(join, str)
     del branch_ids[branch_ids.index(join) + 1 :]
     branch_ids.extend(reversed(chain))
     taken = set(branch_ids) | ours | set(agent)
@@ -281,8 +309,12 @@ def _full_correction(
     post: Entry | None,
     replacements: Mapping[str, Entry],
     note: Callable[[str], str],
+    branch_ids: list[str],
 ) -> Correction | None:
-    """A whole new plan (pruning branch included) from the agent's newest line, re-reading the file."""
+    """A whole new plan (pruning branch included) from the agent's newest line, re-reading the file.
+
+    ``branch_ids`` (the branch we planned on) is replaced in place by the branch of the agent's newest line.
+    """
     current = pread_all(fd, 0, os.fstat(fd).st_size)
     current = current[: current.rfind(b"\n") + 1]
     transcript = parse_transcript(current)
@@ -293,17 +325,23 @@ def _full_correction(
     ]
     if not agent:
         return None
+    anchor = branch_ids[-1] if branch_ids else None
+    tip = newest_tip(agent, transcript.by_id(), anchor=anchor)
+    if tip is None or tip == anchor:
+        log.warning("append: an agent line forked off our branch below its leaf; kept the longer branch")
+        return None
     try:
         plan = build_append(
             transcript,
             compaction,
             post,
             replacements,
-            leaf_id=str(agent[-1]["id"]),
+            leaf_id=tip,
             taken=set(transcript.by_id()) | ours,
             note_for=note,
         )
     except PlanError as exc:
         log.warning("append: cannot correct after an agent line got in between: %s", exc.reason)
         return None
+    branch_ids[:] = [i for e in transcript.branch(tip) if isinstance(i := e.get("id"), str)]
     return plan.data, plan.new_ids, plan.leaf_id, len(current)

@@ -476,18 +476,27 @@ def _point_leaf_at(fd: int, target: str | None) -> int:
     return 1
 
 
-def _repoint_leaf(fd: int, start: int, exclude: set[str]) -> int:
-    """Append a leaf pointer when the last line does not lead to the newest agent line after ``start``."""
+def _repoint_leaf(fd: int, start: int, exclude: set[str], *, planned: bool = False) -> int:
+    """Append a leaf pointer when the last line does not lead to the agent's newest line after ``start``.
+
+    ``planned`` (append mode): the branch the commit planned on (the leaf at ``start``) competes too, depth
+    counted from the root (see :func:`newest_tip`), as in the commit's own correction: a line forking below
+    its tip does not cut the agent lines already on it off. Not for a rotation's successor, whose rescued
+    lines may hang from the compaction root on purpose.
+    """
     data = pread_all(fd, 0, os.fstat(fd).st_size)
     transcript = parse_transcript(data[: data.rfind(b"\n") + 1])
     if not transcript.entries:
         return 0
-    agent = [
-        e
-        for e, (begin, _) in zip(transcript.entries, transcript.spans, strict=True)
-        if begin >= start and e.get("id") not in exclude
-    ]
-    target = leaf_to_repoint(agent, transcript.entries[-1], transcript.by_id())
+    agent: list[dict[str, Any]] = []
+    anchor: str | None = None  # the leaf at ``start``: the tip of the branch the commit planned on
+    for entry, (begin, _) in zip(transcript.entries, transcript.spans, strict=True):
+        entry_id = entry.get("id")
+        if begin < start:
+            anchor = entry_id if planned and isinstance(entry_id, str) else anchor
+        elif entry_id not in exclude:
+            agent.append(entry)
+    target = leaf_to_repoint(agent, transcript.entries[-1], transcript.by_id(), anchor)
     if target is None:
         return 0
     entry = leaf_pointer_entry(fresh_id(set(transcript.by_id())), target)
@@ -514,7 +523,7 @@ def _recover_append(intent: Record, report: RecoveryReport) -> tuple[str, dict[s
             )  # our killed write left a torn line: the agent's next append must not join it
             os.fsync(fd)
             report.sealed += 1
-        pointer = _repoint_leaf(fd, size, exclude=ours)
+        pointer = _repoint_leaf(fd, size, exclude=ours, planned=True)
     finally:
         os.close(fd)
     report.leaf_pointers += pointer

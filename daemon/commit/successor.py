@@ -143,26 +143,26 @@ def _entry_id(entry: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def leaf_to_repoint(
-    agent_entries: list[Entry], last: Entry | None, index: Mapping[str, Entry] | None = None
+def newest_tip(
+    agent_entries: list[Entry], index: Mapping[str, Entry], anchor: str | None = None
 ) -> str | None:
-    """The id the leaf should point to when the file's ``last`` line does not lead to the newest agent line.
+    """The agent's newest line among ``agent_entries`` (file order) and ``anchor`` (the tip of the branch a
+    commit planned on): the tip of the longest chain, ties to the chain holding ``anchor``, then the later line.
 
-    ``agent_entries`` are the agent's lines after some point, in file order. The newest is the deepest tip of
-    their chain (ties: the later line). None when the last line's branch already holds it.
+    Depth is counted through ``index`` up to the root, not only among ``agent_entries``: a line that forks off
+    the planned branch below its tip (a writer with a stale leaf) must not win over the agent lines already on
+    that branch just because they came before the region looked at. None when there is no candidate.
     """
-    by_id = {i: e for e in agent_entries if (i := _entry_id(e)) is not None}
-    if not by_id:
-        return None
-    parents = {e.get("parentId") for e in agent_entries}
     depth: dict[str, int] = {}
 
     def depth_of(entry_id: str) -> int:
         chain: list[str] = []
+        seen: set[str] = set()
         current: str | None = entry_id
-        while current is not None and current in by_id and current not in depth and current not in chain:
+        while current is not None and current in index and current not in depth and current not in seen:
             chain.append(current)
-            parent = by_id[current].get("parentId")
+            seen.add(current)
+            parent = index[current].get("parentId")
             current = parent if isinstance(parent, str) else None
         base = depth.get(current, 0) if current is not None else 0
         for item in reversed(chain):
@@ -170,18 +170,49 @@ def leaf_to_repoint(
             depth[item] = base
         return depth.get(entry_id, 1)
 
-    best: tuple[int, int, str] | None = None
+    def holds_anchor(entry_id: str) -> bool:
+        if anchor is None or anchor not in index:
+            return False
+        current: object = entry_id
+        for _ in range(max(0, depth_of(entry_id) - depth_of(anchor))):
+            entry = index.get(current) if isinstance(current, str) else None
+            current = entry.get("parentId") if entry is not None else None
+        return current == anchor
+
+    parents = {e.get("parentId") for e in agent_entries}
+    best: tuple[int, int, int, str] | None = None
+    if anchor is not None and anchor in index and anchor not in parents:
+        best = (depth_of(anchor), 1, -1, anchor)
     for position, entry in enumerate(agent_entries):
         entry_id = _entry_id(entry)
         if entry_id is None or entry_id in parents:
             continue
-        key = (depth_of(entry_id), position, entry_id)
+        key = (depth_of(entry_id), int(holds_anchor(entry_id)), position, entry_id)
         if best is None or key > best:
             best = key
-    if best is None or last is None:
-        return None
-    target = best[2]
+    return None if best is None else best[3]
+
+
+def leaf_to_repoint(
+    agent_entries: list[Entry],
+    last: Entry | None,
+    index: Mapping[str, Entry] | None = None,
+    anchor: str | None = None,
+) -> str | None:
+    """The id the leaf should point to when the file's ``last`` line does not lead to the newest agent line.
+
+    ``agent_entries`` are the agent's lines after some point, in file order. Without ``anchor`` their depth
+    counts among themselves only; with it (the tip of the branch planned on before that point) from the root
+    through ``index``, the anchor competing too (see :func:`newest_tip`). None when the last line's branch
+    already holds the newest line.
+    """
+    by_id = {i: e for e in agent_entries if (i := _entry_id(e)) is not None}
     lookup: Mapping[str, Entry] = index if index is not None else by_id
+    if not by_id or last is None:
+        return None
+    target = newest_tip(agent_entries, lookup if anchor is not None else by_id, anchor)
+    if target is None:
+        return None
     current: Entry | None = last
     seen: set[int] = set()
     while current is not None and id(current) not in seen:
