@@ -34,6 +34,7 @@ from daemon.summarize.identifiers import (
     rank_identifiers,
     with_carried,
 )
+from daemon.summarize.pace import Pace
 from daemon.summarize.redact import redact_secrets, redact_value
 from daemon.summarize.stages import LEVEL_DIGEST, LEVEL_LLM, LEVEL_PARTIAL, Stages, StageSettings, Summarizer
 from daemon.tokens import estimate_context_tokens, estimate_tokens
@@ -105,6 +106,9 @@ class RedactedPrompts:
 
     async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Any:
         return await self.client.complete(redact_secrets(system), redact_secrets(user), max_tokens=max_tokens)
+
+    def pace(self) -> Pace:
+        return self.client.pace()
 
 
 def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
@@ -330,7 +334,13 @@ class CompactionEngine:
         ranked: list[Identifier],
         latest_ask: str | None,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
-        """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest."""
+        """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest.
+
+        Level 2 is a summary without the messages too large for the summarizer, or one in which a call's
+        deadline hit and the lines it had written were kept. Such a cut-off summary is kept only if it passes
+        the checks once its headings are repaired (its identifiers are appended afterwards); else the digest.
+        It gets no quality-guard retry: the retry would run into the same deadline.
+        """
         if not span or self.client is None:
             return self._digest(span, previous, ranked, latest_ask)
         from daemon.summarize.llm import LLMError
@@ -352,6 +362,7 @@ class CompactionEngine:
         source, level = span, LEVEL_LLM
         try:
             body = await stages.summarize_in_stages(source, previous_summary=previous)
+            cut_off = stages.stats.deadline_partials > 0
         except LLMError as exc:
             log.warning("full summary failed (%s: %s); trying without oversized messages", exc.kind, exc)
             source, notes = stages.without_oversized(span)
@@ -359,8 +370,10 @@ class CompactionEngine:
                 result = self._digest(span, previous, ranked, latest_ask)
                 return (*result[:3], stages.stats.calls, [])
             try:
+                mark = stages.stats.deadline_partials
                 body = await stages.summarize_in_stages(source, previous_summary=previous)
                 level = LEVEL_PARTIAL
+                cut_off = stages.stats.deadline_partials > mark
             except LLMError as exc2:
                 log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
                 result = self._digest(span, previous, ranked, latest_ask)
@@ -373,8 +386,9 @@ class CompactionEngine:
         first = report = self._check(body, latest_ask)
         attempts = 1
         retries = min(s.quality_retries, 3) if s.quality_guard else 0
-        while not report.ok and attempts <= retries:
+        while not report.ok and attempts <= retries and not cut_off:
             attempts += 1
+            mark = stages.stats.deadline_partials
             try:
                 candidate = with_notes(
                     await stages.summarize_in_stages(
@@ -387,12 +401,24 @@ class CompactionEngine:
             candidate_report = self._check(candidate, latest_ask)
             if quality.better(report, candidate_report) is candidate_report:
                 body, report = candidate, candidate_report
+                cut_off = stages.stats.deadline_partials > mark
         repaired = False
         if not report.ok:
             fixed = quality.repair_headings(body)
             repaired, body = fixed != body, fixed
-        info = _quality_json(self._check(body, latest_ask), attempts, repaired=repaired)
+        final = self._check(body, latest_ask)
+        if cut_off:
+            if not final.ok:
+                log.warning(
+                    "the summary cut off at the deadline fails the checks after repair (%s); using the digest",
+                    ", ".join(final.reasons),
+                )
+                result = self._digest(span, previous, ranked, latest_ask)
+                return (*result[:3], stages.stats.calls, [])
+            level = LEVEL_PARTIAL
+        info = _quality_json(final, attempts, repaired=repaired)
         info["first_attempt"] = {"ok": first.ok, "reasons": first.reasons}
+        info["deadline_partials"] = stages.stats.deadline_partials
         return body, level, info, stages.stats.calls, notes
 
     async def _split_turn(self, prefix: list[dict[str, Any]]) -> tuple[str, int]:
@@ -405,6 +431,7 @@ class CompactionEngine:
                 StageSettings(
                     window=s.summarizer_window,
                     identifier_policy=s.identifier_policy,
+                    max_output_tokens=s.max_output_tokens,
                     redact=s.redact,
                     reserved_sections=s.post_compaction_sections,
                 ),
