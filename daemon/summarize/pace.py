@@ -24,6 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.defaults import SAFETY_MARGIN
+from daemon.state import STATE_DIR_MODE, dump_json, load_json, write_atomic
+
 logger = logging.getLogger(__name__)
 
 SPEED_FILE = "summarizer_speed.json"
@@ -171,36 +174,60 @@ class Pace:
     def largest_fitting(self, limit: int, call: Callable[[int], tuple[int, int]]) -> int:
         """The largest ``n ≤ limit`` whose call (``call(n)`` → prompt tokens, output tokens) fits; 0 when none
         does. ``call`` must grow with ``n``."""
-        if self.speed is None or limit <= 0:
+        if self.speed is None:
             return max(0, limit)
-        if self.fits(*call(limit)):
-            return limit
-        low, high = 0, limit  # fits(low) holds (or low is 0), fits(high) does not
-        while high - low > 1:
-            middle = (low + high) // 2
-            if self.fits(*call(middle)):
-                low = middle
-            else:
-                high = middle
-        return low
+        return largest(limit, lambda n: self.fits(*call(n)))
 
 
-def describe_fit(pace: Pace, *, window: int, prompt_overhead: int, output_cap: int) -> tuple[int, int, bool]:
-    """What one call can hold at this pace: (prompt tokens, output tokens, fits_the_floor) for a fresh chunk
-    summary within the window. ``fits_the_floor`` is False when even a minimal call overruns the budget."""
-    room = max(0, window - prompt_overhead)
+def largest(limit: int, holds: Callable[[int], bool]) -> int:
+    """The largest ``n`` in ``[0, limit]`` for which ``holds`` (true up to some point, false after); 0 when it
+    holds nowhere."""
+    if limit <= 0:
+        return 0
+    if holds(limit):
+        return limit
+    low, high = 0, limit  # holds(high) is false; holds(low) is true or low is 0
+    while high - low > 1:
+        middle = (low + high) // 2
+        if holds(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What one fresh chunk summary can hold at a pace: ``prompt`` and ``output`` tokens, whether the window
+    (rather than the timeout) is what limits it, and whether even a minimal call fits the timeout."""
+
+    prompt: int
+    output: int
+    window_bound: bool
+    minimal_fits: bool
+    minimal_seconds: float
+
+
+def call_fit(pace: Pace, *, window: int, prompt_overhead: int, output_cap: int) -> Fit:
+    """The largest chunk-summary call (instructions of ``prompt_overhead`` tokens, a fresh chunk, its output
+    budget) that fits both the window (with the safety margin) and the pace."""
 
     def call(fresh: int) -> tuple[int, int]:
-        out = output_budget(fresh, 0, ratio=CHUNK_OUTPUT_RATIO, cap=output_cap)
-        return prompt_overhead + fresh, out
+        return prompt_overhead + fresh, output_budget(fresh, 0, ratio=CHUNK_OUTPUT_RATIO, cap=output_cap)
 
-    fresh = pace.largest_fitting(room, call)
-    prompt, out = call(fresh)
-    floor_fits = pace.fits(prompt_overhead, min(OUTPUT_FLOOR_TOKENS, output_cap))
-    if not floor_fits:
-        room_out = pace.output_room(prompt_overhead) or 0
-        return prompt_overhead, room_out, False
-    return prompt, out, True
+    def in_window(fresh: int) -> bool:
+        prompt, output = call(fresh)
+        return prompt * SAFETY_MARGIN + output <= window
+
+    by_window = largest(window, in_window)
+    fresh = pace.largest_fitting(by_window, call)
+    prompt, output = call(fresh)
+    minimal = call(0)
+    seconds = pace.speed.seconds(*minimal) if pace.speed is not None else 0.0
+    if not pace.fits(*minimal):
+        room = pace.output_room(prompt_overhead) or 0
+        return Fit(prompt_overhead, room, False, False, seconds)
+    return Fit(prompt, output, fresh == by_window, True, seconds)
 
 
 # --- memory --------------------------------------------------------------------------------------------------
@@ -208,7 +235,7 @@ def describe_fit(pace: Pace, *, window: int, prompt_overhead: int, output_cap: i
 
 def endpoint_key(base_url: str, model: str) -> str:
     """The endpoint's name in the speed file: its URL without credentials or query, and the model."""
-    url = re.sub(r"//[^/@]*@", "//", base_url.rstrip("/")).split("?", 1)[0].split("#", 1)[0]
+    url = re.sub(r"//[^/@]*@", "//", base_url).split("?", 1)[0].split("#", 1)[0].rstrip("/")
     return f"{url} {model}"
 
 
@@ -247,8 +274,6 @@ class SpeedMemory:
         self.path = Path(state_dir) / SPEED_FILE
 
     def _read(self) -> dict[str, Any]:
-        from daemon.state import load_json
-
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -278,8 +303,6 @@ class SpeedMemory:
         return self.all().get(key)
 
     def put(self, key: str, speed: Speed) -> None:
-        from daemon.state import STATE_DIR_MODE, dump_json, write_atomic
-
         endpoints = self._read()
         endpoints[key] = {
             "prompt_tps": round(speed.prompt_tps, 2) if speed.prompt_tps else None,
