@@ -24,6 +24,7 @@ from daemon.summarize.pace import (
     CHUNK_OUTPUT_RATIO,
     MAX_RISE,
     MERGE_OUTPUT_RATIO,
+    MIN_PACED_OUTPUT_TOKENS,
     OUTPUT_FLOOR_TOKENS,
     PACE_SHARE,
     SPEED_FILE,
@@ -45,14 +46,15 @@ if TYPE_CHECKING:
 
 KEY = "sk-test-pace-7Hq2Lw9x"
 MERGE = "<partial-summary part="
-LATEST_ASK = "Now deploy the payments service to staging and watch the canary error rate."
+# Its words are in no identifier of the session, so only a summary that says it reflects it.
+LATEST_ASK = "Now deploy the billing service to staging and watch the canary error rate."
 GOOD_PREFIX = "\n".join(
     [
         "## Decisions",
-        "- The payments service is deployed to staging first, with the canary error rate watched.",
+        "- The billing service is deployed to staging first, with the canary error rate watched.",
         "- Retries in /srv/payments/client.py use exponential back-off.",
         "## Open TODOs",
-        "- Deploy payments to staging; watch the canary error rate for an hour.",
+        "- Deploy billing to staging; watch the canary error rate for an hour.",
     ]
 )
 OFF_TOPIC_PREFIX = "\n".join(
@@ -93,7 +95,7 @@ def coding_session(pi: Pi, folder: Path, *, turns: int, result_chars: int) -> Pa
         ops.append(_result(f"call_{i}", body[:result_chars], ts + 10 * i + 2))
         ops.append(_assistant(f"{path} retries PAY-{4100 + i} with back-off.", ts + 10 * i + 3))
     ops.append(_user(LATEST_ASK, ts + 10 * turns))
-    ops.append(_assistant("Deploying payments to staging now.", ts + 10 * turns + 1))
+    ops.append(_assistant("Deploying billing to staging now.", ts + 10 * turns + 1))
     ops.append(_user("Thanks, keep an eye on it.", ts + 10 * turns + 2))
     ops.append(_assistant("Will do.", ts + 10 * turns + 3))
     return Path(pi.write(folder, ops)["path"])
@@ -344,12 +346,12 @@ def test_the_speed_file_is_read_back_and_sizes_the_next_calls(
 # --- the deadline hits mid-answer --------------------------------------------------------------------------
 
 
-def _endless(prefix: str) -> Reply:
-    """The prefix's lines at once, then a sentence that never ends, a word every 50 ms."""
+def _endless(prefix: str, *, interval: float = 0.05) -> Reply:
+    """The prefix's lines, then a sentence that never ends: a delta every ``interval`` seconds."""
     lines = [line + "\n" for line in prefix.splitlines()]
     return streamed(
         itertools.chain(lines, ["- and then the model kept"], itertools.repeat(" writing")),
-        interval=0.05,
+        interval=interval,
         done=False,
     )
 
@@ -386,6 +388,30 @@ def test_a_good_prefix_cut_off_by_the_deadline_is_committed_as_llm_partial(
     loaded = pi.load(path)
     assert loaded["messages"][0]["role"] == "compactionSummary"
     assert loaded["messages"][0]["summary"] == result.summary
+
+
+@pytest.mark.timeout(60)
+def test_a_chunk_cut_off_by_the_first_deadline_is_folded_on_and_the_next_calls_are_sized_to_fit(
+    llm_server: StubLLMServer, pi: Pi, tmp_path: Path
+) -> None:
+    """The first call to an endpoint is sized by its input alone; when it overruns, what it wrote is the
+    running summary, its timing sizes the next calls, and the result is the model's (``llm_partial``)."""
+    answers = iter([_endless(GOOD_PREFIX, interval=0.01)])
+    llm_server.responder = lambda r: next(answers, None) or summary_for(r)
+    path = coding_session(pi, tmp_path / "s", turns=10, result_chars=4_000)
+    client = client_for(llm_server, timeout_seconds=3)
+    result = compact(path, client, summarizer_window=16_384)
+    first, *later = llm_server.completions
+    assert result.level == "llm_partial" and result.quality["deadline_partials"] == 1 and later
+    assert "- Retries in /srv/payments/client.py use exponential back-off." in later[0].content("user")
+    speed = client.speed
+    assert speed is not None and speed.output_tps is not None
+    assert max_tokens(first) >= OUTPUT_FLOOR_TOKENS
+    for call in later:  # each asks for no more than the measured speed lets it write in time
+        room = Pace(3, speed).output_room(
+            estimate_prompt_tokens(call.content("system"), call.content("user"))
+        )
+        assert room is not None and max_tokens(call) <= max(room, MIN_PACED_OUTPUT_TOKENS)
 
 
 @pytest.mark.timeout(60)

@@ -264,6 +264,7 @@ async def test_a_slow_small_model_gives_a_model_summary_within_a_120_s_timeout_p
     from daemon.job import compact_file, make_client
     from daemon.summarize.headings import REQUIRED_HEADINGS
     from daemon.summarize.pace import SpeedMemory, endpoint_key
+    from daemon.tokens import estimate_tokens
 
     state = tmp_path / "state"
     config_path = tmp_path / "config.yaml"
@@ -300,10 +301,12 @@ async def test_a_slow_small_model_gives_a_model_summary_within_a_120_s_timeout_p
         engine = result.engine
         assert engine is not None and result.committed, result.reason
         measured = speeds.get(key)
+        span = sum(estimate_tokens(m) for m in engine.plan.to_summarize)
         report.append(
-            f"{name}: level {engine.level}, {engine.calls} call(s), {elapsed:.1f} s, "
-            f"{engine.tokens_before} tokens before, speed known before: "
-            f"{known.describe() if known else 'none'}; after: {measured.describe() if measured else 'none'}"
+            f"{name}: level {engine.level}, {engine.calls} call(s) "
+            f"({engine.quality.get('deadline_partials', 0)} cut off by the deadline), {elapsed:.1f} s for "
+            f"{span:,} tokens summarized; speed known before: {known.describe() if known else 'none'}; "
+            f"after: {measured.describe() if measured else 'none'}"
         )
         print(f"\nreal model (timeout {REAL_TIMEOUT_SECONDS} s per call): {report[-1]}")
         assert engine.level in {"llm", "llm_partial"}, report[-1]

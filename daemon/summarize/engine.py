@@ -336,10 +336,11 @@ class CompactionEngine:
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
         """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest.
 
-        Level 2 is a summary without the messages too large for the summarizer, or one in which a call's
-        deadline hit and the lines it had written were kept. Such a cut-off summary is kept only if it passes
-        the checks once its headings are repaired (its identifiers are appended afterwards); else the digest.
-        It gets no quality-guard retry: the retry would run into the same deadline.
+        Level 2 is a summary without the messages too large for the summarizer, or one for which a call's
+        deadline hit and the lines it had written were kept. When the summary itself is such a cut-off
+        answer, it is kept only if it passes the checks once its headings are repaired and its missing
+        identifiers appended (else the digest), and gets no quality-guard retry: the retry would run into the
+        same deadline. A cut-off chunk summary that later calls folded on is judged like any summary.
         """
         if not span or self.client is None:
             return self._digest(span, previous, ranked, latest_ask)
@@ -362,7 +363,7 @@ class CompactionEngine:
         source, level = span, LEVEL_LLM
         try:
             body = await stages.summarize_in_stages(source, previous_summary=previous)
-            cut_off = stages.stats.deadline_partials > 0
+            cut, body_cut = stages.cut_answers, stages.summary_cut
         except LLMError as exc:
             log.warning("full summary failed (%s: %s); trying without oversized messages", exc.kind, exc)
             source, notes = stages.without_oversized(span)
@@ -370,10 +371,9 @@ class CompactionEngine:
                 result = self._digest(span, previous, ranked, latest_ask)
                 return (*result[:3], stages.stats.calls, [])
             try:
-                mark = stages.stats.deadline_partials
                 body = await stages.summarize_in_stages(source, previous_summary=previous)
                 level = LEVEL_PARTIAL
-                cut_off = stages.stats.deadline_partials > mark
+                cut, body_cut = stages.cut_answers, stages.summary_cut
             except LLMError as exc2:
                 log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
                 result = self._digest(span, previous, ranked, latest_ask)
@@ -386,9 +386,8 @@ class CompactionEngine:
         first = report = self._check(body, latest_ask)
         attempts = 1
         retries = min(s.quality_retries, 3) if s.quality_guard else 0
-        while not report.ok and attempts <= retries and not cut_off:
+        while not report.ok and attempts <= retries and not body_cut:
             attempts += 1
-            mark = stages.stats.deadline_partials
             try:
                 candidate = with_notes(
                     await stages.summarize_in_stages(
@@ -401,21 +400,24 @@ class CompactionEngine:
             candidate_report = self._check(candidate, latest_ask)
             if quality.better(report, candidate_report) is candidate_report:
                 body, report = candidate, candidate_report
-                cut_off = stages.stats.deadline_partials > mark
+                cut, body_cut = stages.cut_answers, stages.summary_cut
         repaired = False
         if not report.ok:
             fixed = quality.repair_headings(body)
             repaired, body = fixed != body, fixed
         final = self._check(body, latest_ask)
-        if cut_off:
-            if not final.ok:
+        if body_cut:
+            # Judged as it will be committed: headings repaired and the missing identifiers appended.
+            repaired_whole = self._check(ensure_identifiers(self._clean(body), ranked)[0], latest_ask)
+            if not repaired_whole.ok:
                 log.warning(
                     "the summary cut off at the deadline fails the checks after repair (%s); using the digest",
-                    ", ".join(final.reasons),
+                    ", ".join(repaired_whole.reasons),
                 )
                 result = self._digest(span, previous, ranked, latest_ask)
                 return (*result[:3], stages.stats.calls, [])
-            level = LEVEL_PARTIAL
+        if cut:
+            level = LEVEL_PARTIAL  # some of the model's answers stopped at their deadline
         info = _quality_json(final, attempts, repaired=repaired)
         info["first_attempt"] = {"ok": first.ok, "reasons": first.reasons}
         info["deadline_partials"] = stages.stats.deadline_partials

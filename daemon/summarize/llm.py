@@ -10,6 +10,10 @@ Every request is bounded whatever the server does: the answer is streamed and re
 connect to last byte (a read timeout alone lets a server that sends a byte a second hold a call for ever), and
 every response body stops at a size derived from the call's output budget. What arrived before either bound
 tripped is kept on the error (``partial_text``). Answer text is stripped of control characters.
+
+Each streamed call's timing (time to the first token, then output tokens per second) is folded into the
+endpoint's measured speed (:mod:`daemon.summarize.pace`), which :meth:`SummarizerClient.pace` hands to the
+stages to size the next call.
 """
 
 from __future__ import annotations

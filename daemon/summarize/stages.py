@@ -132,7 +132,11 @@ class Stages:
         self._costs: dict[int, int] = {}
         # Chunk summaries already made, by (chunk, previous summary): a quality retry redoes only the call
         # its reasons go to, not every chunk before it (at temperature 0 they would come out the same).
-        self._made: dict[tuple[tuple[int, ...], str | None], str] = {}
+        self._made: dict[tuple[tuple[int, ...], str | None], tuple[str, bool]] = {}
+        # Of the latest summarize_in_stages: how many of the answers it used were cut off by their deadline,
+        # and whether the summary it returned is itself one of them.
+        self.cut_answers = 0
+        self.summary_cut = False
 
     def cost(self, message: Message) -> int:
         """Serialized tokens of a message, computed once per message object (chunks are re-planned often)."""
@@ -175,6 +179,8 @@ class Stages:
             if exc.kind != "timeout" or prefix is None:
                 raise
             self.stats.deadline_partials += 1
+            self.cut_answers += 1
+            self.summary_cut = True
             log.warning(
                 "%s; keeping the %d characters of complete lines it wrote (a partial summary)",
                 exc.message,
@@ -189,6 +195,7 @@ class Stages:
             raise LLMError("empty", "the summarizer returned an empty answer")
         if getattr(result, "finish_reason", None) == "length":
             log.warning("summary cut short by the summarizer's output limit (finish_reason=length)")
+        self.summary_cut = False
         return text
 
     def _serialize(self, messages: Sequence[Message]) -> str:
@@ -218,7 +225,10 @@ class Stages:
 
         key = (tuple(id(m) for m in chunk), previous)
         if not retry_reasons and key in self._made:
-            return self._made[key]
+            summary, cut = self._made[key]
+            self.cut_answers += cut
+            self.summary_cut = cut
+            return summary
         text = self._serialize(chunk)
         system, user = self._summary_prompt(text, previous, retry_reasons)
         wanted = output_budget(
@@ -240,7 +250,7 @@ class Stages:
             partial = await self._summarize_chunk(first, previous, None, depth + 1)
             summary = await self._summarize_chunk(second, partial, retry_reasons, depth + 1)
         if not retry_reasons:
-            self._made[key] = summary
+            self._made[key] = (summary, self.summary_cut)
         return summary
 
     async def _fold(
@@ -278,11 +288,17 @@ class Stages:
         # where a chunk's cost runs at 4.
         prompt_per_cost = CHARS_PER_TOKEN / PROMPT_ASCII_CHARS_PER_TOKEN
 
-        def call(limit: int) -> tuple[int, int]:
-            fresh = math.floor(limit / SAFETY_MARGIN)
-            return fixed + math.ceil(fresh * prompt_per_cost), answer(fresh)
+        def prompt(limit: int) -> int:
+            return fixed + math.ceil(math.floor(limit / SAFETY_MARGIN) * prompt_per_cost)
 
-        return max(1, pace.largest_fitting(by_window, call))
+        fitting = pace.largest_fitting(
+            by_window, lambda n: (prompt(n), answer(math.floor(n / SAFETY_MARGIN)))
+        )
+        if fitting == 0:
+            # Not even the budget's floor fits: the call will get less output (_max_tokens), so the chunk is
+            # sized to leave it that much; smaller chunks would only mean more calls, each with that output.
+            fitting = pace.largest_fitting(by_window, lambda n: (prompt(n), MIN_PACED_OUTPUT_TOKENS))
+        return max(1, fitting)
 
     async def summarize_in_stages(
         self,
@@ -294,6 +310,7 @@ class Stages:
         """Single pass for a short span; else summarize each part independently and merge the partials."""
         if not messages:
             raise SummaryFailed("nothing to summarize")
+        self.cut_answers, self.summary_cut = 0, False
         total = sum(self.cost(m) for m in messages)
         if len(messages) < MIN_MESSAGES_FOR_SPLIT or total <= self.chunk_limit(messages, previous_summary):
             return await self._fold(messages, previous_summary, retry_reasons)
