@@ -46,8 +46,10 @@ async def test_a_tiny_prompt_gets_an_answer(real_model_url: str) -> None:
     assert models  # the server lists the model it serves
     assert result.text.strip()
     assert result.finish_reason in {"stop", "length"}
-    assert result.completion_tokens is not None and 0 < result.completion_tokens <= 48
-    assert result.prompt_tokens is not None and result.prompt_tokens > 0
+    # llama-cpp-python sends no usage in a stream; what it does send must be sane.
+    assert result.completion_tokens is None or 0 < result.completion_tokens <= 48
+    assert result.prompt_tokens is None or result.prompt_tokens > 0
+    assert len(result.text) <= 48 * 16  # no more than the budget's worth of text
     assert result.attempts == 1
 
 

@@ -358,6 +358,10 @@ def answer_limits(max_tokens: int) -> tuple[int, int]:
 _body_limit: ContextVar[int] = ContextVar("compactd_body_limit", default=OTHER_BODY_MAX_BYTES)
 
 
+class _SilentStream(Exception):
+    """A streamed answer that ended without a single event."""
+
+
 class BodyTooLarge(Exception):
     """A response body passed its limit; raised from inside the read, so nothing past it is held."""
 
@@ -406,6 +410,7 @@ class _Answer:
     last_at: float | None = None
     deltas: int = 0
     timings: dict[str, Any] | None = None
+    events: int = 0  # server-sent events dispatched, [DONE] included
 
     def add(self, text: str) -> None:
         self.pieces.append(text)
@@ -758,15 +763,15 @@ class SummarizerClient:
         text_limit, body_limit = answer_limits(budget)
         prompt_estimate = estimate_prompt_tokens(system, user)
 
-        async def attempt_once(answer: _Answer, attempt: int, started: float) -> Completion:
+        async def attempt_once(answer: _Answer, attempt: int, started: float, stream: bool) -> Completion:
             answer.sent_at = time.monotonic()
+            streaming: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
             async with self._client.chat.completions.with_streaming_response.create(
                 model=self.model,
                 messages=messages,
                 max_tokens=budget,
-                stream=True,
-                stream_options={"include_usage": True},
                 extra_body=extra_body,
+                **(streaming if stream else {"stream": False}),
                 **params,
             ) as raw:
                 response = raw.http_response
@@ -774,6 +779,8 @@ class SummarizerClient:
                     content_type = response.headers.get("content-type", "").lower()
                     if "text/event-stream" in content_type:
                         await self._read_events(response, answer, text_limit, attempt)
+                        if stream and not answer.events:
+                            raise _SilentStream
                         return self._finish(answer, attempt, started, text_limit)
                     body = await response.aread()
                     return self._to_completion(_parse_body(body, content_type), attempt, started, text_limit)
@@ -797,7 +804,10 @@ class SummarizerClient:
                 try:
                     with anyio.move_on_after(self.timeout_seconds) as deadline:
                         try:
-                            completion = await attempt_once(answer, attempt, started)
+                            try:
+                                completion = await attempt_once(answer, attempt, started, True)
+                            except _SilentStream:
+                                completion = await self._unstreamed(attempt_once, answer, attempt, started)
                         except LLMError as exc:
                             err = exc
                         except BodyTooLarge:
@@ -832,6 +842,23 @@ class SummarizerClient:
                     delay,
                 )
                 await self._sleep(delay)
+
+    async def _unstreamed(
+        self,
+        attempt_once: Callable[[_Answer, int, float, bool], Awaitable[Completion]],
+        answer: _Answer,
+        attempt: int,
+        started: float,
+    ) -> Completion:
+        """The same request without streaming, after a stream that ended without an event: llama-cpp-python
+        fails a streamed prompt over its context after its 200, with an empty body, but says why when asked
+        without streaming. It drops the connection it failed on, which the pool may hand out once more at
+        once: a connection error then gets one more try, on a new connection."""
+        logger.info("%s streamed nothing; asking once more without streaming", self._where)
+        try:
+            return await attempt_once(answer, attempt, started, False)
+        except openai.APIConnectionError:
+            return await attempt_once(answer, attempt, started, False)
 
     async def _read_events(
         self, response: httpx2.Response, answer: _Answer, text_limit: int, attempt: int
@@ -870,6 +897,7 @@ class SummarizerClient:
             return False
         payload = b"\n".join(data)
         data.clear()
+        answer.events += 1
         if payload.strip() == b"[DONE]":
             return True
         try:
