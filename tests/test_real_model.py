@@ -250,6 +250,7 @@ def migration_session() -> list[dict[str, Any]]:
     return work_session("ops", turns)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3600)  # 2 shared cores: minutes per session, and other helpers' tests beside it
 async def test_a_slow_small_model_gives_a_model_summary_within_a_120_s_timeout_per_call(
     real_model_url: str, tmp_path: Path, pi: Pi
