@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TextIO
 
@@ -228,6 +229,70 @@ def check_summarizer(config: Config, out: TextIO) -> int:
             _bad(out, f"summarizer: {problem}", "see config.example.yaml, section summarizer")
         return len(problems)
     _ok(out, f"summarizer {s.base_url} serves {s.model}")
+    return check_summarizer_speed(config, out)
+
+
+def check_summarizer_speed(config: Config, out: TextIO) -> int:
+    """The speed compactd measured for the endpoint, and the call it implies within the window and the
+    timeout (``daemon.summarize.pace``); a warning when even a minimal summary call cannot fit the timeout."""
+    from daemon.summarize import prompts
+    from daemon.summarize.pace import (
+        OUTPUT_FLOOR_TOKENS,
+        PACE_SHARE,
+        Pace,
+        SpeedMemory,
+        call_fit,
+        endpoint_key,
+        estimate_prompt_tokens,
+    )
+
+    s, c = config.summarizer, config.compaction
+    assert s.base_url is not None
+    speed = SpeedMemory(config.state_dir).get(endpoint_key(s.base_url, s.model or "default"))
+    if speed is None:
+        out.write(
+            "note  summarizer speed: not measured yet; until the first summary call measures it, calls are "
+            "sized by their input and the window only\n"
+        )
+        return 0
+    overhead = estimate_prompt_tokens(
+        *prompts.summary_messages(
+            "",
+            previous_summary=None,
+            identifier_policy=c.identifier_policy,
+            identifier_instructions=c.identifier_instructions,
+            custom_instructions=None,
+            retry_reasons=None,
+        )
+    )
+    fit = call_fit(
+        Pace(s.timeout_seconds, speed),
+        window=s.context_tokens,
+        prompt_overhead=overhead,
+        output_cap=s.max_output_tokens,
+    )
+    measured = (
+        f"summarizer speed: measured {speed.describe()} ({speed.samples} call(s), last {speed.updated})"
+    )
+    if not fit.minimal_fits:
+        needed = math.ceil(fit.minimal_seconds / PACE_SHARE)
+        _warn(
+            out,
+            f"{measured}: a {s.timeout_seconds:g} s call cannot fit even the instructions "
+            f"(~{overhead:,} prompt tokens) and a {OUTPUT_FLOOR_TOKENS}-token summary",
+            f"raise summarizer.timeout_seconds to at least {needed} s, or use a faster model or server",
+        )
+        return 1
+    limit = (
+        f"the {s.context_tokens:,}-token window is the limit"
+        if fit.window_bound
+        else f"the timeout, not the {s.context_tokens:,}-token window, is the limit: chunks are sized to it"
+    )
+    _ok(
+        out,
+        f"{measured}: a {s.timeout_seconds:g} s call fits ~{fit.prompt:,} prompt tokens + "
+        f"{fit.output:,} output ({limit})",
+    )
     return 0
 
 

@@ -62,6 +62,7 @@ def make_client(config: Config, limiter: anyio.CapacityLimiter | None = None) ->
     if not s.enabled or s.base_url is None:
         return None
     from daemon.summarize.llm import RetryPolicy, SummarizerClient
+    from daemon.summarize.pace import SpeedMemory
 
     return SummarizerClient(
         base_url=s.base_url,
@@ -80,6 +81,7 @@ def make_client(config: Config, limiter: anyio.CapacityLimiter | None = None) ->
             max_seconds=s.retry.max_seconds,
             jitter=s.retry.jitter,
         ),
+        speed_memory=SpeedMemory(config.state_dir),  # each call is sized to the speed measured before
     )
 
 

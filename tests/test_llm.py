@@ -614,3 +614,23 @@ async def test_an_error_event_in_the_stream_is_classified(llm_server: StubLLMSer
         with pytest.raises(LLMError) as info:
             await client.complete("s", "u")
     assert info.value.kind == "context_overflow" and info.value.partial_text == "part"
+
+
+async def test_a_stream_that_ends_without_an_event_is_asked_again_without_streaming(
+    llm_server: StubLLMServer,
+) -> None:
+    """llama-cpp-python answers a streamed prompt over its context with a 200 and an empty body; without
+    streaming it says why, and the overflow is split instead of failing as an empty answer."""
+
+    def answer(request: Any) -> Reply:
+        if request.streaming:
+            return Reply(body=b"", content_type="text/event-stream")
+        return Reply.overflow("llama_cpp_python")
+
+    llm_server.responder = answer
+    async with make_client(llm_server.base_url) as client:
+        with pytest.raises(LLMError) as info:
+            await client.complete("Summarize.", "alpha " * 100, max_tokens=16)
+    assert info.value.kind == "context_overflow" and info.value.status == 400
+    first, second = llm_server.completions
+    assert first.streaming and not second.streaming and "stream_options" not in second.json

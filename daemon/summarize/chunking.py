@@ -34,10 +34,21 @@ def adaptive_chunk_ratio(messages: Sequence[Message], window: int, cost: Cost = 
     return BASE_CHUNK_RATIO
 
 
-def max_chunk_tokens(messages: Sequence[Message], window: int, cost: Cost = estimate_tokens) -> int:
-    return max(
-        1, math.floor(window * adaptive_chunk_ratio(messages, window, cost)) - SUMMARIZATION_OVERHEAD_TOKENS
-    )
+def max_chunk_tokens(
+    messages: Sequence[Message], window: int, cost: Cost = estimate_tokens, *, overhead: int | None = None
+) -> int:
+    """The seed's chunk size: the adaptive share of the window less a fixed 4,096-token overhead.
+
+    That overhead (instructions, previous summary, answer) leaves nothing of a small local window: 0.4 × 8,192
+    is less than 4,096, and every call group would be a call of its own. When the caller knows the call's
+    real ``overhead``, a chunk may take the window's share as long as the overhead still fits beside it.
+    """
+    share = math.floor(window * adaptive_chunk_ratio(messages, window, cost))
+    seed = share - SUMMARIZATION_OVERHEAD_TOKENS
+    if overhead is None:
+        return max(1, seed)
+    fits = math.floor(window / SAFETY_MARGIN) - overhead
+    return max(1, seed, min(share, fits))
 
 
 def is_oversized(message: Message, window: int, cost: Cost = estimate_tokens) -> bool:

@@ -34,6 +34,7 @@ from daemon.summarize.identifiers import (
     rank_identifiers,
     with_carried,
 )
+from daemon.summarize.pace import Pace
 from daemon.summarize.redact import redact_secrets, redact_value
 from daemon.summarize.stages import LEVEL_DIGEST, LEVEL_LLM, LEVEL_PARTIAL, Stages, StageSettings, Summarizer
 from daemon.tokens import estimate_context_tokens, estimate_tokens
@@ -105,6 +106,9 @@ class RedactedPrompts:
 
     async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Any:
         return await self.client.complete(redact_secrets(system), redact_secrets(user), max_tokens=max_tokens)
+
+    def pace(self) -> Pace:
+        return self.client.pace()
 
 
 def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
@@ -329,7 +333,14 @@ class CompactionEngine:
         ranked: list[Identifier],
         latest_ask: str | None,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
-        """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest."""
+        """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest.
+
+        Level 2 is a summary without the messages too large for the summarizer, or one for which a call's
+        deadline hit and the lines it had written were kept. When the summary itself is such a cut-off
+        answer, it is kept only if it passes the checks once its headings are repaired and its missing
+        identifiers appended (else the digest), and gets no quality-guard retry: the retry would run into the
+        same deadline. A cut-off chunk summary that later calls folded on is judged like any summary.
+        """
         if not span or self.client is None:
             return self._digest(span, previous, ranked, latest_ask)
         from daemon.summarize.llm import LLMError
@@ -351,6 +362,7 @@ class CompactionEngine:
         source, level = span, LEVEL_LLM
         try:
             body = await stages.summarize_in_stages(source, previous_summary=previous)
+            cut, body_cut = stages.cut_answers, stages.summary_cut
         except LLMError as exc:
             log.warning("full summary failed (%s: %s); trying without oversized messages", exc.kind, exc)
             source, notes = stages.without_oversized(span)
@@ -360,6 +372,7 @@ class CompactionEngine:
             try:
                 body = await stages.summarize_in_stages(source, previous_summary=previous)
                 level = LEVEL_PARTIAL
+                cut, body_cut = stages.cut_answers, stages.summary_cut
             except LLMError as exc2:
                 log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
                 result = self._digest(span, previous, ranked, latest_ask)
@@ -372,7 +385,7 @@ class CompactionEngine:
         first = report = self._check(body, latest_ask)
         attempts = 1
         retries = min(s.quality_retries, 3) if s.quality_guard else 0
-        while not report.ok and attempts <= retries:
+        while not report.ok and attempts <= retries and not body_cut:
             attempts += 1
             try:
                 candidate = with_notes(
@@ -386,12 +399,27 @@ class CompactionEngine:
             candidate_report = self._check(candidate, latest_ask)
             if quality.better(report, candidate_report) is candidate_report:
                 body, report = candidate, candidate_report
+                cut, body_cut = stages.cut_answers, stages.summary_cut
         repaired = False
         if not report.ok:
             fixed = quality.repair_headings(body)
             repaired, body = fixed != body, fixed
-        info = _quality_json(self._check(body, latest_ask), attempts, repaired=repaired)
+        final = self._check(body, latest_ask)
+        if body_cut:
+            # Judged as it will be committed: headings repaired and the missing identifiers appended.
+            repaired_whole = self._check(ensure_identifiers(self._clean(body), ranked)[0], latest_ask)
+            if not repaired_whole.ok:
+                log.warning(
+                    "the summary cut off at the deadline fails the checks after repair (%s); using the digest",
+                    ", ".join(repaired_whole.reasons),
+                )
+                result = self._digest(span, previous, ranked, latest_ask)
+                return (*result[:3], stages.stats.calls, [])
+        if cut:
+            level = LEVEL_PARTIAL  # some of the model's answers stopped at their deadline
+        info = _quality_json(final, attempts, repaired=repaired)
         info["first_attempt"] = {"ok": first.ok, "reasons": first.reasons}
+        info["deadline_partials"] = stages.stats.deadline_partials
         return body, level, info, stages.stats.calls, notes
 
     async def _split_turn(self, prefix: list[dict[str, Any]]) -> tuple[str, int]:
@@ -404,6 +432,7 @@ class CompactionEngine:
                 StageSettings(
                     window=s.summarizer_window,
                     identifier_policy=s.identifier_policy,
+                    max_output_tokens=s.max_output_tokens,
                     redact=s.redact,
                     reserved_sections=s.post_compaction_sections,
                 ),

@@ -10,6 +10,10 @@ Every request is bounded whatever the server does: the answer is streamed and re
 connect to last byte (a read timeout alone lets a server that sends a byte a second hold a call for ever), and
 every response body stops at a size derived from the call's output budget. What arrived before either bound
 tripped is kept on the error (``partial_text``). Answer text is stripped of control characters.
+
+Each streamed call's timing (time to the first token, then output tokens per second) is folded into the
+endpoint's measured speed (:mod:`daemon.summarize.pace`), which :meth:`SummarizerClient.pace` hands to the
+stages to size the next call.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
-import math
 import random
 import re
 import time
@@ -43,6 +46,12 @@ from daemon.defaults import (
     SUMMARIZER_RETRY_MAX_SECONDS,
     SUMMARIZER_TIMEOUT_SECONDS,
 )
+
+# The prompt estimate lives with the call sizing (daemon.summarize.pace); it is still imported from here.
+from daemon.summarize.pace import PROMPT_ASCII_CHARS_PER_TOKEN as PROMPT_ASCII_CHARS_PER_TOKEN
+from daemon.summarize.pace import PROMPT_OVERHEAD_TOKENS as PROMPT_OVERHEAD_TOKENS
+from daemon.summarize.pace import Pace, Sample, Speed, SpeedMemory, endpoint_key, observe
+from daemon.summarize.pace import estimate_prompt_tokens as estimate_prompt_tokens
 from daemon.summarize.sanitize import escape_controls, strip_controls
 
 logger = logging.getLogger(__name__)
@@ -64,10 +73,6 @@ POOL_TIMEOUT_SECONDS = 5.0
 RETRY_AFTER_MAX_SECONDS = 20.0
 # Summaries should be faithful, not creative; 0 also makes local servers deterministic, which tests rely on.
 DEFAULT_TEMPERATURE = 0.0
-# Conservative prompt estimate for the preflight: English prose/JSON runs at 3.5-4.5 chars per token and
-# non-ASCII text (CJK) close to one token per char (engineering.md §4.3), plus chat-template tokens.
-PROMPT_ASCII_CHARS_PER_TOKEN = 3.5
-PROMPT_OVERHEAD_TOKENS = 16
 # A call with less room than this for the answer is pointless: it is refused as an overflow instead.
 MIN_OUTPUT_TOKENS = 256
 # Server messages quoted in errors are cut here: enough to diagnose, never a whole HTML page.
@@ -329,14 +334,6 @@ def retry_after_seconds(headers: httpx2.Headers | dict[str, str] | None) -> floa
     return max(0.0, when.timestamp() - time.time())
 
 
-def estimate_prompt_tokens(system: str, user: str) -> int:
-    """A deliberately high token estimate for a chat prompt (ASCII at 3.5 chars/token, other chars 1 each)."""
-    text = system + user
-    ascii_chars = len(text.encode("ascii", "ignore"))
-    other = len(text) - ascii_chars
-    return math.ceil(ascii_chars / PROMPT_ASCII_CHARS_PER_TOKEN) + other + PROMPT_OVERHEAD_TOKENS
-
-
 _THINK = re.compile(r"^\s*<think>.*?(?:</think>|$)\s*", re.DOTALL)
 
 
@@ -360,6 +357,10 @@ def answer_limits(max_tokens: int) -> tuple[int, int]:
 
 # The body limit of the call in progress; a response hook reads it (the SDK has no per-request hook).
 _body_limit: ContextVar[int] = ContextVar("compactd_body_limit", default=OTHER_BODY_MAX_BYTES)
+
+
+class _SilentStream(Exception):
+    """A streamed answer that ended without a single event."""
 
 
 class BodyTooLarge(Exception):
@@ -403,16 +404,72 @@ class _Answer:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     model: str | None = None
+    # Timing of a stream (monotonic seconds): request sent, first and latest token (answer or reasoning),
+    # how many deltas carried one, and llama.cpp's own ``timings`` when the server sends them.
+    sent_at: float | None = None
+    first_at: float | None = None
+    last_at: float | None = None
+    deltas: int = 0
+    timings: dict[str, Any] | None = None
+    events: int = 0  # server-sent events dispatched, [DONE] included
 
     def add(self, text: str) -> None:
         self.pieces.append(text)
         self.chars += len(text)
+
+    def tick(self) -> None:
+        """A delta with generated text arrived (the answer's, or a reasoning model's thinking)."""
+        now = time.monotonic()
+        if self.first_at is None:
+            self.first_at = now
+        self.last_at = now
+        self.deltas += 1
+
+    def sample(self, prompt_estimate: int, *, ended: float, complete: bool) -> Sample | None:
+        """What this call says about the endpoint's speed (None: nothing measurable, e.g. not streamed).
+
+        Time to the first token is prompt processing; the tokens after it over the time they took is the
+        output rate. Token counts come from the usage when the server sends one, else from the prompt
+        estimate and the number of deltas (llama.cpp, llama-cpp-python and Ollama stream one token each).
+        """
+        timings = self.timings
+        if timings:
+            prompt_n, prompt_ms = _number(timings, "prompt_n"), _number(timings, "prompt_ms")
+            predicted_n, predicted_ms = _number(timings, "predicted_n"), _number(timings, "predicted_ms")
+            return Sample(
+                prompt_tokens=int(prompt_n) if prompt_n is not None else None,
+                prompt_seconds=prompt_ms / 1000 if prompt_ms is not None else None,
+                output_tokens=int(predicted_n) if predicted_n is not None else None,
+                output_seconds=predicted_ms / 1000 if predicted_ms is not None else None,
+            )
+        if self.sent_at is None:
+            return None
+        prompt_tokens = self.prompt_tokens or prompt_estimate
+        if self.first_at is None:
+            if complete:
+                return None
+            return Sample(prompt_tokens=prompt_tokens, prompt_seconds=ended - self.sent_at, prompt_bound=True)
+        generated = self.completion_tokens if complete and self.completion_tokens else self.deltas
+        assert self.last_at is not None
+        return Sample(
+            prompt_tokens=prompt_tokens,
+            prompt_seconds=self.first_at - self.sent_at,
+            output_tokens=max(0, generated - 1),  # the first token's time is in the prompt's
+            output_seconds=self.last_at - self.first_at,
+        )
 
     def text(self) -> str:
         return "".join(self.pieces)
 
     def partial(self) -> str:
         return _answer_text(self.text())
+
+
+def _number(mapping: dict[str, Any], name: str) -> float | None:
+    value = mapping.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return None
+    return float(value)
 
 
 # --- the client -------------------------------------------------------------------------------------------
@@ -438,6 +495,10 @@ class SummarizerClient:
     API honours it, but current Ollama's ``/v1`` endpoint ignores it (ollama/ollama#16814); the reliable
     setting is server-side (``OLLAMA_CONTEXT_LENGTH`` or a Modelfile ``num_ctx``), which :meth:`check` reads.
 
+    ``speed_memory`` remembers the endpoint's measured speed (:mod:`daemon.summarize.pace`) across calls and
+    restarts; without one the speed measured by this client's calls is kept in memory only. :meth:`pace` is
+    what the stages size each call with.
+
     ``sleep`` and ``rng`` are injectable so tests can record the back-off schedule instead of waiting it out.
     """
 
@@ -458,6 +519,7 @@ class SummarizerClient:
         retry: RetryPolicy | None = None,
         sleep: Sleep | None = None,
         rng: random.Random | None = None,
+        speed_memory: SpeedMemory | None = None,
     ) -> None:
         if not api_key:
             # The SDK would fall back to OPENAI_API_KEY; a local endpoint must never get the user's real key.
@@ -484,6 +546,9 @@ class SummarizerClient:
         if query:  # named, never shown: a query value is as likely a key as not
             self._safe_url += "?" + "&".join(f"{name}=***" for name in query)
         self._where = f"{self._safe_url} model {model!r}"
+        self._speed_memory = speed_memory
+        self._speed_key = endpoint_key(self.base_url, model)
+        self.speed: Speed | None = speed_memory.get(self._speed_key) if speed_memory is not None else None
         self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_concurrency)
         self._api_key = api_key
         self._sleep: Sleep = sleep or anyio.sleep
@@ -672,6 +737,21 @@ class SummarizerClient:
             return err.retry_after if err.retry_after <= self.retry.retry_after_max_seconds else None
         return self.retry.delay(retry, self._rng)
 
+    def pace(self) -> Pace:
+        """This endpoint's call deadline and measured speed, for sizing the next call."""
+        return Pace(self.timeout_seconds, self.speed)
+
+    async def _remember(self, answer: _Answer, prompt_estimate: int, *, complete: bool) -> None:
+        """Fold this call's timing into the endpoint's speed, and write it down when it changed."""
+        sample = answer.sample(prompt_estimate, ended=time.monotonic(), complete=complete)
+        speed = observe(self.speed, sample) if sample is not None else None
+        if speed is None or speed == self.speed:
+            return
+        self.speed = speed
+        logger.debug("summarizer speed of %s: %s", self._where, speed.describe())
+        if self._speed_memory is not None:
+            await anyio.to_thread.run_sync(self._speed_memory.put, self._speed_key, speed)
+
     # --- calls ---------------------------------------------------------------------------------------------
     async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Completion:
         """One summary: a system and a user message in, the answer text out, or an :class:`LLMError`.
@@ -689,15 +769,17 @@ class SummarizerClient:
         extra_body = {"options": {"num_ctx": self.ollama_num_ctx}} if self.ollama_num_ctx else None
         messages: list[Any] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         text_limit, body_limit = answer_limits(budget)
+        prompt_estimate = estimate_prompt_tokens(system, user)
 
-        async def attempt_once(answer: _Answer, attempt: int, started: float) -> Completion:
+        async def attempt_once(answer: _Answer, attempt: int, started: float, stream: bool) -> Completion:
+            answer.sent_at = time.monotonic()
+            streaming: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
             async with self._client.chat.completions.with_streaming_response.create(
                 model=self.model,
                 messages=messages,
                 max_tokens=budget,
-                stream=True,
-                stream_options={"include_usage": True},
                 extra_body=extra_body,
+                **(streaming if stream else {"stream": False}),
                 **params,
             ) as raw:
                 response = raw.http_response
@@ -705,6 +787,8 @@ class SummarizerClient:
                     content_type = response.headers.get("content-type", "").lower()
                     if "text/event-stream" in content_type:
                         await self._read_events(response, answer, text_limit, attempt)
+                        if stream and not answer.events:
+                            raise _SilentStream
                         return self._finish(answer, attempt, started, text_limit)
                     body = await response.aread()
                     return self._to_completion(_parse_body(body, content_type), attempt, started, text_limit)
@@ -723,11 +807,15 @@ class SummarizerClient:
                 attempt += 1
                 answer = _Answer([])
                 err: LLMError | None = None
+                completion: Completion | None = None
                 token = _body_limit.set(body_limit)
                 try:
                     with anyio.move_on_after(self.timeout_seconds) as deadline:
                         try:
-                            return await attempt_once(answer, attempt, started)
+                            try:
+                                completion = await attempt_once(answer, attempt, started, True)
+                            except _SilentStream:
+                                completion = await self._unstreamed(attempt_once, answer, attempt, started)
                         except LLMError as exc:
                             err = exc
                         except BodyTooLarge:
@@ -736,7 +824,11 @@ class SummarizerClient:
                             err = self._error(exc, attempt)
                 finally:
                     _body_limit.reset(token)
+                if completion is not None:
+                    await self._remember(answer, prompt_estimate, complete=True)
+                    return completion
                 if deadline.cancelled_caught:
+                    await self._remember(answer, prompt_estimate, complete=False)
                     err = LLMError(
                         "timeout",
                         f"summarizer timeout: the answer from {self._where} was not complete within "
@@ -758,6 +850,23 @@ class SummarizerClient:
                     delay,
                 )
                 await self._sleep(delay)
+
+    async def _unstreamed(
+        self,
+        attempt_once: Callable[[_Answer, int, float, bool], Awaitable[Completion]],
+        answer: _Answer,
+        attempt: int,
+        started: float,
+    ) -> Completion:
+        """The same request without streaming, after a stream that ended without an event: llama-cpp-python
+        fails a streamed prompt over its context after its 200, with an empty body, but says why when asked
+        without streaming. It drops the connection it failed on, which the pool may hand out once more at
+        once: a connection error then gets one more try, on a new connection."""
+        logger.info("%s streamed nothing; asking once more without streaming", self._where)
+        try:
+            return await attempt_once(answer, attempt, started, False)
+        except openai.APIConnectionError:
+            return await attempt_once(answer, attempt, started, False)
 
     async def _read_events(
         self, response: httpx2.Response, answer: _Answer, text_limit: int, attempt: int
@@ -796,6 +905,7 @@ class SummarizerClient:
             return False
         payload = b"\n".join(data)
         data.clear()
+        answer.events += 1
         if payload.strip() == b"[DONE]":
             return True
         try:
@@ -816,6 +926,11 @@ class SummarizerClient:
             choice = choices[0]
             delta = choice.get("delta")
             content = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(delta, dict) and any(
+                isinstance(delta.get(k), str) and delta[k]
+                for k in ("content", "reasoning_content", "reasoning")
+            ):
+                answer.tick()
             if isinstance(content, str) and content:
                 answer.add(content)
                 if answer.chars > text_limit:
@@ -830,6 +945,8 @@ class SummarizerClient:
                     setattr(answer, key, count)
         if isinstance(event.get("model"), str):
             answer.model = event["model"]
+        if isinstance(event.get("timings"), dict):
+            answer.timings = event["timings"]
         return False
 
     def _stream_error(self, error: object, attempt: int) -> LLMError:

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 
 REAL_MODEL_ALIAS = "smollm2-135m"
-# Room for a small prompt plus an answer, and an overflow test that needs only a few thousand words; a larger
-# window costs memory and prompt time for nothing.
-REAL_MODEL_N_CTX = 2048
+# SmolLM2's own context, the size of a typical small local summarizer's: sessions that need chunking and a
+# merge at a realistic scale (the KV cache of 8,192 tokens takes about 190 MB).
+REAL_MODEL_N_CTX = 8192
 # The machine has 2 cores; more threads only contend.
 REAL_MODEL_THREADS = 2
 # Measured ready in 0.6 s on an idle machine; this bound only stops a broken server from hanging the session.
