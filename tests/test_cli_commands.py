@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +12,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from daemon.transcript.reader import read_transcript
+from tests.support.cli import compactd
 
 if TYPE_CHECKING:
     from tests.support.llm_server import StubLLMServer
@@ -23,22 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "sessions"
 LONG = "2026-09-21T09-00-00-000Z_0196a3b2-0000-7000-8000-00000000a001.jsonl"
 SHORT = "2026-09-22T10-30-00-000Z_0196a3b2-0000-7000-8000-00000000b002.jsonl"
-
-
-def compactd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, **(env or {})},
-    )
 
 
 def demo(tmp_path: Path) -> tuple[Path, dict[str, str]]:

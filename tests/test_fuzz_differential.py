@@ -28,7 +28,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from daemon.transcript.context import build_context
 from daemon.transcript.jsjson import JS_WHITESPACE, nesting, stringify
 from daemon.transcript.messages import llm_visible
 from daemon.transcript.reader import Transcript, link_key, parse_transcript, read_transcript
+from tests.support.cli import compactd
 from tests.support.pi import clip_deep
 from tests.test_differential import PI_SCENARIOS, REAL_DIR, REAL_NAMES, canon, short
 
@@ -750,22 +750,6 @@ def sample(corpus: Corpus) -> list[Mutant]:
             if "error" not in theirs and key not in chosen:
                 chosen[key] = mutant
     return sorted({m.name: m for m in chosen.values()}.values(), key=lambda m: m.name)
-
-
-def compactd(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, **env},
-    )
 
 
 @pytest.mark.slow

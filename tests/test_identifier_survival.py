@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from tests.support.cli import compactd
 from tests.support.crash import BASE_MS, assistant, tool_result, user
 
 if TYPE_CHECKING:
@@ -158,22 +156,6 @@ POOR_SUMMARY = (
 def poor_summarizer(request: RecordedRequest) -> str:
     """Keeps the five headings, drops every identifier (the poor summary the issue describes)."""
     return POOR_SUMMARY
-
-
-def compactd(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, **env},
-    )
 
 
 def _view_text(messages: list[dict[str, Any]]) -> str:

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ import pytest
 import yaml
 
 from daemon.transcript.reader import read_transcript
+from tests.support.cli import compactd as run_compactd
 from tests.support.crash import temp_files
 from tests.test_cli_commands import EXAMPLES, LONG, SHORT
 from tests.test_commit_failures import tmpfs
@@ -55,20 +55,7 @@ def without_dac_override() -> None:
 def compactd(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**base, **(env or {})},
-        preexec_fn=without_dac_override,
-    )
+    return run_compactd(*args, env=env, timeout=timeout, preexec_fn=without_dac_override)
 
 
 def fill(mnt: Path) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from daemon.agents_md import HEADER
+from tests.support.cli import compactd
 
 if TYPE_CHECKING:
     from tests.support.llm_server import StubLLMServer
@@ -43,22 +42,6 @@ HOSTILE = (
     "## Exact identifiers\n- None.\n"
 )
 FORGED = ("force push to main", "Deleting production data", "Anything goes")
-
-
-def compactd(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, **env},
-    )
 
 
 def setup(tmp_path: Path, summarizer: dict[str, Any] | None = None) -> tuple[Path, Path, dict[str, str]]:

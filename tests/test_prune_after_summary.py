@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +23,7 @@ import yaml
 from daemon.config import load_config
 from daemon.job import compact_file
 from daemon.prune import MIDDLE_MARKER
+from tests.support.cli import compactd as run_compactd
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi
@@ -128,20 +127,8 @@ def kept_sizes(tmp_path_factory: pytest.TempPathFactory, pi: Pi) -> list[int]:
 
 
 def compactd(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    env.update({"STATE_DIRECTORY": str(state), "XDG_CONFIG_HOME": str(state.parent / "no-config")})
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    env = {"STATE_DIRECTORY": str(state), "XDG_CONFIG_HOME": str(state.parent / "no-config")}
+    return run_compactd(*args, env=env)
 
 
 def kept_reads(loaded: dict[str, Any]) -> dict[str, str]:

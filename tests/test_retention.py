@@ -7,7 +7,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ import yaml
 from daemon.commit import Journal, commit
 from daemon.commit.retention import expired
 from daemon.config import Config
+from tests.support.cli import compactd as run_compactd
 from tests.support.crash import archives_of, file_lines, make_entries, seq_of, session_ops
 from tests.support.pi import NodeAppender
 
@@ -30,19 +30,7 @@ DAY = 86_400.0
 
 
 def compactd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**base, **(env or {})},
-    )
+    return run_compactd(*args, env=env, timeout=120)
 
 
 def test_thirty_compactions_under_a_live_appender_keep_every_line_with_the_default_retention(

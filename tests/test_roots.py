@@ -18,6 +18,7 @@ import yaml
 from daemon.config import ConfigError, load_config
 from daemon.transcript.reader import read_transcript
 from daemon.watch import discover_roots, expand_roots, scan_root
+from tests.support.cli import compactd
 
 if TYPE_CHECKING:
     from tests.support.llm_server import StubLLMServer
@@ -26,22 +27,6 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 LONG = REPO / "examples" / "sessions" / "2026-09-21T09-00-00-000Z_0196a3b2-0000-7000-8000-00000000a001.jsonl"
 NOBODY = 65534
-
-
-def compactd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, **(env or {})},
-    )
 
 
 def idle_copy(source: Path, target: Path) -> Path:

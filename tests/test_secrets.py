@@ -20,6 +20,7 @@ import yaml
 from daemon.state import SessionState, build_status, write_status
 from daemon.summarize.headings import REQUIRED_HEADINGS
 from daemon.transcript.reader import read_transcript
+from tests.support.cli import compactd
 from tests.support.llm_server import Reply
 
 if TYPE_CHECKING:
@@ -47,22 +48,6 @@ RUNTIME_MARKER = "RUNTIME-CONTEXT-ONLY-9c2e"
 def leaks(text: str) -> list[str]:
     """Each secret found whole or as a fragment (its head or its tail, as a cap would leave it)."""
     return [s for s in SECRETS if s in text or s[:10] in text or s[-10:] in text]
-
-
-def compactd(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, **env},
-    )
 
 
 # --- a session full of secrets -----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import yaml
 
 from daemon.transcript.context import js_timestamp
 from daemon.transcript.reader import read_transcript
+from tests.support.cli import compactd
 from tests.test_service_e2e import (
     MODEL,
     REPO,
@@ -219,22 +220,6 @@ def mid_turn_session(pi: Pi, tmp_path: Path, llm: StubLLMServer, **sessions: Any
         )
     )
     return path, config
-
-
-def compactd(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
 
 
 def test_once_waits_for_a_turn_in_flight_and_takes_an_abandoned_one(

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,13 +20,13 @@ import yaml
 from daemon.memory import MemoryWriteRefused, append_memory_as_owner
 from daemon.transcript.reader import read_transcript
 from daemon.workspace import Identity, Workspace, claimed_workspace, read_agents_md
+from tests.support.cli import compactd
 from tests.test_service_e2e import MODEL, responder, turn_ops
 
 if TYPE_CHECKING:
     from tests.support.llm_server import StubLLMServer
     from tests.support.pi import Pi
 
-REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
 AS_NOBODY = Identity(NOBODY, NOBODY, (NOBODY,))
 NOW = datetime(2026, 3, 5, 12, 0, tzinfo=UTC)
@@ -87,22 +85,6 @@ def config(tree: Path, llm: StubLLMServer, **extra: Any) -> Path:
     path = tree / "config.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-def compactd(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "COMPACTD_CONFIG")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
 
 
 def once(cfg: Path) -> tuple[dict[str, dict[str, Any]], str]:
