@@ -69,7 +69,7 @@ from daemon.commit.successor import (
     leaf_to_repoint,
     plan_rescue,
 )
-from daemon.transcript.reader import parse_line, parse_transcript
+from daemon.transcript.reader import Transcript, parse_line, parse_transcript
 
 log = logging.getLogger(__name__)
 
@@ -462,18 +462,23 @@ def _rescue_from_archive(
     return len(rescue.lines), rescue.reattached, pointer
 
 
-def _point_leaf_at(fd: int, target: str | None) -> int:
-    """Append a leaf pointer to ``target`` unless the file's last line already is it."""
-    data = pread_all(fd, 0, os.fstat(fd).st_size)
-    transcript = parse_transcript(data[: data.rfind(b"\n") + 1])
-    if target is None or transcript.leaf_id == target:
-        return 0
+def _append_leaf_pointer(fd: int, data: bytes, transcript: Transcript, target: str) -> int:
+    """Append (and fsync) a leaf pointer to ``target`` after ``data``, the file's bytes as parsed."""
     entry = leaf_pointer_entry(fresh_id(set(transcript.by_id())), target)
     prefix = b"\n" if not data.endswith(b"\n") else b""
     write_all(fd, prefix + dumps_entry(entry) + b"\n")
     os.fsync(fd)
     log.warning("recovery: re-pointed the leaf to %s", target)
     return 1
+
+
+def _point_leaf_at(fd: int, target: str | None) -> int:
+    """Append a leaf pointer to ``target`` unless the file's last line already is it."""
+    data = pread_all(fd, 0, os.fstat(fd).st_size)
+    transcript = parse_transcript(data[: data.rfind(b"\n") + 1])
+    if target is None or transcript.leaf_id == target:
+        return 0
+    return _append_leaf_pointer(fd, data, transcript, target)
 
 
 def _repoint_leaf(fd: int, start: int, exclude: set[str], *, planned: bool = False) -> int:
@@ -499,12 +504,7 @@ def _repoint_leaf(fd: int, start: int, exclude: set[str], *, planned: bool = Fal
     target = leaf_to_repoint(agent, transcript.entries[-1], transcript.by_id(), anchor)
     if target is None:
         return 0
-    entry = leaf_pointer_entry(fresh_id(set(transcript.by_id())), target)
-    prefix = b"\n" if not data.endswith(b"\n") else b""
-    write_all(fd, prefix + dumps_entry(entry) + b"\n")
-    os.fsync(fd)
-    log.warning("recovery: re-pointed the leaf to %s", target)
-    return 1
+    return _append_leaf_pointer(fd, data, transcript, target)
 
 
 def _recover_append(intent: Record, report: RecoveryReport) -> tuple[str, dict[str, Any]]:
