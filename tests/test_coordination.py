@@ -15,11 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
 import yaml
 
 from daemon.transcript.reader import read_transcript
-from tests.test_service_e2e import AGENTS_MD, MEMORY, SUMMARY, memory_blocks, turn_ops
+from tests.test_service_e2e import AGENTS_MD, MEMORY, SUMMARY, memory_blocks, turn_ops, wait_for
 
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer
@@ -27,16 +26,6 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "claude-e2e"
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)  # polling an observable condition, bounded by the deadline
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 def is_flush(request: RecordedRequest) -> bool:

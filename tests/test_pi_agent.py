@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import yaml
 from daemon.transcript.reader import read_transcript
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
 from tests.support.pi import pi_package_dir
+from tests.test_service_e2e import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -44,16 +45,6 @@ RED_LINE = "Never delete a notes file without asking the user first."
 AGENTS_MD = f"# Notes agent\n\n## Session Startup\nRead the newest notes first.\n\n## Red Lines\n{RED_LINE}\n"
 SUMMARY_MARKER = "SUMMARY-MARKER-5c1e"
 NOTE_FILE = re.compile(r"notes_\d+\.txt")
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)  # polling an observable condition, bounded by the deadline
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 def note_text(n: int) -> str:
