@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from compactd.ledger import SessionLedger
+from compactd.prune import tool_result_text_chars
+from compactd.tokens import estimate_tokens, js_json_len, js_len, usage_tokens
+from compactd.transcript.context import build_context
+from compactd.transcript.messages import is_runtime_context, strip_for_llm
+from compactd.transcript.reader import iter_lines, parse_transcript, validate
 
 from bench.corpus import generate_corpus
-from daemon.ledger import SessionLedger
-from daemon.prune import tool_result_text_chars
-from daemon.tokens import estimate_tokens, js_json_len, js_len, usage_tokens
-from daemon.transcript.context import build_context
-from daemon.transcript.messages import is_runtime_context, strip_for_llm
-from daemon.transcript.reader import iter_lines, parse_transcript, validate
 
 TARGET_RATIO = 0.6
 DEFAULT_FILES = 200

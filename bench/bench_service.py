@@ -36,9 +36,8 @@ from typing import Any
 
 import anyio
 import orjson
-
-from daemon.config import Config
-from daemon.service import Service
+from compactd.config import Config
+from compactd.service import Service
 
 DEFAULT_SESSIONS = 1000
 DEFAULT_RATE = 100.0
@@ -230,7 +229,7 @@ async def measure_latency(
         )
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "daemon"), os.environ.get("PYTHONPATH")])),
         }
         cpu_before = _cpu_seconds()
         wall_before = time.monotonic()
@@ -422,7 +421,7 @@ def memory_child(root: str, state: str, sessions: int, dirs: int, trace: bool = 
 def _child(args: list[str], timeout: float) -> dict[str, Any]:
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "daemon"), os.environ.get("PYTHONPATH")])),
     }
     done = subprocess.run(
         [sys.executable, "-m", "bench.bench_service", *args],

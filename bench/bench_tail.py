@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from compactd.tail import Change
+from compactd.tracker import SessionTracker
 
 from bench.corpus import generate_session
-from daemon.tail import Change
-from daemon.tracker import SessionTracker
 
 DEFAULT_BIG_MB = 50.0
 DEFAULT_SMALL_KB = 5.0

@@ -7,9 +7,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
-from daemon import agents_md
-from daemon.agents_md import (
+from compactd import agents_md
+from compactd.agents_md import (
     HEADER,
     TRUNCATED_MARKER,
     extract_sections,

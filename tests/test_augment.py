@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from daemon.summarize.augment import (
+from compactd.summarize.augment import (
     FILE_LIST_MAX_CHARS,
     FILE_SECTION_MAX_CHARS,
     RECENT_TURN_MAX_CHARS,

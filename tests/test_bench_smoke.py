@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
+from compactd.ledger import SessionLedger
+from compactd.transcript.reader import read_transcript
 
 from bench import bench_read, bench_service, bench_tail, corpus
-from daemon.ledger import SessionLedger
-from daemon.transcript.reader import read_transcript
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,11 +8,8 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from daemon import defaults as d
-from daemon.budget import (
+from compactd import defaults as d
+from compactd.budget import (
     TRUNCATE_ONLY_SLACK_CHARS,
     Budget,
     budget_for_window,
@@ -22,8 +19,10 @@ from daemon.budget import (
     resolve_window,
     tool_result_max_chars,
 )
-from daemon.config import Config
-from daemon.tokens import MAX_TOKENS
+from compactd.config import Config
+from compactd.tokens import MAX_TOKENS
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ENV = {"HOME": "/home/tester"}
 DEFAULTS = Config.defaults(ENV)
@@ -376,10 +375,10 @@ def write_session(path: Path, turns: list[tuple[str, str]]) -> Path:
 def session_budget(path: Path, cfg: Config) -> Budget:
     """What ``compactd inspect`` computes: the reader's context and pi's estimate, the pruning planner's
     reducible characters, and the model the transcript names."""
-    from daemon.prune import reducible_chars
-    from daemon.tokens import estimate_context_tokens
-    from daemon.transcript.context import build_context
-    from daemon.transcript.reader import read_transcript
+    from compactd.prune import reducible_chars
+    from compactd.tokens import estimate_context_tokens
+    from compactd.transcript.context import build_context
+    from compactd.transcript.reader import read_transcript
 
     transcript = read_transcript(path)
     context = build_context(transcript)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
+from compactd.transcript.reader import read_transcript
 
-from daemon.transcript.reader import read_transcript
 from tests.support.cli import compactd
 
 if TYPE_CHECKING:

@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from daemon import __version__
-from daemon.cli import main
-from daemon.config import load_config
-from daemon.planning import budget_for
-from daemon.tokens import estimate_context_tokens, estimate_tokens
-from daemon.transcript.context import build_context
-from daemon.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
-from daemon.transcript.reader import read_transcript
+from compactd import __version__
+from compactd.cli import main
+from compactd.config import load_config
+from compactd.planning import budget_for
+from compactd.tokens import estimate_context_tokens, estimate_tokens
+from compactd.transcript.context import build_context
+from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
+from compactd.transcript.reader import read_transcript
 
 Json = dict[str, Any]
 COMPACTD = Path(sys.executable).parent / "compactd"

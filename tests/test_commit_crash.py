@@ -21,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from daemon.commit import CRASH_POINTS, CompactionEntries, Journal, commit, recover
-from daemon.commit.locks import lock_is_live, lock_path_for, read_lock
-from daemon.transcript.reader import read_transcript
+from compactd.commit import CRASH_POINTS, CompactionEntries, Journal, commit, recover
+from compactd.commit.locks import lock_is_live, lock_path_for, read_lock
+from compactd.transcript.reader import read_transcript
+
 from tests.support.crash import (
     archives_of,
     file_lines,
@@ -231,7 +232,7 @@ def test_recovery_rescues_late_lines_left_in_the_old_inode(pi: Pi, tmp_path: Pat
 def test_rescue_during_the_grace_period_repoints_the_leaf(pi: Pi, tmp_path: Path) -> None:
     """A line lands in the old inode after the rename and its child lands in the new file before we rescue it:
     the rescued line would become the last line (the leaf) and cut its child off; a leaf pointer fixes it."""
-    from daemon.commit.atomic import TEST_HOOKS
+    from compactd.commit.atomic import TEST_HOOKS
 
     path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
     entries = make_entries(path)
@@ -288,7 +289,7 @@ def test_append_correction_keeps_the_longer_branch_when_a_line_forks_below_the_l
 ) -> None:
     """The correction chains from the agent's newest line, which is the tip of the longest chain, not the last
     line in the file: chaining from f1 cut s1 and s2 (after the cut point) off the branch."""
-    from daemon.commit.atomic import TEST_HOOKS
+    from compactd.commit.atomic import TEST_HOOKS
 
     path, entries, forked = _forked_below_the_leaf(pi, tmp_path)
 
@@ -460,7 +461,17 @@ def test_compact_after_a_kill_under_a_live_appender_recovers_first(pi: Pi, tmp_p
     assert {e["id"] for e in file_lines(first_archive)} >= set(only_archived)
 
     done = subprocess.run(
-        [sys.executable, "-m", "daemon", "compact", str(path), "--force", "--json", "--config", str(config)],
+        [
+            sys.executable,
+            "-m",
+            "compactd",
+            "compact",
+            str(path),
+            "--force",
+            "--json",
+            "--config",
+            str(config),
+        ],
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from compactd.commit import Journal, commit, recover, seal_torn_line
+from compactd.commit.atomic import TEST_HOOKS
+from compactd.commit.locks import lock_path_for
 
-from daemon.commit import Journal, commit, recover, seal_torn_line
-from daemon.commit.atomic import TEST_HOOKS
-from daemon.commit.locks import lock_path_for
 from tests.support.crash import archives_of, fork, make_entries, session_ops, temp_files
 
 if TYPE_CHECKING:
@@ -406,7 +406,7 @@ def test_a_directory_or_missing_path_is_refused(tmp_path: Path) -> None:
 
 
 def make_entries_stub() -> Any:
-    from daemon.commit import CompactionEntries
+    from compactd.commit import CompactionEntries
 
     return CompactionEntries({"type": "compaction", "id": "00000001", "firstKeptEntryId": "x"}, None, 0, "x")
 

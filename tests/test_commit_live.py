@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from compactd.commit import LEAF_POINTER_TYPE, commit
+from compactd.transcript.reader import read_transcript
 
-from daemon.commit import LEAF_POINTER_TYPE, commit
-from daemon.transcript.reader import read_transcript
 from tests.support.crash import (
     archives_of,
     expected_after,

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from compactd.commit import FULL_TEXT_PLACEHOLDER, Journal, commit
+from compactd.commit.atomic import utc_stamp
+from compactd.transcript.reader import read_transcript
 
-from daemon.commit import FULL_TEXT_PLACEHOLDER, Journal, commit
-from daemon.commit.atomic import utc_stamp
-from daemon.transcript.reader import read_transcript
 from tests.support.crash import (
     archives_of,
     expected_after,

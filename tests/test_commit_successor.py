@@ -10,10 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from daemon.commit.successor import (
+from compactd.commit.successor import (
     FULL_TEXT_PLACEHOLDER,
     PlanError,
     build_append,
@@ -23,8 +20,10 @@ from daemon.commit.successor import (
     substitute_note,
     verify,
 )
-from daemon.transcript.context import build_context, entry_to_message
-from daemon.transcript.reader import parse_line, parse_transcript
+from compactd.transcript.context import build_context, entry_to_message
+from compactd.transcript.reader import parse_line, parse_transcript
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 HEADER = b'{"type":"session","version":3,"id":"5f0c2a9e-1b7d-4c3e-9a41-2d6b8e7f0c11","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}'
 

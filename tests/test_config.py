@@ -14,11 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from daemon import defaults as d
-from daemon.config import (
+from compactd import defaults as d
+from compactd.config import (
     CONFIG_MAX_BYTES,
     Config,
     ConfigError,
@@ -27,6 +24,8 @@ from daemon.config import (
     load_config,
     resolve_state_dir,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "config.example.yaml"
@@ -145,7 +144,7 @@ def test_example_file_equals_builtin_defaults() -> None:
 
 
 def test_example_file_shows_every_key() -> None:
-    from daemon import config as c
+    from compactd import config as c
 
     text = EXAMPLE.read_text(encoding="utf-8")
     groups = [
@@ -717,7 +716,7 @@ def load_in_child(path: Path, *, key: bool = False) -> subprocess.CompletedProce
     limit = 1 << 30
     code = (
         "import sys\n"
-        "from daemon.config import ConfigError, load_config\n"
+        "from compactd.config import ConfigError, load_config\n"
         "try:\n"
         "    config = load_config(sys.argv[1])\n"
         "    if sys.argv[2] == 'key':\n"

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from compactd.transcript.reader import read_transcript
 
-from daemon.transcript.reader import read_transcript
 from tests.test_service_e2e import AGENTS_MD, MEMORY, SUMMARY, memory_blocks, turn_ops, wait_for
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Setup:
     def start(self, *args: str) -> subprocess.Popen[str]:
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY")}
         return subprocess.Popen(
-            [sys.executable, "-m", "daemon", *args, "--config", str(self.config)],
+            [sys.executable, "-m", "compactd", *args, "--config", str(self.config)],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,

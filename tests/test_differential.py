@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from daemon.tokens import estimate_context_tokens, estimate_tokens
-from daemon.transcript.context import build_context
-from daemon.transcript.reader import read_transcript
+from compactd.tokens import estimate_context_tokens, estimate_tokens
+from compactd.transcript.context import build_context
+from compactd.transcript.reader import read_transcript
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi

@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-
-from daemon.commit.commit import CommitMode, CompactionEntries, commit
-from daemon.defaults import KEEP_RECENT_TOKENS, KEEP_RECENT_TURNS
-from daemon.job import snapshot_size
-from daemon.summarize.augment import RECENT_TURNS_HEADING
-from daemon.summarize.digest import (
+from compactd.commit.commit import CommitMode, CompactionEntries, commit
+from compactd.defaults import KEEP_RECENT_TOKENS, KEEP_RECENT_TURNS
+from compactd.job import snapshot_size
+from compactd.summarize.augment import RECENT_TURNS_HEADING
+from compactd.summarize.digest import (
     DIGEST_MAX_CHARS,
     FAILURES_HEADING,
     FILES_HEADING,
@@ -22,9 +21,9 @@ from daemon.summarize.digest import (
     build_digest,
     tool_failures,
 )
-from daemon.summarize.engine import CompactionEngine, EngineResult, EngineSettings
-from daemon.summarize.fileops import FileOps, file_operations
-from daemon.summarize.headings import (
+from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
+from compactd.summarize.fileops import FileOps, file_operations
+from compactd.summarize.headings import (
     CONSTRAINTS,
     DECISIONS,
     EXACT_IDENTIFIERS,
@@ -33,9 +32,9 @@ from daemon.summarize.headings import (
     REQUIRED_HEADINGS,
     split_sections,
 )
-from daemon.summarize.identifiers import extract_identifiers, missing_identifiers, rank_identifiers
-from daemon.transcript.messages import text_of
-from daemon.transcript.reader import Transcript, read_transcript
+from compactd.summarize.identifiers import extract_identifiers, missing_identifiers, rank_identifiers
+from compactd.transcript.messages import text_of
+from compactd.transcript.reader import Transcript, read_transcript
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi
@@ -380,7 +379,7 @@ def test_real_sessions(name: str) -> None:
     path = _real_dir() / name
     if not path.is_file():
         pytest.skip(f"{path} not present")
-    from daemon.transcript.context import build_context
+    from compactd.transcript.context import build_context
 
     messages = build_context(read_transcript(path)).messages
     digest = build_digest(messages)

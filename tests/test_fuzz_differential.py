@@ -34,21 +34,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from daemon.cli import main as cli_main
-from daemon.ledger import SessionLedger
-from daemon.tokens import (
+from compactd.cli import main as cli_main
+from compactd.ledger import SessionLedger
+from compactd.tokens import (
     MAX_TOKENS,
     estimate_context_tokens,
     estimate_for_planning,
     estimate_tokens,
     usage_tokens,
 )
-from daemon.tracker import SessionTracker
-from daemon.transcript.context import build_context
-from daemon.transcript.jsjson import JS_WHITESPACE, nesting, stringify
-from daemon.transcript.messages import llm_visible
-from daemon.transcript.reader import Transcript, link_key, parse_transcript, read_transcript
+from compactd.tracker import SessionTracker
+from compactd.transcript.context import build_context
+from compactd.transcript.jsjson import JS_WHITESPACE, nesting, stringify
+from compactd.transcript.messages import llm_visible
+from compactd.transcript.reader import Transcript, link_key, parse_transcript, read_transcript
+
 from tests.support.cli import compactd
 from tests.support.pi import clip_deep
 from tests.test_differential import PI_SCENARIOS, REAL_DIR, REAL_NAMES, canon, short

@@ -7,11 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from daemon.summarize.headings import EXACT_IDENTIFIERS, REQUIRED_HEADINGS
-from daemon.summarize.identifiers import (
+from compactd.summarize.headings import EXACT_IDENTIFIERS, REQUIRED_HEADINGS
+from compactd.summarize.identifiers import (
     COMMAND_MAX_CHARS,
     WRITTEN_MAX,
     Identifier,
@@ -25,6 +22,8 @@ from daemon.summarize.identifiers import (
     scan_text,
     with_carried,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 Msg = dict[str, Any]
 
@@ -628,8 +627,8 @@ def test_real_session_ranking_and_full_repair(name: str) -> None:
     path = _real_dir() / name
     if not path.is_file():
         pytest.skip(f"{path} not present")
-    from daemon.transcript.context import build_context
-    from daemon.transcript.reader import read_transcript
+    from compactd.transcript.context import build_context
+    from compactd.transcript.reader import read_transcript
 
     messages = build_context(read_transcript(path)).messages
     ids = extract_identifiers(messages)

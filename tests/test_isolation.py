@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from compactd.transcript.reader import read_transcript
 
-from daemon.transcript.reader import read_transcript
 from tests.support.cli import compactd as run_compactd
 from tests.support.crash import temp_files
 from tests.test_cli_commands import EXAMPLES, LONG, SHORT

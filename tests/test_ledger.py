@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from compactd.ledger import SessionLedger
+from compactd.tail import Change
+from compactd.tokens import estimate_context_tokens, estimate_for_planning
+from compactd.tracker import SessionTracker
+from compactd.transcript.context import build_context
+from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
+from compactd.transcript.reader import read_transcript
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from daemon.ledger import SessionLedger
-from daemon.tail import Change
-from daemon.tokens import estimate_context_tokens, estimate_for_planning
-from daemon.tracker import SessionTracker
-from daemon.transcript.context import build_context
-from daemon.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
-from daemon.transcript.reader import read_transcript
 
 Json = dict[str, Any]
 REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
@@ -572,7 +571,7 @@ def test_cold_read_equals_the_full_read_on_real_sessions(name: str) -> None:
 def test_cold_read_equals_the_full_read(shape: list[int], stale: bool) -> None:
     """Random trees: branches, compactions (kept before, after or nowhere), usage anchors fresh and stale,
     runtime context, labels, model changes and a junk last line."""
-    from daemon.transcript.reader import parse_transcript
+    from compactd.transcript.reader import parse_transcript
 
     lines = [header()]
     ids: list[str] = []
@@ -667,7 +666,7 @@ def test_the_cold_read_falls_back_to_the_exact_reader(
     def broken(data: bytes) -> SessionLedger:
         raise ValueError("a bug in the fast path")
 
-    monkeypatch.setattr("daemon.ledger._cold_read", broken)
+    monkeypatch.setattr("compactd.ledger._cold_read", broken)
     ledger = SessionLedger.from_bytes(path.read_bytes(), str(path))
     assert ledger.figures() == one_go(path).figures()
     assert "cold read failed" in caplog.text and str(path) in caplog.text

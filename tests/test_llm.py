@@ -11,14 +11,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-
-from daemon.defaults import (
+from compactd.defaults import (
     SUMMARIZER_RETRY_ATTEMPTS,
     SUMMARIZER_RETRY_BASE_SECONDS,
     SUMMARIZER_RETRY_JITTER,
     SUMMARIZER_RETRY_MAX_SECONDS,
 )
-from daemon.summarize.llm import (
+from compactd.summarize.llm import (
     KINDS,
     Completion,
     LLMError,
@@ -28,6 +27,7 @@ from daemon.summarize.llm import (
     is_overflow_text,
     retry_after_seconds,
 )
+
 from tests.support.llm_server import OVERFLOW_BODIES, Reply, StubLLMServer
 
 pytestmark = pytest.mark.anyio

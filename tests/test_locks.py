@@ -12,8 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-from daemon.commit.locks import (
+from compactd.commit.locks import (
     INSTANCE_LOCK_NAME,
     AlreadyRunning,
     InstanceLock,
@@ -392,14 +391,14 @@ def test_hold_blocks_a_second_process(transcript: Path) -> None:
     """A separate process sees our hold as a live lock, and can take it once we let go."""
     code = (
         "import sys\n"
-        "from daemon.commit.locks import SessionBusy, hold_session_lock\n"
+        "from compactd.commit.locks import SessionBusy, hold_session_lock\n"
         "try:\n"
         "    with hold_session_lock(sys.argv[1]):\n"
         "        pass\n"
         "except SessionBusy as e:\n"
         "    print(e); raise SystemExit(3)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "daemon")}
     with hold_session_lock(transcript):
         proc = subprocess.run(
             [sys.executable, "-c", code, str(transcript)], env=env, capture_output=True, text=True, timeout=60
@@ -416,7 +415,7 @@ def test_hold_blocks_a_second_process(transcript: Path) -> None:
 
 _CHILD_ACQUIRE = (
     "import sys\n"
-    "from daemon.commit.locks import AlreadyRunning, InstanceLock\n"
+    "from compactd.commit.locks import AlreadyRunning, InstanceLock\n"
     "try:\n"
     "    InstanceLock(sys.argv[1]).acquire()\n"
     "except AlreadyRunning as e:\n"
@@ -427,7 +426,7 @@ _CHILD_ACQUIRE = (
 def _child_acquire(state_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", _CHILD_ACQUIRE, str(state_dir)],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO / "daemon")},
         capture_output=True,
         text=True,
         timeout=60,
@@ -458,7 +457,7 @@ def test_second_instance_in_another_process_is_refused(tmp_path: Path) -> None:
 def test_instance_held_by_another_process_names_its_pid(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from daemon.commit.locks import InstanceLock\n"
+        "from compactd.commit.locks import InstanceLock\n"
         "lock = InstanceLock(sys.argv[1]); lock.acquire()\n"
         "print('locked', flush=True)\n"
         "sys.stdin.read()\n"
@@ -468,7 +467,7 @@ def test_instance_held_by_another_process_names_its_pid(tmp_path: Path) -> None:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO / "daemon")},
     )
     try:
         assert child.stdout is not None and child.stdout.readline() == "locked\n"

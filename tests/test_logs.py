@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TextIO
 
 import pytest
-
-from daemon.config import load_config
-from daemon.logs import (
+from compactd.config import load_config
+from compactd.logs import (
     LOG_LEVELS,
     LineFormatter,
     ScrubbedOutput,
@@ -64,9 +63,9 @@ def _lines(stream: TextIO) -> list[str]:
 def test_plain_format_has_utc_timestamp_level_logger_and_message() -> None:
     out = io.StringIO()
     configure_logging("info", env={}, stream=out)
-    logging.getLogger("daemon.watch").info("session=%s action=%s", "abc", "compact")
+    logging.getLogger("compactd.watch").info("session=%s action=%s", "abc", "compact")
     (line,) = out.getvalue().splitlines()
-    assert re.fullmatch(STAMP + r" INFO daemon\.watch: session=abc action=compact", line), line
+    assert re.fullmatch(STAMP + r" INFO compactd\.watch: session=abc action=compact", line), line
 
 
 def test_timestamp_is_utc_with_milliseconds() -> None:
@@ -90,10 +89,10 @@ def test_journal_lines_carry_priority_and_no_timestamp(tmp_path: Path, level: in
     stream, env = _journal_file(tmp_path)
     with stream:
         configure_logging("debug", env=env, stream=stream)
-        logging.getLogger("daemon.commit").log(level, "committed session=s1")
+        logging.getLogger("compactd.commit").log(level, "committed session=s1")
         (line,) = _lines(stream)
     name = logging.getLevelName(level)
-    assert line == f"{prefix}{name} daemon.commit: committed session=s1"
+    assert line == f"{prefix}{name} compactd.commit: committed session=s1"
     assert not re.search(r"\d{4}-\d\d-\d\dT", line)
 
 
@@ -129,7 +128,7 @@ def test_real_stderr_under_journal_stream_in_a_subprocess(tmp_path: Path) -> Non
     log_path = tmp_path / "stderr.log"
     code = (
         "import logging, os\n"
-        "from daemon.logs import configure_logging\n"
+        "from compactd.logs import configure_logging\n"
         "st = os.fstat(2)\n"
         "configure_logging('info', env={'JOURNAL_STREAM': f'{st.st_dev}:{st.st_ino}'})\n"
         "logging.getLogger('child').error('boom')\n"
@@ -140,7 +139,7 @@ def test_real_stderr_under_journal_stream_in_a_subprocess(tmp_path: Path) -> Non
         proc = subprocess.run(
             [sys.executable, "-c", code],
             stderr=err,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={**os.environ, "PYTHONPATH": str(REPO / "daemon")},
             timeout=60,
             check=False,
         )
@@ -161,13 +160,13 @@ def test_traceback_and_multiline_message_stay_one_line(journal: bool) -> None:
     try:
         _raise_with_newlines()
     except RuntimeError:
-        logging.getLogger("daemon.run").exception("commit failed\nsession=s2")
+        logging.getLogger("compactd.run").exception("commit failed\nsession=s2")
     text = out.getvalue()
     assert text.count("\n") == 1 and text.endswith("\n")
     assert "commit failed\\nsession=s2\\nTraceback (most recent call last):\\n" in text
     assert "_raise_with_newlines" in text
     assert "RuntimeError: line one\\nline two" in text
-    assert text.startswith("<3>ERROR daemon.run: " if journal else "")
+    assert text.startswith("<3>ERROR compactd.run: " if journal else "")
 
 
 def test_stack_info_stays_one_line() -> None:
@@ -191,7 +190,7 @@ def test_secrets_are_scrubbed_from_messages_args_and_tracebacks() -> None:
     add_secret(secret)
     out = io.StringIO()
     configure_logging("debug", env={}, stream=out)
-    log = logging.getLogger("daemon.summarize")
+    log = logging.getLogger("compactd.summarize")
     log.info("calling with key %s", secret)
     log.debug(f"inline {secret} too")
     try:

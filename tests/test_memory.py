@@ -16,9 +16,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-
-from daemon.config import HookConfig, load_config
-from daemon.memory import (
+from compactd.config import HookConfig, load_config
+from compactd.memory import (
     FLUSH_MAX_OUTPUT_TOKENS,
     HOOK_EVENT,
     FlushResult,
@@ -32,8 +31,9 @@ from daemon.memory import (
     memory_file_for,
     run_hooks,
 )
-from daemon.summarize.llm import RetryPolicy, SummarizerClient
-from daemon.summarize.prompts import NO_REPLY
+from compactd.summarize.llm import RetryPolicy, SummarizerClient
+from compactd.summarize.prompts import NO_REPLY
+
 from tests.support.llm_server import Reply, StubLLMServer
 
 NOW = datetime(2024, 3, 5, 12, 30, tzinfo=UTC)
@@ -213,7 +213,7 @@ async def test_a_string_command_from_the_config_runs_through_the_shell(tmp_path:
 async def test_a_failing_hook_is_a_warning_not_an_exception(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="daemon.memory")
+    caplog.set_level(logging.INFO, logger="compactd.memory")
     [result] = await run_hooks([sh_hook("cat >/dev/null; echo boom-on-stderr >&2; exit 3")], event(tmp_path))
     assert result.status == "failed" and not result.ok
     assert result.returncode == 3
@@ -228,7 +228,7 @@ async def test_a_failing_hook_is_a_warning_not_an_exception(
 async def test_a_hook_past_its_timeout_is_killed_with_its_children(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="daemon.memory")
+    caplog.set_level(logging.WARNING, logger="compactd.memory")
     main_pid, child_pid = tmp_path / "main.pid", tmp_path / "child.pid"
     # The shell backgrounds one sleep (its child) and becomes another (exec): both must be gone afterwards.
     script = f"sleep 30 & echo $! > {child_pid}; echo $$ > {main_pid}; exec sleep 30"
@@ -263,7 +263,7 @@ async def test_cancelling_run_hooks_kills_the_running_hooks(tmp_path: Path) -> N
 
 @pytest.mark.anyio
 async def test_a_hook_that_cannot_start_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="daemon.memory")
+    caplog.set_level(logging.WARNING, logger="compactd.memory")
     missing = HookConfig(command=(str(tmp_path / "no-such-hook"),), timeout_seconds=5)
     [result] = await run_hooks([missing], event(tmp_path))
     assert result.status == "error" and result.returncode is None
@@ -559,7 +559,7 @@ async def test_a_secret_in_the_answer_never_reaches_the_memory_file(
 async def test_a_server_error_fails_without_raising(
     llm_server: StubLLMServer, workspace: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="daemon.memory")
+    caplog.set_level(logging.WARNING, logger="compactd.memory")
     llm_server.script(Reply.error(500, "upstream exploded"))
     async with make_client(llm_server) as client:
         result = await flush_memories(client, span(), workspace=workspace, session_id="s1", now=NOW)

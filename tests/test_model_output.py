@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from compactd.agents_md import HEADER
 
-from daemon.agents_md import HEADER
 from tests.support.cli import compactd
 
 if TYPE_CHECKING:

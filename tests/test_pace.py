@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-
-from daemon.summarize.engine import CompactionEngine, EngineResult, EngineSettings
-from daemon.summarize.headings import REQUIRED_HEADINGS
-from daemon.summarize.llm import SummarizerClient, estimate_prompt_tokens
-from daemon.summarize.pace import (
+from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
+from compactd.summarize.headings import REQUIRED_HEADINGS
+from compactd.summarize.llm import SummarizerClient, estimate_prompt_tokens
+from compactd.summarize.pace import (
     CHUNK_OUTPUT_RATIO,
     MAX_RISE,
     MERGE_OUTPUT_RATIO,
@@ -36,8 +35,9 @@ from daemon.summarize.pace import (
     observe,
     output_budget,
 )
-from daemon.summarize.prompts import RETRY_INSTRUCTION
-from daemon.transcript.reader import read_transcript
+from compactd.summarize.prompts import RETRY_INSTRUCTION
+from compactd.transcript.reader import read_transcript
+
 from tests.support.llm_server import Reply, chunk_payload, sse_event
 
 if TYPE_CHECKING:
@@ -360,8 +360,8 @@ def _endless(prefix: str, *, interval: float = 0.05) -> Reply:
 def test_a_good_prefix_cut_off_by_the_deadline_is_committed_as_llm_partial(
     llm_server: StubLLMServer, pi: Pi, tmp_path: Path
 ) -> None:
-    from daemon.commit.commit import CompactionEntries, commit
-    from daemon.job import snapshot_size
+    from compactd.commit.commit import CompactionEntries, commit
+    from compactd.job import snapshot_size
 
     llm_server.responder = lambda r: _endless(GOOD_PREFIX)
     path = coding_session(pi, tmp_path / "s", turns=3, result_chars=600)
@@ -424,7 +424,7 @@ def test_a_bad_prefix_cut_off_by_the_deadline_gives_the_digest_and_still_teaches
     llm_server.responder = lambda r: _endless(OFF_TOPIC_PREFIX)
     path = coding_session(pi, tmp_path / "s", turns=3, result_chars=600)
     client = client_for(llm_server, state, timeout_seconds=2)
-    with caplog.at_level(logging.WARNING, logger="daemon.summarize"):
+    with caplog.at_level(logging.WARNING, logger="compactd.summarize"):
         result = compact(path, client)
     assert result.level == "digest" and len(llm_server.completions) == 1
     assert "Lunch is at noon" not in result.summary
@@ -501,8 +501,7 @@ def test_doctor_says_what_speed_was_measured_and_what_call_it_implies(
     import io
 
     import yaml
-
-    from daemon.doctor import run_doctor
+    from compactd.doctor import run_doctor
 
     def doctor() -> tuple[int, str]:
         out = io.StringIO()

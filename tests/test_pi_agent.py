@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 import yaml
+from compactd.transcript.reader import read_transcript
 
-from daemon.transcript.reader import read_transcript
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
 from tests.support.pi import pi_package_dir
 from tests.test_service_e2e import wait_for
@@ -252,7 +252,7 @@ class Compactd:
                 [
                     sys.executable,
                     "-m",
-                    "daemon",
+                    "compactd",
                     "run",
                     "--config",
                     str(self.config_path),
@@ -298,7 +298,7 @@ class Compactd:
             [
                 sys.executable,
                 "-m",
-                "daemon",
+                "compactd",
                 "inspect",
                 str(path),
                 "--json",

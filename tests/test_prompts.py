@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from daemon.summarize import prompts
-from daemon.summarize.headings import REQUIRED_HEADINGS
+from compactd.summarize import prompts
+from compactd.summarize.headings import REQUIRED_HEADINGS
 
 TRANSCRIPT = "[User]: please rename /srv/app/config.yaml to settings.yaml\n[Assistant]: Done."
 

@@ -9,11 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
-
-from daemon.defaults import TOOL_RESULT_MAX_CHARS
-from daemon.prune import (
+from compactd.defaults import TOOL_RESULT_MAX_CHARS
+from compactd.prune import (
     MIDDLE_MARKER,
     PruneEdit,
     PrunePlan,
@@ -26,7 +23,9 @@ from daemon.prune import (
     truncate_tool_result,
     truncation_suffix,
 )
-from daemon.tokens import estimate_tokens, js_len
+from compactd.tokens import estimate_tokens, js_len
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 SUFFIX_RE = re.compile(r"\[\.\.\. (\d+) more characters truncated(?:; [^\]]*)?\]$")

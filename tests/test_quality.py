@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from daemon.summarize.headings import REQUIRED_HEADINGS
-from daemon.summarize.quality import (
+from compactd.summarize.headings import REQUIRED_HEADINGS
+from compactd.summarize.quality import (
     NO_PRIOR_HISTORY,
     QualityReport,
     ask_keywords,
@@ -18,6 +15,8 @@ from daemon.summarize.quality import (
     repair_headings,
     score,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 D, T, C, P, X = REQUIRED_HEADINGS
 

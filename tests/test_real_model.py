@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from compactd.summarize.llm import LLMError, SummarizerClient
 
-from daemon.summarize.llm import LLMError, SummarizerClient
 from tests.support.real_model import REAL_MODEL_ALIAS, REAL_MODEL_N_CTX
 
 if TYPE_CHECKING:
@@ -81,13 +81,13 @@ async def test_a_rambling_real_model_still_yields_a_summary_with_every_heading_a
     real_model_url: str, tmp_path: Path, pi: Pi
 ) -> None:
     """SmolLM2 ignores the headings and invents names: the checks and repairs must still deliver."""
-    from daemon.commit.commit import CompactionEntries, commit
-    from daemon.job import snapshot_size
-    from daemon.summarize.engine import CompactionEngine, EngineSettings
-    from daemon.summarize.headings import REQUIRED_HEADINGS
-    from daemon.summarize.identifiers import extract_identifiers, rank_identifiers
-    from daemon.transcript.messages import llm_visible
-    from daemon.transcript.reader import read_transcript
+    from compactd.commit.commit import CompactionEntries, commit
+    from compactd.job import snapshot_size
+    from compactd.summarize.engine import CompactionEngine, EngineSettings
+    from compactd.summarize.headings import REQUIRED_HEADINGS
+    from compactd.summarize.identifiers import extract_identifiers, rank_identifiers
+    from compactd.transcript.messages import llm_visible
+    from compactd.transcript.reader import read_transcript
 
     ops: list[dict[str, Any]] = []
     asks = [
@@ -262,12 +262,11 @@ async def test_a_slow_small_model_gives_a_model_summary_within_a_120_s_timeout_p
     import time
 
     import yaml
-
-    from daemon.config import load_config
-    from daemon.job import compact_file, make_client
-    from daemon.summarize.headings import REQUIRED_HEADINGS
-    from daemon.summarize.pace import SpeedMemory, endpoint_key
-    from daemon.tokens import estimate_tokens
+    from compactd.config import load_config
+    from compactd.job import compact_file, make_client
+    from compactd.summarize.headings import REQUIRED_HEADINGS
+    from compactd.summarize.pace import SpeedMemory, endpoint_key
+    from compactd.tokens import estimate_tokens
 
     state = tmp_path / "state"
     config_path = tmp_path / "config.yaml"

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from compactd.summarize.redact import redact_secrets, redact_secrets_counted, redact_url_secrets, redact_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from daemon.summarize.redact import redact_secrets, redact_secrets_counted, redact_url_secrets, redact_value
 
 # Assembled at run time so no scanner mistakes this file for a leak.
 OPENAI = "sk-" + "proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv"

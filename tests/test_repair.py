@@ -8,11 +8,10 @@ from typing import Any
 
 import orjson
 import pytest
+from compactd.transcript.messages import Message, tool_call_id
+from compactd.transcript.repair import SYNTHETIC_RESULT_TEXT, RepairReport, repair_tool_pairing
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from daemon.transcript.messages import Message, tool_call_id
-from daemon.transcript.repair import SYNTHETIC_RESULT_TEXT, RepairReport, repair_tool_pairing
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 

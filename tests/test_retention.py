@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
+from compactd.commit import Journal, commit
+from compactd.commit.retention import expired
+from compactd.config import Config
 
-from daemon.commit import Journal, commit
-from daemon.commit.retention import expired
-from daemon.config import Config
 from tests.support.cli import compactd as run_compactd
 from tests.support.crash import archives_of, file_lines, make_entries, seq_of, session_ops
 from tests.support.pi import NodeAppender
@@ -85,7 +85,7 @@ def test_retention_is_by_age_and_a_count_cap_is_opt_in() -> None:
 
 
 def _stamp(epoch: float) -> str:
-    from daemon.commit.atomic import utc_stamp
+    from compactd.commit.atomic import utc_stamp
 
     return utc_stamp(epoch)
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from compactd.config import ConfigError, load_config
+from compactd.transcript.reader import read_transcript
+from compactd.watch import discover_roots, expand_roots, scan_root
 
-from daemon.config import ConfigError, load_config
-from daemon.transcript.reader import read_transcript
-from daemon.watch import discover_roots, expand_roots, scan_root
 from tests.support.cli import compactd
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ def test_a_directory_swapped_for_a_symlink_during_the_model_call_is_not_committe
     llm_server.script(Reply.hung())
     base_env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "once", "--config", str(config), "--json"],
+        [sys.executable, "-m", "compactd", "once", "--config", str(config), "--json"],
         cwd=REPO,
         env=base_env,
         stdout=subprocess.PIPE,

@@ -5,13 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from daemon.agents_md import DEFAULT_LABEL, HEADER
-from daemon.summarize.augment import RECENT_TURNS_HEADING, SPLIT_TURN_LABEL, TOOL_FAILURES_HEADING
-from daemon.summarize.headings import REQUIRED_HEADINGS
-from daemon.summarize.sanitize import (
+from compactd.agents_md import DEFAULT_LABEL, HEADER
+from compactd.summarize.augment import RECENT_TURNS_HEADING, SPLIT_TURN_LABEL, TOOL_FAILURES_HEADING
+from compactd.summarize.headings import REQUIRED_HEADINGS
+from compactd.summarize.sanitize import (
     MARKER_TAGS,
     defuse_markers,
     escape_controls,
@@ -19,6 +16,8 @@ from daemon.summarize.sanitize import (
     strip_controls,
     summary_text,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 import yaml
+from compactd.state import SessionState, build_status, write_status
+from compactd.summarize.headings import REQUIRED_HEADINGS
+from compactd.transcript.reader import read_transcript
 
-from daemon.state import SessionState, build_status, write_status
-from daemon.summarize.headings import REQUIRED_HEADINGS
-from daemon.transcript.reader import read_transcript
 from tests.support.cli import compactd
 from tests.support.llm_server import Reply
 
@@ -294,7 +294,7 @@ def test_run_masks_the_url_key_and_a_hook_echoing_the_api_key(
     base = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY")}
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon", "run", "--log-level", "info"],
+            [sys.executable, "-m", "compactd", "run", "--log-level", "info"],
             cwd=REPO,
             stdout=err,
             stderr=subprocess.STDOUT,

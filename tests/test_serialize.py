@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from daemon.summarize.serialize import format_tool_call, serialize_transcript, truncate_for_summary
+from compactd.summarize.serialize import format_tool_call, serialize_transcript, truncate_for_summary
 
 Msg = dict[str, Any]
 SECRET = "sk-" + "proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv"

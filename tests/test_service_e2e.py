@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from daemon.transcript.reader import read_transcript
+from compactd.transcript.reader import read_transcript
 
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer
@@ -196,7 +195,7 @@ class Daemon:
             [
                 sys.executable,
                 "-m",
-                "daemon",
+                "compactd",
                 "run",
                 "--config",
                 str(self.config_path),
@@ -411,7 +410,7 @@ def test_a_second_instance_refuses_to_start(daemon_factory: Callable[..., Daemon
     d.start()
     d.wait_notice("READY=1")
     second = subprocess.run(
-        [sys.executable, "-m", "daemon", "run", "--config", str(d.config_path)],
+        [sys.executable, "-m", "compactd", "run", "--config", str(d.config_path)],
         cwd=REPO,
         capture_output=True,
         timeout=60,

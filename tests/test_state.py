@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from daemon.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS
-from daemon.state import (
+from compactd.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS
+from compactd.state import (
     METRICS_FILE,
     SESSIONS_FILE,
     STATUS_FILE,
@@ -111,7 +110,7 @@ def test_an_unchanged_save_does_not_rewrite(tmp_path: Path) -> None:
 
 
 def test_a_garbled_sessions_file_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="daemon.state")
+    caplog.set_level(logging.WARNING, logger="compactd.state")
     (tmp_path / SESSIONS_FILE).write_text('{"format": 1, "sessions": {"/a": {"tok')
     assert StateStore(tmp_path).load_sessions() == {}
     assert (tmp_path / f"{SESSIONS_FILE}.corrupt").read_text().startswith('{"format": 1')
@@ -290,7 +289,7 @@ def test_a_missing_or_garbled_status_is_none_with_a_message(
 
 
 def test_read_status_logs_by_default(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="daemon.state")
+    caplog.set_level(logging.WARNING, logger="compactd.state")
     assert read_status(tmp_path) is None
     [record] = caplog.records
     assert "no status file" in record.getMessage() and record.exc_info is None

@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from daemon.systemd import Notifier, sd_notify, watchdog_interval
+from compactd.systemd import Notifier, sd_notify, watchdog_interval
 
 REPO = Path(__file__).resolve().parent.parent
 UNITS = REPO / "systemd"
@@ -85,7 +84,7 @@ def test_sd_notify_without_socket_is_a_no_op(monkeypatch: pytest.MonkeyPatch) ->
 def test_sd_notify_send_error_returns_false_and_logs_debug(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="daemon.systemd")
+    caplog.set_level(logging.DEBUG, logger="compactd.systemd")
     missing = {"NOTIFY_SOCKET": str(tmp_path / "gone.sock")}
     assert sd_notify("READY=1", env=missing) is False
     assert any("sd_notify" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
@@ -179,11 +178,11 @@ def test_sd_notify_from_a_child_process_without_systemd_libraries(
     """The module imports and works in a fresh interpreter with only the standard library."""
     sock, env = notify_socket
     code = (
-        "import sys; import daemon.systemd as s; "
-        "assert 'systemd' not in {m.split('.')[0] for m in sys.modules if m != 'daemon.systemd'}; "
+        "import sys; import compactd.systemd as s; "
+        "assert 'systemd' not in {m.split('.')[0] for m in sys.modules if m != 'compactd.systemd'}; "
         "raise SystemExit(0 if s.Notifier().ready('child') else 1)"
     )
-    child_env = {**os.environ, **env, "PYTHONPATH": str(REPO)}
+    child_env = {**os.environ, **env, "PYTHONPATH": str(REPO / "daemon")}
     proc = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
     assert sock.recv(4096) == b"READY=1\nSTATUS=child"

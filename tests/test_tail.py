@@ -10,9 +10,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from daemon.tail import Change, FileCursor
-from daemon.tracker import SessionTracker
-from daemon.transcript.reader import read_transcript
+from compactd.tail import Change, FileCursor
+from compactd.tracker import SessionTracker
+from compactd.transcript.reader import read_transcript
 
 Json = dict[str, Any]
 

@@ -16,9 +16,8 @@ import subprocess
 from typing import Any
 
 import pytest
-
-from daemon.defaults import SAFETY_MARGIN
-from daemon.tokens import (
+from compactd.defaults import SAFETY_MARGIN
+from compactd.tokens import (
     MAX_TOKENS,
     estimate_context_tokens,
     estimate_for_planning,

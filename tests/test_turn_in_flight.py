@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from compactd.transcript.context import js_timestamp
+from compactd.transcript.reader import read_transcript
 
-from daemon.transcript.context import js_timestamp
-from daemon.transcript.reader import read_transcript
 from tests.support.cli import compactd
 from tests.test_service_e2e import (
     MODEL,
@@ -138,7 +138,7 @@ def test_a_slow_models_turn_is_not_compacted_until_its_final_reply(
         first = wait_busy(d, path, "the model's reply")
         assert first["planning_tokens"] > first["compact_threshold"]  # due: only the turn holds it back
         shown = subprocess.run(
-            [sys.executable, "-m", "daemon", "status", "--config", str(d.config_path)],
+            [sys.executable, "-m", "compactd", "status", "--config", str(d.config_path)],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -274,7 +274,7 @@ def test_a_turn_started_during_the_model_call_is_not_cut(
             [
                 sys.executable,
                 "-m",
-                "daemon",
+                "compactd",
                 "compact",
                 str(path),
                 "--json",

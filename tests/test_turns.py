@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from compactd.config import Config
+from compactd.ledger import SessionLedger
+from compactd.planning import readiness
+from compactd.tracker import SessionTracker
+from compactd.transcript.reader import parse_transcript
+from compactd.turns import Turn
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from daemon.config import Config
-from daemon.ledger import SessionLedger
-from daemon.planning import readiness
-from daemon.tracker import SessionTracker
-from daemon.transcript.reader import parse_transcript
-from daemon.turns import Turn
 
 Json = dict[str, Any]
 T0 = 1_790_000_000_000  # ms

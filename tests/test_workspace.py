@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from compactd.memory import MemoryWriteRefused, append_memory_as_owner
+from compactd.transcript.reader import read_transcript
+from compactd.workspace import Identity, Workspace, claimed_workspace, read_agents_md
 
-from daemon.memory import MemoryWriteRefused, append_memory_as_owner
-from daemon.transcript.reader import read_transcript
-from daemon.workspace import Identity, Workspace, claimed_workspace, read_agents_md
 from tests.support.cli import compactd
 from tests.test_service_e2e import MODEL, responder, turn_ops
 
@@ -260,7 +260,7 @@ def test_writing_as_the_owner_creates_their_files_and_obeys_their_permissions(tr
 
 @needs_root
 def test_the_child_failing_is_an_error_not_a_hang() -> None:
-    from daemon.workspace import WorkspaceChildError, run_as
+    from compactd.workspace import WorkspaceChildError, run_as
 
     me = Identity(os.geteuid(), os.getegid(), tuple(os.getgroups()))
 

@@ -1,4 +1,4 @@
-"""The real ``compactd`` command as a subprocess (``python -m daemon`` from the repository), for tests that judge
+"""The real ``compactd`` command as a subprocess (``python -m compactd`` from the repository), for tests that judge
 what a user sees: its output, its exit code and what it leaves on disk."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def compactd(
     """Run ``compactd ARGS`` with this environment (less :data:`INHERITED_NOT`) plus ``env``."""
     base = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}
     return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
+        [sys.executable, "-m", "compactd", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

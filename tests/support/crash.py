@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.commit import CompactionEntries, commit
-from daemon.commit.atomic import CRASH_ENV, TEST_HOOKS, is_our_tmp
-from daemon.transcript.context import entry_to_message
-from daemon.transcript.reader import Transcript, parse_line, read_transcript
+from compactd.commit import CompactionEntries, commit
+from compactd.commit.atomic import CRASH_ENV, TEST_HOOKS, is_our_tmp
+from compactd.transcript.context import entry_to_message
+from compactd.transcript.reader import Transcript, parse_line, read_transcript
 
 POST_TYPE = "compactd.post_compaction_context"
 SUMMARY = "## Decisions\n- keep going\n## Open TODOs\n- none\n## Constraints/Rules\n- none\n"
@@ -148,7 +148,7 @@ def make_entries(
     """The entries the engine would produce for ``path`` as it is now."""
     data = Path(path).read_bytes()
     complete = data[: data.rfind(b"\n") + 1]
-    from daemon.transcript.reader import parse_transcript
+    from compactd.transcript.reader import parse_transcript
 
     transcript = parse_transcript(complete)
     kept = first_kept if first_kept is not None else cut_point(transcript, keep_turns)

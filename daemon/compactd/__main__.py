@@ -1,0 +1,5 @@
+"""``python -m compactd`` is the ``compactd`` command."""
+
+from compactd.cli import main
+
+raise SystemExit(main())

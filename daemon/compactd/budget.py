@@ -1,0 +1,214 @@
+"""A session's token budget and the route that brings it back under it (spec-openclaw §§3-5).
+
+Pure arithmetic over the configuration and two figures from the ledger: the raw pi-style token estimate and
+the tool-result characters pruning could remove. It reproduces OpenClaw's precheck exactly, float rounding
+included, so a route here is the route OpenClaw would take.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from compactd.config import Config
+from compactd.defaults import (
+    CHARS_PER_TOKEN,
+    DEFAULT_CONTEXT_TOKENS,
+    GUARD_HARD_MIN_TOKENS,
+    GUARD_WARN_BELOW_TOKENS,
+    MIN_PROMPT_BUDGET_RATIO,
+    MIN_PROMPT_BUDGET_TOKENS,
+    SAFETY_MARGIN,
+)
+from compactd.prune import max_tool_result_chars
+from compactd.tokens import MAX_TOKENS
+
+__all__ = [
+    "Budget",
+    "Guard",
+    "Route",
+    "WindowSource",
+    "budget_for_window",
+    "compute_budget",
+    "guard",
+    "max_tokens_within",
+    "min_prompt_budget",
+    "resolve_window",
+    "tool_result_max_chars",
+]
+
+Route = Literal["fits", "truncate_tool_results_only", "compact_only", "compact_then_truncate"]
+Guard = Literal["ok", "warn", "block"]
+WindowSource = Literal["models_config", "agent_cap", "default"]
+
+# Truncation alone must free the overflow plus this slack (spec §5 step 5): a route that only just fits would
+# overflow again on the next reply.
+TRUNCATE_ONLY_SLACK_CHARS = 2_048
+# ... and at least this multiple of the overflow, since a truncated result keeps a marker and a suffix.
+TRUNCATE_ONLY_OVERFLOW_FACTOR = 1.5
+
+
+def resolve_window(config: Config, provider: str | None, model: str | None) -> tuple[int, WindowSource]:
+    """The context window of a session and where it came from.
+
+    The model's configured window, else the built-in default; ``agents.defaults.context_tokens`` then caps
+    it (it can only lower the window, never raise it).
+    """
+    window = config.models.window_for(provider, model)
+    source: WindowSource = "models_config"
+    if window is None:
+        window, source = DEFAULT_CONTEXT_TOKENS, "default"
+    cap = config.agents.defaults.context_tokens
+    if cap is not None and cap < window:
+        return cap, "agent_cap"
+    return window, source
+
+
+def guard(window: int) -> Guard:
+    """``block`` below the hard minimum (session skipped), ``warn`` below the warning size, else ``ok``."""
+    if window < GUARD_HARD_MIN_TOKENS:
+        return "block"
+    if window < GUARD_WARN_BELOW_TOKENS:
+        return "warn"
+    return "ok"
+
+
+def min_prompt_budget(window: int) -> int:
+    """Tokens the prompt always keeps: min(8,000, max(1, ⌊window × 0.5⌋)) (spec §4)."""
+    return min(MIN_PROMPT_BUDGET_TOKENS, max(1, math.floor(window * MIN_PROMPT_BUDGET_RATIO)))
+
+
+def max_tokens_within(threshold: int) -> int:
+    """The largest raw estimate whose figure with the safety margin (⌈tokens × 1.2⌉) is at most ``threshold``."""
+    tokens = max(0, math.floor(threshold / SAFETY_MARGIN))
+    while math.ceil((tokens + 1) * SAFETY_MARGIN) <= threshold:
+        tokens += 1
+    while tokens > 0 and math.ceil(tokens * SAFETY_MARGIN) > threshold:
+        tokens -= 1
+    return tokens
+
+
+def tool_result_max_chars(config: Config, window: int) -> int:
+    """The most characters one tool result may keep: min(⌊window × share⌋ × 4, hard cap) (spec §6.1)."""
+    c = config.compaction
+    return max_tool_result_chars(window, c.tool_result_max_chars, c.tool_result_share)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One session's budget; thresholds compare against ``estimated_with_margin``."""
+
+    context_window: int
+    window_source: WindowSource
+    guard: Guard
+    reserve_tokens: int  # as configured
+    reserve: int  # effective: never leaves less than min_prompt_budget for the prompt
+    min_prompt_budget: int
+    prompt_budget: int
+    flush_threshold: int  # 0 = never (memory flush disabled, or no room before the compaction threshold)
+    compact_threshold: int
+    estimated_tokens: int  # the raw pi-style estimate
+    estimated_with_margin: int
+    overflow_tokens: int
+    overflow_chars: int
+    truncate_only_threshold_chars: int
+    reducible_chars: int
+    route: Route
+
+    @property
+    def over_flush_threshold(self) -> bool:
+        """The memory flush is due (OpenClaw flushes at projected ≥ threshold)."""
+        return self.flush_threshold > 0 and self.estimated_with_margin >= self.flush_threshold
+
+    @property
+    def over_compact_threshold(self) -> bool:
+        """The session overflows its prompt budget, i.e. the route is not ``fits``."""
+        return self.overflow_tokens > 0
+
+    def as_json(self) -> dict[str, Any]:
+        """The fields ``compactd inspect --json`` prints (these key names are fixed)."""
+        return {
+            "context_window": self.context_window,
+            "window_source": self.window_source,
+            "prompt_budget": self.prompt_budget,
+            "flush_threshold": self.flush_threshold,
+            "compact_threshold": self.compact_threshold,
+            "estimated_with_margin": self.estimated_with_margin,
+            "route": self.route,
+            "reducible_chars": self.reducible_chars,
+            "guard": self.guard,
+        }
+
+
+def budget_for_window(
+    config: Config,
+    window: int,
+    window_source: WindowSource,
+    *,
+    estimated_tokens: int,
+    reducible_chars: int,
+) -> Budget:
+    """The budget for a known window: OpenClaw's ``shouldPreemptivelyCompactBeforePrompt`` (spec §5)."""
+    if estimated_tokens < 0:
+        raise ValueError(f"estimated_tokens must be >= 0, got {estimated_tokens}")
+    # A figure past what we count (the reader reports it as figure_overflow) is clamped, never an
+    # OverflowError in the float arithmetic below.
+    estimated_tokens = min(estimated_tokens, MAX_TOKENS)
+    window = max(1, math.floor(window))
+    reserve_tokens = config.compaction.reserve_tokens
+    floor_prompt = min_prompt_budget(window)
+    reserve = min(reserve_tokens, max(0, window - floor_prompt))
+    prompt_budget = max(1, window - reserve)
+    flush = config.memory_flush
+    flush_threshold = max(0, prompt_budget - flush.soft_threshold_tokens) if flush.enabled else 0
+    with_margin = math.ceil(
+        estimated_tokens * SAFETY_MARGIN
+    )  # as compactd.tokens.ContextEstimate.with_margin
+    overflow_tokens = max(0, with_margin - prompt_budget)
+    overflow_chars = overflow_tokens * CHARS_PER_TOKEN
+    threshold_chars = max(
+        overflow_chars + TRUNCATE_ONLY_SLACK_CHARS, math.ceil(overflow_chars * TRUNCATE_ONLY_OVERFLOW_FACTOR)
+    )
+    route: Route
+    if overflow_tokens <= 0:
+        route = "fits"
+    elif reducible_chars <= 0:
+        route = "compact_only"
+    elif reducible_chars >= threshold_chars:
+        route = "truncate_tool_results_only"
+    else:
+        route = "compact_then_truncate"
+    return Budget(
+        context_window=window,
+        window_source=window_source,
+        guard=guard(window),
+        reserve_tokens=reserve_tokens,
+        reserve=reserve,
+        min_prompt_budget=floor_prompt,
+        prompt_budget=prompt_budget,
+        flush_threshold=flush_threshold,
+        compact_threshold=prompt_budget,
+        estimated_tokens=estimated_tokens,
+        estimated_with_margin=with_margin,
+        overflow_tokens=overflow_tokens,
+        overflow_chars=overflow_chars,
+        truncate_only_threshold_chars=threshold_chars,
+        reducible_chars=reducible_chars,
+        route=route,
+    )
+
+
+def compute_budget(
+    config: Config,
+    *,
+    provider: str | None,
+    model: str | None,
+    estimated_tokens: int,
+    reducible_chars: int,
+) -> Budget:
+    """The budget of a session whose transcript names ``provider``/``model`` (either may be unknown)."""
+    window, source = resolve_window(config, provider, model)
+    return budget_for_window(
+        config, window, source, estimated_tokens=estimated_tokens, reducible_chars=reducible_chars
+    )

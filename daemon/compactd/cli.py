@@ -1,0 +1,299 @@
+"""The ``compactd`` command: argument parsing and the subcommands; the work happens in the modules they call."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO, cast
+
+import orjson
+
+from compactd import __version__
+
+
+def _print_json(data: Any, out: TextIO) -> None:
+    try:
+        text = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # lone surrogates from a transcript: JSON can still carry them, escaped
+        import json
+
+        text = json.dumps(data, indent=2, ensure_ascii=True, default=str)
+    out.write(text + "\n")
+
+
+def _print_table(rows: Sequence[tuple[str, Any]], out: TextIO) -> None:
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        out.write(f"{key.ljust(width)}  {value}\n")
+
+
+def default_config_path(env: dict[str, str] | None = None) -> str | None:
+    """``$COMPACTD_CONFIG``, else the user's, else the system's config file when it exists; None: defaults."""
+    import os
+
+    environ = os.environ if env is None else env
+    if environ.get("COMPACTD_CONFIG"):
+        return environ["COMPACTD_CONFIG"]
+    home = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    for candidate in (os.path.join(home, "compactd", "config.yaml"), "/etc/compactd/config.yaml"):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _load_config(args: argparse.Namespace) -> Any:
+    from compactd.config import load_config
+    from compactd.logs import protect_config_secrets
+
+    path = getattr(args, "config", None) or default_config_path()
+    args.config = path
+    config = load_config(path)
+    protect_config_secrets(config)
+    return config
+
+
+def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.inspection import inspect_transcript
+    from compactd.transcript.reader import read_transcript
+
+    config = _load_config(args)
+    transcript = read_transcript(args.file)
+    report = inspect_transcript(args.file, transcript)
+    if transcript.usable:
+        from compactd.planning import budget_for
+
+        report.update(budget_for(config, transcript).as_json())
+    if args.json:
+        _print_json(report, out)
+        return 0
+    rows: list[tuple[str, Any]] = [
+        (k, report.get(k))
+        for k in (
+            "path",
+            "session_id",
+            "version",
+            "entries",
+            "leaf_id",
+            "context_messages",
+            "context_tokens",
+            "tokens_source",
+            "estimated_with_margin",
+            "context_window",
+            "window_source",
+            "compact_threshold",
+            "route",
+            "guard",
+            "tool_result_chars",
+        )
+        if k in report
+    ]
+    rows.append(("by_role", ", ".join(f"{r}={t}" for r, t in report["by_role"].items()) or "-"))
+    _print_table(rows, out)
+    for problem in report["problems"]:
+        out.write(f"problem: {problem['kind']} (line {problem['line']}): {problem['message']}\n")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.inspection import validation_exit_code
+    from compactd.transcript.reader import read_transcript
+
+    transcript = read_transcript(args.file)
+    code = validation_exit_code(transcript)
+    if args.json:
+        _print_json(
+            {
+                "path": args.file,
+                "ok": code == 0,
+                "exit_code": code,
+                "problems": [p.as_json() for p in transcript.problems],
+            },
+            out,
+        )
+    else:
+        verdict = {0: "ok: loads with nothing skipped", 1: "loads, with problems", 2: "unusable"}[code]
+        out.write(f"{args.file}: {verdict}\n")
+        for p in transcript.problems:
+            out.write(f"  {p.kind} (line {p.line}): {p.message}\n")
+    return code
+
+
+def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
+    import anyio
+
+    from compactd.job import compact_file, make_client
+
+    config = _load_config(args)
+
+    async def go() -> Any:
+        client = make_client(config)
+        try:
+            # The file named, resolved once: from here on only that file is read and committed.
+            return await compact_file(
+                os.path.realpath(args.file),
+                config,
+                client=client,
+                dry_run=args.dry_run,
+                mode=args.mode,
+                force=args.force,
+            )
+        finally:
+            if client is not None:
+                await client.close()
+
+    if args.dry_run:
+        result = anyio.run(go)
+    else:
+        from compactd.commit.claim import ClaimBusy, SessionClaim
+        from compactd.commit.journal import recover
+        from compactd.job import JobResult
+
+        # Like run and once: finish what a killed commit left (its late lines belong in the file this
+        # compaction is planned on), and never work on a session another compactd is flushing or compacting.
+        recover(config.state_dir)
+        try:
+            with SessionClaim(config.state_dir, args.file):
+                result = anyio.run(go)
+        except ClaimBusy as exc:
+            result = JobResult(args.file, "none", mode=args.mode, reason=f"busy: {exc}")
+    data = result.as_json()
+    if args.json:
+        _print_json(data, out)
+    else:
+        if result.engine is not None:
+            out.write(result.engine.summary + "\n\n")
+        keys = (
+            "route",
+            "summary_level",
+            "tokens_before",
+            "tokens_after",
+            "identifiers_total",
+            "identifiers_in_summary",
+            "committed",
+            "mode",
+            "archive",
+            "reason",
+        )
+        rows = [(k, data.get(k)) for k in keys if k in data]
+        if result.fill is not None:
+            rows.append(("fill", result.fill.describe()))
+        _print_table(rows, out)
+    if args.dry_run or result.committed:
+        return 0
+    return 1 if result.reason else 0
+
+
+def cmd_once(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.service import run_once
+
+    config = _load_config(args)
+    return run_once(
+        config, dry_run=args.dry_run, as_json=args.json, force=args.force, sessions=args.sessions, out=out
+    )
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.logs import configure_logging
+    from compactd.service import run_service
+
+    config = _load_config(args)
+    configure_logging(args.log_level or config.log_level)
+    return run_service(config, config_path=args.config)
+
+
+def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.state import archive_usage, read_status, render_status_table
+
+    config = _load_config(args)
+    status = read_status(config.state_dir)
+    if status is None:
+        out.write(f"no status in {config.state_dir}: compactd has not run with this state directory\n")
+        return 1
+    status["archives"] = archive_usage(config.state_dir).as_json()  # read now: the journal is the truth
+    if args.json:
+        _print_json(status, out)
+    else:
+        out.write(render_status_table(status) + "\n")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.doctor import run_doctor
+
+    return run_doctor(args.config, out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="compactd", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"compactd {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(
+        name: str, handler: Callable[[argparse.Namespace, TextIO], int], help_text: str
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("inspect", cmd_inspect, "Show a transcript's token figures, budget and route.")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config")
+    p = add("validate", cmd_validate, "Check that an agent would load a transcript with nothing skipped.")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p = add("compact", cmd_compact, "Compact one transcript now (or show what would be committed).")
+    p.add_argument("file")
+    p.add_argument("--dry-run", action="store_true", help="run the engine, change no file")
+    p.add_argument("--mode", choices=("append", "rotate"))
+    p.add_argument("--force", action="store_true", help="skip the idle check (never the lock)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config")
+    p = add("once", cmd_once, "One pass over every session, doing what `run` would do now, then exit.")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--force", action="store_true", help="skip the idle check (never the lock)")
+    p.add_argument(
+        "--sessions", action="append", metavar="DIR", help="watch this directory instead of the roots"
+    )
+    p.add_argument("--config")
+    p = add("run", cmd_run, "Run the service: watch, account, flush, compact, commit.")
+    p.add_argument("--config")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p = add("status", cmd_status, "Show the sessions and the daemon's health from the state directory.")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config")
+    p = add("doctor", cmd_doctor, "Check the config, roots, permissions and the summarizer endpoint.")
+    p.add_argument("--config")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")  # a transcript's lone surrogates must not crash us
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from compactd.logs import ScrubbedOutput, configure_logging
+
+    # Every command logs through the same scrubbing handler as ``run`` (which sets its own level) and prints
+    # through the same scrub, so a key never reaches a terminal or a journal from any of them.
+    configure_logging("warning")
+    out = cast(TextIO, ScrubbedOutput(sys.stdout))
+    try:
+        code: int = args.handler(args, out)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the last line of defence: a clear message, never a traceback
+        from compactd.config import ConfigError
+
+        if isinstance(exc, ConfigError):
+            ScrubbedOutput(sys.stderr).write(f"compactd: {exc}\n")
+            return 2
+        # Through the scrubbing handler: a raw traceback could quote the endpoint and its key.
+        logging.getLogger("compactd.cli").critical("compactd %s failed: %r", args.command, exc, exc_info=True)
+        return 1
+    return code

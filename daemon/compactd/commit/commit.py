@@ -1,0 +1,218 @@
+"""The one entry point that writes into a sessions directory: :func:`commit`.
+
+Rules it enforces, whoever calls it:
+- a session is touched only after ``idle_seconds`` without a write (mtime), unless ``force``;
+- never while a live process holds the session's OpenClaw lock (``force`` does not skip this); the lock is
+  taken for the commit only, which takes well under a second plus the grace period;
+- a symlinked path, or one whose real location leaves its directory, is refused;
+- a torn last line of an idle file is sealed with a newline first;
+- every plan is re-checked against the file as it is now (the branch must still hold the cut point and the
+  leaf the plan was made from) and the result is checked by loading it before anything is written;
+- ordinary failures (ENOSPC, EACCES, EROFS, a file deleted or replaced mid-commit, a live lock, not idle) give
+  ``committed=False`` with a ``reason``, the original untouched, and a log line; they never raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from compactd.commit.append import append_commit
+from compactd.commit.atomic import Abandon, Outcome, checked_path, crash_point, os_reason
+from compactd.commit.journal import Journal
+from compactd.commit.locks import SessionBusy, hold_session_lock
+from compactd.commit.retention import apply_retention
+from compactd.commit.rotate import rotate_commit
+from compactd.commit.seal import seal_if_torn
+from compactd.commit.successor import PlanError
+from compactd.defaults import ARCHIVE_KEEP_COUNT, ARCHIVE_KEEP_DAYS, ROTATE_GRACE_SECONDS
+
+log = logging.getLogger(__name__)
+
+CommitMode = Literal["append", "rotate"]
+MODES: tuple[CommitMode, ...] = ("rotate", "append")
+
+
+@dataclass
+class CompactionEntries:
+    """What the compaction engine produced, and the snapshot it planned from."""
+
+    compaction: dict[
+        str, Any
+    ]  # {"type":"compaction","id","parentId":None,"timestamp","summary","firstKeptEntryId",
+    #                              "tokensBefore","details":{"readFiles","modifiedFiles"},"fromHook":False}
+    post_message: (
+        dict[str, Any] | None
+    )  # {"type":"custom_message",...,"customType":"compactd.post_compaction_context"}
+    snapshot_size: int  # bytes (complete lines) of the file the plan was made from
+    snapshot_leaf_id: str  # the leaf when planned
+    replacements: dict[str, dict[str, Any]] = field(default_factory=dict)  # entry id -> pruned entry
+
+
+@dataclass
+class CommitResult:
+    committed: bool
+    mode: str
+    archive: str | None
+    reason: str | None
+    leaf_id: str | None
+    bytes_before: int
+    bytes_after: int
+    carried_lines: int = 0
+    rescued_lines: int = 0
+    corrections: int = 0
+    sealed: bool = False
+    archives_removed: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "committed": self.committed,
+            "mode": self.mode,
+            "archive": self.archive,
+            "reason": self.reason,
+            "leaf_id": self.leaf_id,
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "carried_lines": self.carried_lines,
+            "rescued_lines": self.rescued_lines,
+            "corrections": self.corrections,
+            "sealed": self.sealed,
+            "archives_removed": self.archives_removed,
+        }
+
+
+def _size(path: str | os.PathLike[str]) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
+def commit(
+    path: str | os.PathLike[str],
+    entries: CompactionEntries | None,
+    *,
+    mode: CommitMode,
+    state_dir: str | os.PathLike[str],
+    idle_seconds: float,
+    force: bool = False,
+    grace_seconds: float = ROTATE_GRACE_SECONDS,
+    archive_keep_count: int = ARCHIVE_KEEP_COUNT,
+    archive_keep_days: float = ARCHIVE_KEEP_DAYS,
+    now: float | None = None,
+    prune: dict[str, dict[str, Any]] | None = None,
+) -> CommitResult:
+    """Commit a compaction (``entries``) and/or a pruning (``entries.replacements`` or ``prune``) to ``path``.
+
+    ``prune`` alone (``entries`` None) is a pruning-only commit: the replaced tool results must still be on
+    the current branch. ``now`` (epoch seconds) stands for the clock in the idle check and the archive name.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    clock = time.time() if now is None else now
+    replacements: dict[str, dict[str, Any]] = {}
+    if entries is not None:
+        replacements.update(entries.replacements)
+    if prune:
+        replacements.update(prune)
+    result = CommitResult(False, mode, None, None, None, _size(path), _size(path))
+    failed = False  # an error worth a warning, as opposed to "not now" (not idle, locked, branch moved)
+    if entries is None and not replacements:
+        result.reason = "nothing to commit"
+        return result
+    try:
+        absolute = checked_path(path)
+        st = os.lstat(absolute)
+        result.bytes_before = result.bytes_after = st.st_size
+        if not force and clock - st.st_mtime < idle_seconds:
+            raise Abandon("not idle")
+        journal = Journal(state_dir)
+        journal.locking(absolute)
+        with hold_session_lock(absolute):
+            crash_point("commit_after_lock")
+            st = os.lstat(absolute)
+            idle = clock - st.st_mtime >= idle_seconds
+            if not force and not idle:
+                raise Abandon("not idle")
+            if idle:
+                result.sealed = seal_if_torn(absolute, idle_seconds, clock)
+            outcome = _run(absolute, entries, replacements, mode, journal, grace_seconds, clock)
+        result.committed = True
+        result.archive = outcome.archive
+        result.leaf_id = outcome.leaf_id
+        result.bytes_after = outcome.bytes_after
+        result.carried_lines = outcome.carried_lines
+        result.rescued_lines = outcome.rescued_lines
+        result.corrections = outcome.corrections
+        if mode == "rotate":
+            result.archives_removed = apply_retention(
+                absolute, journal, keep_count=archive_keep_count, keep_days=archive_keep_days, now=clock
+            )
+    except SessionBusy as exc:
+        result.reason = f"locked: {exc}"
+    except (Abandon, PlanError) as exc:
+        result.reason = exc.reason
+    except OSError as exc:
+        result.reason = os_reason(exc)
+        failed = True
+    if result.committed:
+        log.info(
+            "committed path=%s mode=%s archive=%s bytes=%d->%d carried=%d rescued=%d corrections=%d",
+            path,
+            mode,
+            result.archive,
+            result.bytes_before,
+            result.bytes_after,
+            result.carried_lines,
+            result.rescued_lines,
+            result.corrections,
+        )
+    else:
+        failed = failed or (result.reason is not None and "mid-commit" in result.reason)
+        log.log(
+            logging.WARNING if failed else logging.INFO,
+            "not committed path=%s mode=%s reason=%s",
+            path,
+            mode,
+            result.reason,
+        )
+    return result
+
+
+def _run(
+    path: str,
+    entries: CompactionEntries | None,
+    replacements: dict[str, dict[str, Any]],
+    mode: CommitMode,
+    journal: Journal,
+    grace_seconds: float,
+    now: float,
+) -> Outcome:
+    compaction = entries.compaction if entries is not None else None
+    post = entries.post_message if entries is not None else None
+    snapshot_size = entries.snapshot_size if entries is not None else 0
+    snapshot_leaf = entries.snapshot_leaf_id if entries is not None else None
+    if mode == "append":
+        return append_commit(
+            path,
+            compaction,
+            post,
+            replacements,
+            snapshot_size=snapshot_size,
+            snapshot_leaf_id=snapshot_leaf,
+            journal=journal,
+        )
+    return rotate_commit(
+        path,
+        compaction,
+        post,
+        replacements,
+        snapshot_size=snapshot_size,
+        snapshot_leaf_id=snapshot_leaf,
+        journal=journal,
+        grace_seconds=grace_seconds,
+        now=now,
+    )

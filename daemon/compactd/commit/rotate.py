@@ -1,0 +1,138 @@
+"""Rotate mode: build the successor, check it, and put it at the same path with the rewrite protocol.
+
+The successor (see :mod:`compactd.commit.successor`) is checked by loading it with our reader — pi's loader,
+reproduced and differential-tested — and comparing its context with the expected one (summary, post-compaction
+message, kept messages) before a byte is written. The original stays reachable as the archive
+``<name>.bak.<UTC ts>`` (a hard link: the old inode itself) until retention removes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+from compactd.commit.atomic import (
+    Abandon,
+    Outcome,
+    archive_path_for,
+    crash_point,
+    open_snapshot,
+    os_reason,
+    replace_with_successor,
+    tmp_path_for,
+)
+from compactd.commit.journal import Journal, successor_digest
+from compactd.commit.successor import Entry, PlanError, archive_note, build_successor, verify
+from compactd.transcript.reader import parse_line, parse_transcript
+
+log = logging.getLogger(__name__)
+
+# The leaf reported after a rotation is read from the file's last line, found within this many final bytes.
+LAST_LINE_WINDOW = 1 << 20
+
+
+def rotate_commit(
+    path: str,
+    compaction: Entry | None,
+    post: Entry | None,
+    replacements: Mapping[str, Entry],
+    *,
+    snapshot_size: int,
+    snapshot_leaf_id: str | None,
+    journal: Journal,
+    grace_seconds: float,
+    now: float,
+) -> Outcome:
+    snap = open_snapshot(path)
+    try:
+        if snap.cut < snapshot_size:
+            raise Abandon("file shrank since the plan was made")
+        transcript = parse_transcript(snap.data)
+        archive = archive_path_for(path, now)
+        archive_name = os.path.basename(archive)
+
+        def note(entry_id: str) -> str:
+            return archive_note(archive_name)
+
+        plan = build_successor(
+            snap.data,
+            transcript,
+            compaction,
+            post,
+            replacements,
+            snapshot_leaf_id=snapshot_leaf_id,
+            note_for=note,
+        )
+        verify(plan.data, plan, strict_structure=True)
+        tmp = tmp_path_for(path)
+        tx = journal.intent(
+            "rotate",
+            path,
+            archive=archive,
+            tmp=tmp,
+            dev=snap.st.st_dev,
+            inode=snap.st.st_ino,
+            size=snap.cut,
+            succ_size=len(plan.data),
+            succ_hash=successor_digest(plan.data),
+        )
+        try:
+            crash_point("rotate_after_intent")
+            result = replace_with_successor(
+                snap, plan.data, archive=archive, tmp=tmp, grace_seconds=grace_seconds
+            )
+        except (Abandon, PlanError) as exc:
+            journal.try_done(tx, "abandoned", reason=exc.reason)
+            raise
+        except OSError as exc:
+            journal.try_done(tx, "abandoned", reason=os_reason(exc))
+            raise
+        journal.try_done(
+            tx,
+            "committed",
+            path=path,
+            archive=archive,
+            inode=result.new_inode,
+            carried=result.carried_lines,
+            rescued=result.rescued_lines,
+        )
+        crash_point("rotate_after_done")
+        log.info(
+            "rotated path=%s archive=%s summarized=%d kept=%d reserialized=%d carried=%d rescued=%d",
+            path,
+            archive_name,
+            plan.summarized,
+            plan.kept,
+            plan.reserialized,
+            result.carried_lines,
+            result.rescued_lines,
+        )
+        moved = result.carried_lines or result.rescued_lines or result.leaf_pointer
+        return Outcome(
+            leaf_id=_last_id(path, plan.leaf_id) if moved else plan.leaf_id,
+            bytes_after=result.size,
+            archive=archive,
+            carried_lines=result.carried_lines,
+            rescued_lines=result.rescued_lines,
+            leaf_pointer=result.leaf_pointer,
+        )
+    finally:
+        snap.close()
+
+
+def _last_id(path: str, fallback: str | None) -> str | None:
+    """The id on the file's last complete line (after carried-over lines the leaf is an agent's)."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - LAST_LINE_WINDOW))
+            tail = handle.read()
+    except OSError:
+        return fallback
+    for raw in reversed(tail[: tail.rfind(b"\n") + 1].split(b"\n")):
+        if raw.strip():
+            value, _ = parse_line(raw)
+            entry_id = value.get("id") if isinstance(value, dict) else None
+            return entry_id if isinstance(entry_id, str) else fallback
+    return fallback

@@ -1,0 +1,694 @@
+"""What a commit writes, built without I/O: the rotated successor, the lines an append adds, the context each
+must give an agent that loads the result, and the check that holds before anything reaches disk.
+
+Rotated successor (rotate mode), in this order: the header line byte for byte; the compaction entry as a
+*root*; the latest ``model_change`` / ``thinking_level_change`` / ``session_info`` from the summarized part,
+its ``custom`` (extension state) and unknown entries and its labels whose target survives, chained after the
+compaction; the post-compaction message; then every surviving entry in file order: the kept part of the active
+branch (its first entry re-parented onto that chain) and the other branches (re-parented to their nearest
+surviving ancestor; one that forked inside the summarized part hangs from the post-compaction message, so it
+too sees the summary). The active leaf stays the last line. Lines whose entry did not change are copied byte
+for byte; re-parented and replaced ones are serialized compactly with their keys in order, as
+``JSON.stringify`` does.
+
+An agent still holding its old leaf in memory appends onto a branch whose root is the summary, so its reloaded
+context is summary, post-compaction message, kept messages, its new lines.
+
+Append mode adds, chained from the current leaf: (pruning) a new branch from the parent of the first replaced
+entry that re-appends every later branch entry with the replacements in, fresh ids, parents, first-kept and
+label targets remapped (OpenClaw's way; the old entries stay as an abandoned branch); then the compaction and
+the post-compaction message. Context: summary, kept messages, post-compaction message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from compactd.transcript.context import compaction_message, context_from_path, entry_to_message
+from compactd.transcript.jsjson import stringify
+from compactd.transcript.reader import Entry, Transcript, parse_line, parse_transcript
+
+__all__ = ["Entry"]
+
+# Only the most recent of these, from the summarized part, still matter (pi reads the last one on the path).
+SETTINGS_TYPES = ("model_change", "thinking_level_change", "session_info")
+# What the summary replaces. Every other entry type of the summarized part (custom state, labels, unknown
+# types) is carried into the successor: it costs nothing in the context and extensions may rebuild from it.
+SUMMARIZED_TYPES = frozenset({"message", "custom_message", "branch_summary", "compaction"})
+PAIRING_KINDS = frozenset({"orphan_tool_result", "missing_tool_result"})
+# Problems our own lines must never introduce in a rotated successor.
+STRUCTURE_KINDS = frozenset(
+    {
+        "no_header",
+        "malformed_line",
+        "torn_last_line",
+        "dangling_parent",
+        "parent_cycle",
+        "conflicting_duplicate_id",
+    }
+)
+# customType of the entry appended under the true leaf when a rescued late line landed after its own child.
+LEAF_POINTER_TYPE = "compactd.leaf"
+# A pruned tool result may carry this token; the commit replaces it with where the full text still is (the
+# archive in rotate mode, the original entry id in append mode), which only the commit knows.
+FULL_TEXT_PLACEHOLDER = "{compactd:full-text}"
+
+
+def archive_note(archive_name: str) -> str:
+    """The placeholder's text in rotate mode: the archive keeps the full text."""
+    return f"full text in {archive_name}"
+
+
+def entry_note(entry_id: str) -> str:
+    """The placeholder's text in append mode: the original entry stays in the file, on an abandoned branch."""
+    return f"full text in entry {entry_id}"
+
+
+class PlanError(Exception):
+    """The commit would not give the expected result; ``reason`` says why. Nothing was written."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# --- serialization and ids ----------------------------------------------------------------------------------
+
+
+def dumps_entry(entry: Mapping[str, Any]) -> bytes:
+    """``JSON.stringify(entry)``: compact, keys in order, non-ASCII raw, read back by pi as it was read.
+
+    orjson rejects lone surrogates (valid for JavaScript) and writes ``Infinity`` (from ``1e400``) as ``null``;
+    such entries are written by ``stringify``, which escapes the former and writes the latter as ``1e400``.
+    """
+    try:
+        data = orjson.dumps(entry)
+    except TypeError:
+        data = None
+    if data is not None and (b"null" not in data or not _has_infinity(entry)):
+        return data
+    return stringify(dict(entry), nonfinite="1e400", js_key_order=False).encode()
+
+
+def _has_infinity(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def fresh_id(taken: Iterable[str] | set[str]) -> str:
+    """An 8-hex id not in ``taken`` (pi's generateId form)."""
+    used = taken if isinstance(taken, set) else set(taken)
+    while True:
+        candidate = secrets.token_hex(4)
+        if candidate not in used:
+            return candidate
+
+
+def iso_timestamp(now: float | None = None) -> str:
+    when = datetime.now(UTC) if now is None else datetime.fromtimestamp(now, UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def leaf_pointer_entry(entry_id: str, parent_id: str, now: float | None = None) -> Entry:
+    """A ``custom`` entry (no effect on the context) that makes ``parent_id``'s branch the current one."""
+    return {
+        "type": "custom",
+        "id": entry_id,
+        "parentId": parent_id,
+        "timestamp": iso_timestamp(now),
+        "customType": LEAF_POINTER_TYPE,
+        "data": {"reason": "late lines rescued after a rotation landed after newer ones"},
+    }
+
+
+def _entry_id(entry: Mapping[str, Any]) -> str | None:
+    value = entry.get("id")
+    return value if isinstance(value, str) else None
+
+
+def newest_tip(
+    agent_entries: list[Entry], index: Mapping[str, Entry], anchor: str | None = None
+) -> str | None:
+    """The agent's newest line among ``agent_entries`` (file order) and ``anchor`` (the tip of the branch a
+    commit planned on): the tip of the longest chain, ties to the chain holding ``anchor``, then the later line.
+
+    Depth is counted through ``index`` up to the root, not only among ``agent_entries``: a line that forks off
+    the planned branch below its tip (a writer with a stale leaf) must not win over the agent lines already on
+    that branch just because they came before the region looked at. None when there is no candidate.
+    """
+    depth: dict[str, int] = {}
+
+    def depth_of(entry_id: str) -> int:
+        chain: list[str] = []
+        seen: set[str] = set()
+        current: str | None = entry_id
+        while current is not None and current in index and current not in depth and current not in seen:
+            chain.append(current)
+            seen.add(current)
+            parent = index[current].get("parentId")
+            current = parent if isinstance(parent, str) else None
+        base = depth.get(current, 0) if current is not None else 0
+        for item in reversed(chain):
+            base += 1
+            depth[item] = base
+        return depth.get(entry_id, 1)
+
+    def holds_anchor(entry_id: str) -> bool:
+        if anchor is None or anchor not in index:
+            return False
+        current: object = entry_id
+        for _ in range(max(0, depth_of(entry_id) - depth_of(anchor))):
+            entry = index.get(current) if isinstance(current, str) else None
+            current = entry.get("parentId") if entry is not None else None
+        return current == anchor
+
+    parents = {e.get("parentId") for e in agent_entries}
+    best: tuple[int, int, int, str] | None = None
+    if anchor is not None and anchor in index and anchor not in parents:
+        best = (depth_of(anchor), 1, -1, anchor)
+    for position, entry in enumerate(agent_entries):
+        entry_id = _entry_id(entry)
+        if entry_id is None or entry_id in parents:
+            continue
+        key = (depth_of(entry_id), int(holds_anchor(entry_id)), position, entry_id)
+        if best is None or key > best:
+            best = key
+    return None if best is None else best[3]
+
+
+def leaf_to_repoint(
+    agent_entries: list[Entry],
+    last: Entry | None,
+    index: Mapping[str, Entry] | None = None,
+    anchor: str | None = None,
+) -> str | None:
+    """The id the leaf should point to when the file's ``last`` line does not lead to the newest agent line.
+
+    ``agent_entries`` are the agent's lines after some point, in file order. Without ``anchor`` their depth
+    counts among themselves only; with it (the tip of the branch planned on before that point) from the root
+    through ``index``, the anchor competing too (see :func:`newest_tip`). None when the last line's branch
+    already holds the newest line.
+    """
+    by_id = {i: e for e in agent_entries if (i := _entry_id(e)) is not None}
+    lookup: Mapping[str, Entry] = index if index is not None else by_id
+    if not by_id or last is None:
+        return None
+    target = newest_tip(agent_entries, lookup if anchor is not None else by_id, anchor)
+    if target is None:
+        return None
+    current: Entry | None = last
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        if _entry_id(current) == target:
+            return None
+        seen.add(id(current))
+        parent = current.get("parentId")
+        current = lookup.get(parent) if isinstance(parent, str) else None
+    return target
+
+
+def misplaced_leaf(entries: list[Entry]) -> str | None:
+    """:func:`leaf_to_repoint` for a region holding only agent lines (rotation rescue)."""
+    return leaf_to_repoint(entries, entries[-1] if entries else None)
+
+
+@dataclass
+class Rescue:
+    """The late lines to append to a live file (bytes, each with its newline), and where the leaf must go."""
+
+    lines: list[bytes]
+    reattached: int  # lines whose parentId was changed
+    tip: str | None  # the id the active branch should end at after the append
+
+
+def _without_parent(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "parentId"}
+
+
+def successor_anchor(transcript: Transcript) -> str | None:
+    """Where a rotated successor hangs what forked inside its summarized part (see :func:`build_successor`):
+    the parent of the compaction's first kept entry (the post-compaction message or the settings chain), or
+    the compaction itself. None when the file does not start with a compaction."""
+    first = transcript.entries[0] if transcript.entries else None
+    if first is None or first.get("type") != "compaction" or not isinstance(first.get("id"), str):
+        return None
+    kept = transcript.by_id().get(first.get("firstKeptEntryId"))  # type: ignore[arg-type]
+    parent = kept.get("parentId") if kept is not None else None
+    return parent if isinstance(parent, str) else str(first["id"])
+
+
+def plan_rescue(late: Iterable[bytes], live_data: bytes, live: Transcript, *, direct: bool) -> Rescue:
+    """Which of ``late`` (complete lines an agent wrote to a rotated-away inode) the live file lacks, attached
+    so that none dangles and each lands on the active branch. ``live`` is ``live_data`` parsed.
+
+    ``direct``: the live file is still the successor of that rotation (plus appends), so a late line whose
+    parent is in it keeps its parent (the agent's next lines, written to the live file, hang from it; the
+    caller re-points the leaf afterwards). Otherwise (the file was rewritten since), and for a late line whose
+    parent is gone (summarized), the line is re-parented: onto the end of the active branch, in order; or, if
+    lines already in the file hang from it, above them (the successor's anchor, else as a root), so no cycle
+    forms. Ids and every other field are kept. A line already present (same id, same content apart from its
+    parent: a previous recovery placed it) is skipped; lines that are not entries are appended unless an
+    identical one is there.
+    """
+    index = live.by_id()
+    present = set(index)
+    children = {p for e in live.entries if isinstance(p := e.get("parentId"), str)}
+    anchor = successor_anchor(live) if direct else None
+    tip = live.leaf_id
+    ours: set[str] = set()
+    out: list[bytes] = []
+    reattached = 0
+    raw_have: Counter[bytes] | None = None
+    for raw in late:
+        if not raw.strip():
+            continue
+        value, _ = parse_line(raw)
+        entry_id = value.get("id") if isinstance(value, dict) else None
+        if not isinstance(value, dict) or not isinstance(entry_id, str) or value.get("type") == "session":
+            if raw_have is None:
+                raw_have = Counter(line for line in live_data.split(b"\n") if line.strip())
+            if raw_have[raw] > 0:
+                raw_have[raw] -= 1
+            else:
+                out.append(raw + b"\n")
+            continue
+        if entry_id in present:
+            existing = index.get(entry_id)
+            same = existing is not None and _without_parent(existing) == _without_parent(value)
+            if not (entry_id in ours or same):
+                out.append(raw + b"\n")  # another line under an id already taken: kept as it is
+            continue
+        parent = value.get("parentId")
+        keep = parent is None or (
+            isinstance(parent, str) and (parent in ours or parent == tip or (direct and parent in present))
+        )
+        if keep:
+            target = parent
+            out.append(raw + b"\n")
+        else:
+            target = (anchor if anchor in present else None) if entry_id in children else tip
+            out.append(dumps_entry({**value, "parentId": target}) + b"\n")
+            reattached += 1
+        present.add(entry_id)
+        ours.add(entry_id)
+        if tip is None or (target is not None and target == tip):
+            tip = entry_id
+    return Rescue(out, reattached, tip)
+
+
+# --- checks on the current file -----------------------------------------------------------------------------
+
+
+def current_branch(transcript: Transcript, required: Iterable[str | None]) -> list[Entry]:
+    """The branch from the file's leaf, which must still hold every required id (else the plan is stale)."""
+    branch = transcript.branch()
+    ids = {_entry_id(e) for e in branch}
+    for needed in required:
+        if needed is not None and needed not in ids:
+            raise PlanError("branch moved")
+    return branch
+
+
+def substitute_note(entry: Entry, note: str) -> Entry:
+    """``entry`` with :data:`FULL_TEXT_PLACEHOLDER` replaced by ``note`` wherever it occurs in its strings."""
+    raw = dumps_entry(entry)
+    token = FULL_TEXT_PLACEHOLDER.encode()
+    if token not in raw:
+        return entry
+    escaped = json.dumps(note, ensure_ascii=True)[1:-1].encode("ascii")
+    value = orjson.loads(raw.replace(token, escaped))
+    return value if isinstance(value, dict) else entry
+
+
+def _prepare_replacements(
+    replacements: Mapping[str, Entry], note_for: Callable[[str], str] | None
+) -> dict[str, Entry]:
+    out: dict[str, Entry] = {}
+    for entry_id, entry in replacements.items():
+        out[entry_id] = substitute_note(entry, note_for(entry_id)) if note_for is not None else dict(entry)
+    return out
+
+
+def _with_ids(compaction: Entry, post: Entry | None, taken: set[str]) -> tuple[Entry, Entry | None]:
+    """Copies with ids that collide with nothing in the file (the engine made them against a snapshot)."""
+    compaction = dict(compaction)
+    if not isinstance(compaction.get("id"), str) or compaction["id"] in taken:
+        compaction["id"] = fresh_id(taken)
+    taken.add(compaction["id"])
+    if post is not None:
+        post = dict(post)
+        if not isinstance(post.get("id"), str) or post["id"] in taken:
+            post["id"] = fresh_id(taken)
+        taken.add(post["id"])
+    return compaction, post
+
+
+def refuse_blocked(transcript: Transcript) -> None:
+    """No compaction is built on a reading that may differ from the agent's (see ``Transcript.blocking``)."""
+    blocking = transcript.blocking
+    if blocking:
+        problem = blocking[0]
+        raise PlanError(f"not compacted: {problem.kind} at line {problem.line}: {problem.message}")
+
+
+def _messages(entries: Iterable[Entry]) -> list[dict[str, Any]]:
+    return [m for e in entries if (m := entry_to_message(e)) is not None]
+
+
+def _pairing(transcript: Transcript) -> frozenset[tuple[str, str]]:
+    return frozenset((p.kind, p.message) for p in transcript.problems if p.kind in PAIRING_KINDS)
+
+
+# --- rotate -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """Bytes to write and what loading the result must give."""
+
+    data: bytes
+    leaf_id: str | None
+    expected: list[dict[str, Any]]
+    thinking_level: str
+    allowed_pairing: frozenset[tuple[str, str]]
+    session_id: str | None
+    new_ids: list[str]
+    summarized: int = 0
+    kept: int = 0
+    reserialized: int = 0
+
+
+def build_successor(
+    data: bytes,
+    transcript: Transcript,
+    compaction: Entry | None,
+    post: Entry | None,
+    replacements: Mapping[str, Entry],
+    *,
+    snapshot_leaf_id: str | None = None,
+    note_for: Callable[[str], str] | None = None,
+) -> Plan:
+    """The rotated successor of ``data`` (complete lines, parsed as ``transcript``); see the module docstring.
+
+    Without a compaction this is a pruning-only rewrite: the same entries with the replacements in.
+    """
+    header = transcript.header
+    if header is None or transcript.header_span is None:
+        raise PlanError("no session header")
+    refuse_blocked(transcript)
+    first_kept = compaction.get("firstKeptEntryId") if compaction is not None else None
+    if compaction is not None and not isinstance(first_kept, str):
+        raise PlanError("compaction has no firstKeptEntryId")
+    branch = current_branch(transcript, [first_kept, snapshot_leaf_id])
+    original = context_from_path(branch)
+    index = transcript.by_id()
+    positions = {_entry_id(e): i for i, e in enumerate(branch)}
+    cut = positions[first_kept] if first_kept is not None else 0
+    summarized = branch[:cut]
+    kept = branch[cut:]
+    summarized_objs = {id(e) for e in summarized}
+    fix_replacements = _prepare_replacements(replacements, note_for)
+
+    taken = set(index)
+    new_compaction: Entry | None = None
+    new_post: Entry | None = None
+    if compaction is not None:
+        new_compaction, new_post = _with_ids(compaction, post, taken)
+        new_compaction["parentId"] = None
+
+    # The chain that follows the compaction: what of the summarized part is state, not conversation.
+    latest = {e.get("type"): e for e in summarized if e.get("type") in SETTINGS_TYPES}
+    chain_candidates = [
+        e
+        for e in summarized
+        if (e.get("type") in SETTINGS_TYPES and latest.get(e.get("type")) is e)
+        or (e.get("type") not in SETTINGS_TYPES and e.get("type") not in SUMMARIZED_TYPES)
+    ]
+
+    def canonical(entry: Entry) -> bool:
+        entry_id = _entry_id(entry)
+        return entry_id is None or index.get(entry_id) is entry
+
+    rest = [e for e in transcript.entries if id(e) not in summarized_objs and canonical(e)]
+    present = {_entry_id(e) for e in rest if e.get("type") != "label"}
+    present |= {_entry_id(e) for e in chain_candidates if e.get("type") != "label"}
+    if new_compaction is not None:
+        present.add(new_compaction["id"])
+    present.discard(None)
+
+    kept_objs = {id(e) for e in kept}
+    # Labels survive when their target does (a label may target a label: decide in file order). A label on
+    # the kept branch stays whatever it targets: an agent may hold its id as its leaf.
+    candidate_objs = {id(e) for e in rest} | {id(e) for e in chain_candidates}
+    dropped: set[int] = set()
+    for entry in transcript.entries:
+        if entry.get("type") != "label" or id(entry) not in candidate_objs:
+            continue
+        if id(entry) in kept_objs or entry.get("targetId") in present:
+            present.add(_entry_id(entry))
+        else:
+            dropped.add(id(entry))
+
+    def survives(entry: Entry) -> bool:
+        return id(entry) not in dropped
+
+    chain = [e for e in chain_candidates if survives(e)]
+    rest = [e for e in rest if survives(e)]
+    surviving = {id(e) for e in rest}
+
+    anchor: str | None = None
+    chain_parent: dict[int, str | None] = {}
+    if new_compaction is not None:
+        anchor = new_compaction["id"]
+        for entry in chain:
+            chain_parent[id(entry)] = anchor
+            anchor = _entry_id(entry) or anchor
+        if new_post is not None:
+            new_post["parentId"] = anchor
+            anchor = new_post["id"]
+
+    def resolve(parent: object) -> str | None:
+        """Nearest surviving ancestor of ``parent`` (the anchor for one in the summarized part)."""
+        seen: set[str] = set()
+        while isinstance(parent, str) and parent not in seen:
+            seen.add(parent)
+            target = index.get(parent)
+            if target is None:
+                return None
+            if id(target) in summarized_objs:
+                return anchor
+            if id(target) in surviving:
+                return parent
+            parent = target.get("parentId")
+        return None
+
+    spans = {id(e): span for e, span in zip(transcript.entries, transcript.spans, strict=True)}
+    reserialize_all = transcript.version < 3
+    lines: list[bytes] = []
+    if reserialize_all:
+        lines.append(dumps_entry({**header, "version": 3}))
+    else:
+        start, end = transcript.header_span
+        lines.append(data[start:end])
+    reserialized = 0
+    if new_compaction is not None:
+        lines.append(dumps_entry(new_compaction))
+        for entry in chain:
+            new = dict(entry)
+            new["parentId"] = chain_parent[id(entry)]
+            lines.append(dumps_entry(new))
+            reserialized += 1
+        if new_post is not None:
+            lines.append(dumps_entry(new_post))
+    first_kept_obj = kept[0] if kept and compaction is not None else None
+    kept_out: dict[int, Entry] = {}
+    for entry in rest:
+        entry_id = _entry_id(entry)
+        parent = anchor if entry is first_kept_obj else resolve(entry.get("parentId"))
+        replacement = fix_replacements.get(entry_id) if entry_id is not None else None
+        if replacement is None and parent == entry.get("parentId") and not reserialize_all:
+            start, end = spans[id(entry)]
+            lines.append(data[start:end])
+            out = entry
+        else:
+            out = dict(replacement) if replacement is not None else dict(entry)
+            out["id"] = entry_id if entry_id is not None else out.get("id")
+            out["parentId"] = parent
+            lines.append(dumps_entry(out))
+            reserialized += 1
+        if id(entry) in kept_objs:
+            kept_out[id(entry)] = out
+
+    new_kept = [kept_out[id(e)] for e in kept if id(e) in kept_out]
+    if new_compaction is not None:
+        expected = [compaction_message(new_compaction)]
+        if new_post is not None:
+            expected.extend(_messages([new_post]))
+        expected.extend(_messages(new_kept))
+    else:
+        expected = context_from_path(new_kept).messages
+    new_ids = [i for i in (_entry_id(new_compaction or {}), _entry_id(new_post or {})) if i is not None]
+    return Plan(
+        data=b"\n".join(lines) + b"\n",
+        leaf_id=_entry_id(branch[-1]),
+        expected=expected,
+        thinking_level=original.thinking_level,
+        allowed_pairing=_pairing(transcript),
+        session_id=transcript.session_id,
+        new_ids=new_ids,
+        summarized=len(summarized),
+        kept=len(new_kept),
+        reserialized=reserialized,
+    )
+
+
+# --- append -------------------------------------------------------------------------------------------------
+
+
+def build_append(
+    transcript: Transcript,
+    compaction: Entry | None,
+    post: Entry | None,
+    replacements: Mapping[str, Entry],
+    *,
+    snapshot_leaf_id: str | None = None,
+    leaf_id: str | None = None,
+    taken: set[str] | None = None,
+    note_for: Callable[[str], str] | None = None,
+) -> Plan:
+    """The lines append mode adds after the current leaf (or ``leaf_id``); see the module docstring."""
+    if transcript.header is None:
+        raise PlanError("no session header")
+    refuse_blocked(transcript)
+    if transcript.version < 3:
+        raise PlanError("append needs a version 3 transcript (pi rewrites older files on open)")
+    first_kept = compaction.get("firstKeptEntryId") if compaction is not None else None
+    if compaction is not None and not isinstance(first_kept, str):
+        raise PlanError("compaction has no firstKeptEntryId")
+    branch = transcript.branch(leaf_id) if leaf_id is not None else transcript.branch()
+    ids = [_entry_id(e) for e in branch]
+    for needed in (first_kept, snapshot_leaf_id):
+        if needed is not None and needed not in ids:
+            raise PlanError("branch moved")
+    cut = ids.index(first_kept) if first_kept is not None else 0
+    used = set(transcript.by_id()) if taken is None else set(taken)
+    fix = _prepare_replacements(replacements, note_for)
+    replaced_at = [i for i, entry_id in enumerate(ids) if entry_id in fix and i >= cut]
+    if compaction is None and not replaced_at:
+        raise PlanError("nothing to prune on the current branch")
+
+    out: list[Entry] = []
+    parent = ids[-1] if ids else None
+    id_map: dict[str, str] = {}
+    new_path = list(branch)
+    if replaced_at:
+        start = replaced_at[0]
+        parent_value = branch[start].get("parentId")
+        parent = parent_value if isinstance(parent_value, str) else None
+        new_path = branch[:start]
+        for entry in branch[start:]:
+            entry_id = _entry_id(entry)
+            new = dict(fix[entry_id]) if entry_id in fix else dict(entry)
+            new_id = fresh_id(used)
+            used.add(new_id)
+            if entry_id is not None:
+                id_map[entry_id] = new_id
+            new["id"] = new_id
+            new["parentId"] = parent
+            for key in ("firstKeptEntryId", "targetId", "fromId"):
+                value = new.get(key)
+                if isinstance(value, str) and value in id_map:
+                    new[key] = id_map[value]
+            out.append(new)
+            new_path.append(new)
+            parent = new_id
+    # The branch the agent's context is built from after our lines, with the replacements in, for the check.
+    replaced_branch = [
+        fix.get(i, e) if i is not None and pos >= cut else e
+        for pos, (i, e) in enumerate(zip(ids, branch, strict=True))
+    ]
+    new_compaction: Entry | None = None
+    new_post: Entry | None = None
+    if compaction is not None:
+        new_compaction, new_post = _with_ids(compaction, post, used)
+        new_compaction["parentId"] = parent
+        if isinstance(first_kept, str) and first_kept in id_map:
+            new_compaction["firstKeptEntryId"] = id_map[first_kept]
+        out.append(new_compaction)
+        parent = new_compaction["id"]
+        if new_post is not None:
+            new_post["parentId"] = parent
+            out.append(new_post)
+            parent = new_post["id"]
+        expected = [compaction_message(new_compaction), *_messages(replaced_branch[cut:])]
+        if new_post is not None:
+            expected.extend(_messages([new_post]))
+    else:
+        expected = context_from_path(replaced_branch).messages
+    original = context_from_path(branch)
+    return Plan(
+        data=b"".join(dumps_entry(e) + b"\n" for e in out),
+        leaf_id=parent,
+        expected=expected,
+        thinking_level=original.thinking_level,
+        allowed_pairing=_pairing(transcript),
+        session_id=transcript.session_id,
+        new_ids=[i for e in out if (i := _entry_id(e)) is not None],
+        summarized=cut,
+        kept=len(branch) - cut,
+        reserialized=len(out),
+    )
+
+
+# --- the check ----------------------------------------------------------------------------------------------
+
+
+def verify(candidate: bytes, plan: Plan, *, strict_structure: bool) -> Transcript:
+    """Load ``candidate`` with our reader (pi's loader, reproduced) and require the plan's context.
+
+    ``strict_structure``: the candidate is entirely ours (a successor), so it must parse without any problem a
+    loader would stumble on; an append candidate keeps whatever the agent's earlier lines had.
+    """
+    loaded = parse_transcript(candidate)
+    if not loaded.usable or loaded.session_id != plan.session_id:
+        raise PlanError("check failed: the result has no valid session header")
+    if strict_structure:
+        bad = [p for p in loaded.problems if p.kind in STRUCTURE_KINDS]
+        if bad:
+            raise PlanError(f"check failed: {bad[0].kind} at line {bad[0].line}: {bad[0].message}")
+    if loaded.leaf_id != plan.leaf_id:
+        raise PlanError(f"check failed: leaf is {loaded.leaf_id!r}, expected {plan.leaf_id!r}")
+    context = context_from_path(loaded.branch())
+    if context.messages != plan.expected:
+        at = next(
+            (i for i, (a, b) in enumerate(zip(context.messages, plan.expected, strict=False)) if a != b),
+            min(len(context.messages), len(plan.expected)),
+        )
+        raise PlanError(
+            f"check failed: context differs at message {at} "
+            f"({len(context.messages)} messages, expected {len(plan.expected)})"
+        )
+    if context.thinking_level != plan.thinking_level:
+        raise PlanError("check failed: thinking level changed")
+    new_problems = _pairing(loaded) - plan.allowed_pairing
+    if new_problems:
+        kind, message = sorted(new_problems)[0]
+        raise PlanError(f"check failed: {kind}: {message}")
+    return loaded

@@ -1,0 +1,318 @@
+"""``compactd doctor``: what would stop compactd from working here, and what to do about each."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TextIO
+
+import anyio
+
+from compactd.config import Config, ConfigError, load_config
+from compactd.watch import discover_roots, scan_root
+
+# A session header is one line of at most a few hundred bytes; junk before it is rare.
+HEADER_READ_BYTES = 64 * 1024
+
+# Past this many sessions with one kind of problem the rest are counted, not listed.
+MAX_LISTED = 20
+
+
+def _ok(out: TextIO, text: str) -> None:
+    out.write(f"ok    {text}\n")
+
+
+def _bad(out: TextIO, text: str, fix: str) -> None:
+    out.write(f"FIX   {text}\n      → {fix}\n")
+
+
+def _warn(out: TextIO, text: str, fix: str) -> None:
+    out.write(f"WARN  {text}\n      → {fix}\n")
+
+
+def check_roots(config: Config, out: TextIO) -> int:
+    problems = 0
+    roots, refused = discover_roots(config.sessions.roots, state_dir=config.state_dir)
+    for refusal in refused:
+        problems += 1
+        _bad(
+            out,
+            f"{refusal.path} (from {refusal.pattern}) is not used as a sessions root: {refusal.reason}",
+            "remove the symlink or name the real directory in sessions.roots",
+        )
+    if not roots:
+        problems += 1
+        _bad(
+            out,
+            f"no sessions directory matches {list(config.sessions.roots)}",
+            "set sessions.roots to your agents' sessions dirs",
+        )
+    for root in roots:
+        count = len(scan_root(root))
+        if not os.access(root, os.R_OK | os.X_OK):
+            problems += 1
+            _bad(out, f"{root}: not readable", "run compactd as the user who owns the sessions")
+        elif not os.access(root, os.W_OK):
+            problems += 1
+            _bad(
+                out,
+                f"{root}: not writable (commits would fail)",
+                "fix permissions or ReadWritePaths= in the unit",
+            )
+        else:
+            _ok(out, f"{root}: {count} transcripts, readable and writable")
+    return problems
+
+
+def _header(path: str) -> dict[str, object] | None:
+    """The session header from the start of a transcript (doctor needs only its ``cwd``)."""
+    from compactd.transcript.reader import parse_transcript
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            head = handle.read(HEADER_READ_BYTES)
+    except OSError:
+        return None
+    return parse_transcript(head[: head.rfind(b"\n") + 1], check=False).header
+
+
+def check_workspaces(config: Config, roots: list[str], out: TextIO) -> None:
+    """Say which sessions run without workspace features, and why (a refused ``cwd`` is not a fault)."""
+    from compactd.workspace import workspace_for
+
+    for root in roots:
+        for path in scan_root(root):
+            choice = workspace_for(config, path, _header(path), log_refusal=False)
+            if choice.reason is not None:
+                out.write(
+                    f"note  {path}: cwd {choice.cwd!r} is not used as its workspace (no AGENTS.md rules, "
+                    f"no memory/): {choice.reason}\n"
+                )
+
+
+def check_sessions(config: Config, out: TextIO) -> int:
+    """Each transcript read and judged as the daemon does: those it cannot read and those it would skip
+    (a window under the hard minimum) are things to fix, not "fits"; then the failures the daemon recorded."""
+    from compactd.planning import quick_budget, skip_reason
+    from compactd.state import describe_error, read_status
+    from compactd.tracker import SessionTracker
+
+    unreadable: list[str] = []
+    skipped: list[str] = []
+    reported: set[str] = set()
+    for root in discover_roots(config.sessions.roots, state_dir=config.state_dir)[0]:
+        for path in scan_root(root):
+            if config.sessions.is_ignored(path):
+                continue
+            tracker = SessionTracker(path)
+            try:
+                tracker.refresh()
+            except Exception as exc:
+                unreadable.append(f"{path}: cannot read it: {describe_error(exc)}")
+                reported.add(path)
+                continue
+            ledger = tracker.ledger
+            if ledger is None:
+                continue
+            budget = quick_budget(
+                config, provider=ledger.provider, model=ledger.model, tokens=ledger.planning_tokens
+            )
+            reason = skip_reason(budget)
+            if reason is not None:
+                skipped.append(f"{path}: skipped: {reason}")
+                reported.add(path)
+    failing: list[str] = []
+    status = read_status(config.state_dir, on_problem=lambda _text: None)
+    for row in (status or {}).get("sessions", []):
+        path, error = row.get("path"), row.get("last_error")
+        if isinstance(error, str) and error and path not in reported:
+            stage = row.get("error_stage") or "last attempt"
+            failing.append(f"{path}: {stage} failed: {error}")
+    _list(out, unreadable, "run compactd as the user who owns the sessions, or fix the file's permissions")
+    _list(
+        out,
+        skipped,
+        "set the model's real window under models.providers.<provider>.models.<model>.context_tokens "
+        "(and agents.defaults.context_tokens) to at least 16,000",
+    )
+    _list(out, failing, "see `compactd status`; the session is retried after its back-off")
+    return len(unreadable) + len(skipped) + len(failing)
+
+
+def _list(out: TextIO, lines: list[str], fix: str) -> None:
+    for line in lines[:MAX_LISTED]:
+        _bad(out, line, fix)
+    if len(lines) > MAX_LISTED:
+        out.write(f"      ... and {len(lines) - MAX_LISTED:,} more like these\n")
+
+
+def check_state_dir(config: Config, out: TextIO) -> int:
+    state = config.state_dir
+    try:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = state / ".doctor-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        _bad(
+            out,
+            f"state directory {state}: {exc.strerror}",
+            "set state_dir or StateDirectory= to a writable place",
+        )
+        return 1
+    _ok(out, f"state directory {state} is writable")
+    return 0
+
+
+# Archives taking more than this share of their filesystem are worth a warning whatever warn_bytes says.
+ARCHIVE_WARN_FS_SHARE = 0.10
+
+
+def check_archives(config: Config, out: TextIO) -> int:
+    """The archives' disk use against ``compaction.archives.warn_bytes`` and a share of their filesystem."""
+    from compactd.state import archive_usage, human_bytes
+
+    usage = archive_usage(config.state_dir)
+    settings = config.compaction.archives
+    policy = f"kept {settings.keep_days:g} days" if settings.keep_days > 0 else "kept for ever"
+    if settings.keep_count > 0:
+        policy += f", at most {settings.keep_count} per session"
+    summary = (
+        f"archives: {usage.count} of {usage.sessions} session(s), {human_bytes(usage.disk_bytes)} on disk"
+    )
+    fix = (
+        "lower compaction.archives.keep_days (or set keep_count, which deletes lines that exist nowhere "
+        "else), or move the sessions to a larger disk"
+    )
+    problems = 0
+    if usage.disk_bytes > settings.warn_bytes:
+        problems += 1
+        _warn(out, f"{summary}, more than warn_bytes ({human_bytes(settings.warn_bytes)}); {policy}", fix)
+    for used, sample in usage.by_device.values():
+        try:
+            fs = os.statvfs(sample)
+        except OSError:
+            continue
+        total = fs.f_blocks * fs.f_frsize
+        if total and used > ARCHIVE_WARN_FS_SHARE * total:
+            problems += 1
+            share = 100.0 * used / total
+            _warn(
+                out, f"archives take {share:.0f} % of the filesystem holding {os.path.dirname(sample)}", fix
+            )
+    if not problems:
+        _ok(out, f"{summary} ({policy})")
+    return problems
+
+
+def check_summarizer(config: Config, out: TextIO) -> int:
+    s = config.summarizer
+    if not s.enabled:
+        _ok(out, "no summarizer configured: compaction uses the deterministic digest")
+        return 0
+    from compactd.job import make_client
+
+    async def probe() -> object:
+        client = make_client(config)
+        try:
+            return await client.check()
+        finally:
+            await client.close()
+
+    result = anyio.run(probe)
+    problems = list(getattr(result, "problems", ()))
+    for note in getattr(result, "notes", ()):
+        out.write(f"note  {note}\n")
+    if problems:
+        for problem in problems:
+            _bad(out, f"summarizer: {problem}", "see config.example.yaml, section summarizer")
+        return len(problems)
+    _ok(out, f"summarizer {s.base_url} serves {s.model}")
+    return check_summarizer_speed(config, out)
+
+
+def check_summarizer_speed(config: Config, out: TextIO) -> int:
+    """The speed compactd measured for the endpoint, and the call it implies within the window and the
+    timeout (``compactd.summarize.pace``); a warning when even a minimal summary call cannot fit the timeout."""
+    from compactd.summarize import prompts
+    from compactd.summarize.pace import (
+        OUTPUT_FLOOR_TOKENS,
+        PACE_SHARE,
+        Pace,
+        SpeedMemory,
+        call_fit,
+        endpoint_key,
+        estimate_prompt_tokens,
+    )
+
+    s, c = config.summarizer, config.compaction
+    assert s.base_url is not None
+    speed = SpeedMemory(config.state_dir).get(endpoint_key(s.base_url, s.model or "default"))
+    if speed is None:
+        out.write(
+            "note  summarizer speed: not measured yet; until the first summary call measures it, calls are "
+            "sized by their input and the window only\n"
+        )
+        return 0
+    overhead = estimate_prompt_tokens(
+        *prompts.summary_messages(
+            "",
+            previous_summary=None,
+            identifier_policy=c.identifier_policy,
+            identifier_instructions=c.identifier_instructions,
+            custom_instructions=None,
+            retry_reasons=None,
+        )
+    )
+    fit = call_fit(
+        Pace(s.timeout_seconds, speed),
+        window=s.context_tokens,
+        prompt_overhead=overhead,
+        output_cap=s.max_output_tokens,
+    )
+    measured = (
+        f"summarizer speed: measured {speed.describe()} ({speed.samples} call(s), last {speed.updated})"
+    )
+    if not fit.minimal_fits:
+        needed = math.ceil(fit.minimal_seconds / PACE_SHARE)
+        _warn(
+            out,
+            f"{measured}: a {s.timeout_seconds:g} s call cannot fit even the instructions "
+            f"(~{overhead:,} prompt tokens) and a {OUTPUT_FLOOR_TOKENS}-token summary",
+            f"raise summarizer.timeout_seconds to at least {needed} s, or use a faster model or server",
+        )
+        return 1
+    limit = (
+        f"the {s.context_tokens:,}-token window is the limit"
+        if fit.window_bound
+        else f"the timeout, not the {s.context_tokens:,}-token window, is the limit: chunks are sized to it"
+    )
+    _ok(
+        out,
+        f"{measured}: a {s.timeout_seconds:g} s call fits ~{fit.prompt:,} prompt tokens + "
+        f"{fit.output:,} output ({limit})",
+    )
+    return 0
+
+
+def run_doctor(config_path: str | None, out: TextIO) -> int:
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        _bad(out, f"config: {exc}", "fix the key named above")
+        return 1
+    from compactd.logs import protect_config_secrets
+
+    protect_config_secrets(config)  # before any line names the endpoint
+    _ok(out, f"config {config.source} is valid")
+    problems = (
+        check_roots(config, out)
+        + check_sessions(config, out)
+        + check_state_dir(config, out)
+        + check_archives(config, out)
+        + check_summarizer(config, out)
+    )
+    check_workspaces(config, discover_roots(config.sessions.roots, state_dir=config.state_dir)[0], out)
+    out.write("all good\n" if not problems else f"{problems} thing(s) to fix\n")
+    return 0 if not problems else 1

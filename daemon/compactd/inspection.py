@@ -1,0 +1,51 @@
+"""What ``compactd inspect`` and ``compactd validate`` report about one transcript file."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from compactd.ledger import SessionLedger
+from compactd.prune import tool_result_text_chars
+from compactd.tokens import estimate_tokens
+from compactd.transcript.context import build_context
+from compactd.transcript.messages import llm_visible, role_of
+from compactd.transcript.reader import FATAL_KINDS, Transcript, read_transcript
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_UNUSABLE = 0, 1, 2
+
+
+def inspect_transcript(path: str | os.PathLike[str], transcript: Transcript | None = None) -> dict[str, Any]:
+    transcript = transcript if transcript is not None else read_transcript(path)
+    ledger = SessionLedger.from_transcript(transcript)
+    figures = ledger.figures()
+    messages = [m for m in llm_visible(build_context(transcript).messages)]
+    by_role: dict[str, int] = {}
+    for message in messages:
+        by_role[role_of(message)] = by_role.get(role_of(message), 0) + estimate_tokens(message)
+    return {
+        "path": os.fspath(path),
+        "session_id": transcript.session_id,
+        "version": transcript.version,
+        "entries": len(transcript.entries),
+        "leaf_id": transcript.leaf_id,
+        "context_messages": len(messages),
+        "context_tokens": figures["tokens"],
+        "estimated_with_margin": ledger.estimate.with_margin,
+        "tokens_source": figures["tokens_source"],
+        "usage_tokens": figures["usage_tokens"],
+        "trailing_tokens": figures["trailing_tokens"],
+        "by_role": dict(sorted(by_role.items())),
+        "tool_result_chars": sum(tool_result_text_chars(m) for m in messages),
+        "provider": figures["provider"],
+        "model": figures["model"],
+        "bytes": transcript.size,
+        "problems": [p.as_json() for p in transcript.problems],
+    }
+
+
+def validation_exit_code(transcript: Transcript) -> int:
+    """0: an agent loads every line; 1: it loads with problems; 2: unusable (no header) or unreadable."""
+    if any(p.kind in FATAL_KINDS for p in transcript.problems):
+        return EXIT_UNUSABLE
+    return EXIT_PROBLEMS if transcript.problems else EXIT_OK

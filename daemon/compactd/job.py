@@ -1,0 +1,397 @@
+"""One session's compaction job: load → budget → engine → (commit). Shared by ``compact``, ``once`` and ``run``.
+
+The model call happens here with no lock held; the commit re-validates against the file as it is then, and a
+session whose branch ends mid-turn (``planning.readiness``) is refused both before the model call and again
+just before the commit, so a turn the agent started during the model call is not cut.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import anyio
+
+from compactd.budget import TRUNCATE_ONLY_SLACK_CHARS, Budget, max_tokens_within
+from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
+from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
+from compactd.config import Config
+from compactd.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
+from compactd.planning import budget_for, prune_plan, readiness
+from compactd.roots import is_session_path
+from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
+from compactd.tokens import estimate_tokens, js_len
+from compactd.transcript.context import compaction_message, entry_to_message
+from compactd.transcript.messages import llm_visible
+from compactd.transcript.reader import Transcript, read_transcript
+from compactd.turns import turn_of_branch
+from compactd.workspace import Workspace, read_agents_md
+from compactd.workspace import workspace_for as choose_workspace
+
+log = logging.getLogger(__name__)
+
+
+def engine_settings(config: Config) -> EngineSettings:
+    c = config.compaction
+    return EngineSettings(
+        keep_recent_turns=c.keep_recent_turns,
+        keep_recent_tokens=c.keep_recent_tokens,
+        identifier_policy=c.identifier_policy,
+        identifier_instructions=c.identifier_instructions,
+        identifier_cap=c.identifier_cap,
+        quality_guard=c.quality_guard.enabled,
+        quality_retries=c.quality_guard.max_retries,
+        summary_max_chars=c.summary_max_chars,
+        redact=c.redact_secrets,
+        post_compaction_sections=c.post_compaction_sections,
+        post_compaction_max_chars=c.post_compaction_max_chars,
+        summarizer_window=config.summarizer.context_tokens,
+        max_output_tokens=config.summarizer.max_output_tokens,
+    )
+
+
+def make_client(config: Config, limiter: anyio.CapacityLimiter | None = None) -> Any:
+    """The summarizer client, or None when no endpoint is configured (the digest is used)."""
+    s = config.summarizer
+    if not s.enabled or s.base_url is None:
+        return None
+    from compactd.summarize.llm import RetryPolicy, SummarizerClient
+    from compactd.summarize.pace import SpeedMemory
+
+    return SummarizerClient(
+        base_url=s.base_url,
+        model=s.model or "default",
+        api_key=s.api_key() or "sk-local",
+        timeout_seconds=s.timeout_seconds,
+        context_tokens=s.context_tokens,
+        max_output_tokens=s.max_output_tokens,
+        temperature=s.temperature,
+        ollama_num_ctx=s.num_ctx(),
+        max_concurrency=s.max_concurrency,
+        limiter=limiter,
+        retry=RetryPolicy(
+            attempts=s.retry.attempts,
+            base_seconds=s.retry.base_seconds,
+            max_seconds=s.retry.max_seconds,
+            jitter=s.retry.jitter,
+        ),
+        speed_memory=SpeedMemory(config.state_dir),  # each call is sized to the speed measured before
+    )
+
+
+def workspace_for(config: Config, path: str | os.PathLike[str], transcript: Transcript) -> Workspace | None:
+    """Where AGENTS.md and memory/ live: the configured workspace, else the session header's ``cwd`` when the
+    trust rule of :mod:`compactd.workspace` allows it (a refusal is logged there)."""
+    return choose_workspace(config, path, transcript.header).workspace
+
+
+def snapshot_size(transcript: Transcript) -> int:
+    """Bytes of complete lines the plan was made from (a torn tail is not part of the snapshot)."""
+    if not transcript.spans:
+        return transcript.header_span[1] + 1 if transcript.header_span else 0
+    return transcript.spans[-1][1] + 1
+
+
+@dataclass(frozen=True)
+class Fill:
+    """Where a session stood before and after a job and where its tokens went (pi's estimate, raw tokens).
+
+    ``after_tokens`` = ``summary_tokens`` + ``post_compaction_tokens`` + ``kept_tokens``; the figures with
+    the safety margin are what the threshold compares, and what ``status`` shows as the share of the budget.
+    """
+
+    threshold: int
+    before_tokens: int
+    after_tokens: int
+    summary_tokens: int = 0
+    post_compaction_tokens: int = 0
+    kept_tokens: int = 0
+    pruned_results: int = 0
+    pruned_chars: int = 0
+    pruned_tokens: int = 0
+
+    @property
+    def before(self) -> int:
+        return math.ceil(self.before_tokens * SAFETY_MARGIN)
+
+    @property
+    def after(self) -> int:
+        return math.ceil(self.after_tokens * SAFETY_MARGIN)
+
+    def percent(self, tokens: int) -> float:
+        return round(100.0 * tokens / self.threshold, 1) if self.threshold > 0 else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "before": self.before,
+            "after": self.after,
+            "before_percent": self.percent(self.before),
+            "after_percent": self.percent(self.after),
+            "before_tokens": self.before_tokens,
+            "after_tokens": self.after_tokens,
+            "summary_tokens": self.summary_tokens,
+            "post_compaction_tokens": self.post_compaction_tokens,
+            "kept_tokens": self.kept_tokens,
+            "pruned_results": self.pruned_results,
+            "pruned_chars": self.pruned_chars,
+            "pruned_tokens": self.pruned_tokens,
+        }
+
+    def describe(self) -> str:
+        """One line for the log and the ``compact`` table."""
+        return (
+            f"{self.before:,} -> {self.after:,} of {self.threshold:,} tokens with the margin "
+            f"({self.percent(self.before):.0f}% -> {self.percent(self.after):.0f}%): "
+            f"summary {self.summary_tokens:,} + post-compaction {self.post_compaction_tokens:,} + kept "
+            f"{self.kept_tokens:,} tokens; pruned {self.pruned_chars:,} chars ({self.pruned_tokens:,} tokens) "
+            f"from {self.pruned_results} tool result{'s' if self.pruned_results != 1 else ''}"
+        )
+
+
+@dataclass
+class JobResult:
+    path: str
+    route: str
+    engine: EngineResult | None = None
+    committed: bool = False
+    mode: str | None = None
+    archive: str | None = None
+    reason: str | None = None
+    pruned: int = 0
+    chars_saved: int = 0
+    fill: Fill | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "route": self.route}
+        e = self.engine
+        if e is not None:
+            out.update(
+                {
+                    "first_kept_entry_id": e.first_kept_entry_id,
+                    "tokens_before": e.tokens_before,
+                    "tokens_after": e.tokens_after,
+                    "summary_level": e.level,
+                    "identifiers_total": e.identifiers.total,
+                    "identifiers_kept_by_model": e.identifiers.kept_by_model,
+                    "identifiers_in_summary": e.identifiers.in_summary,
+                    "quality": e.quality,
+                    "summarizer_calls": e.calls,
+                    "summary": e.summary,
+                    "entries": [x for x in (e.compaction, e.post_message) if x is not None],
+                }
+            )
+        out.update(
+            {
+                "committed": self.committed,
+                "mode": self.mode,
+                "archive": self.archive,
+                "reason": self.reason,
+                "pruned_results": self.pruned,
+                "chars_saved": self.chars_saved,
+                "fill": self.fill.as_json() if self.fill is not None else None,
+            }
+        )
+        return out
+
+
+def prune_target_tokens(budget: Budget, route: str) -> int:
+    """The raw estimate pruning brings the session down to (pi's estimate, before the safety margin).
+
+    After a summary: the threshold itself, so the kept turns lose no more than the summary left over. Pruning
+    alone: the threshold less OpenClaw's route slack (2,048 characters), since the route was chosen on the
+    promise of that headroom and a session pruned to the very threshold is due again after the next reply.
+    """
+    threshold = budget.compact_threshold
+    if route == "truncate_tool_results_only":
+        threshold -= math.ceil(TRUNCATE_ONLY_SLACK_CHARS / CHARS_PER_TOKEN)
+    return max_tokens_within(max(0, threshold))
+
+
+def committed_note_chars(path: str, mode: str) -> Callable[[str], int]:
+    """entry id -> length of the note the commit puts for the placeholder (archive name or entry id)."""
+    if mode == "rotate":
+        name = f"{os.path.basename(path)}{ARCHIVE_INFIX}{utc_stamp(time.time())}"
+        chars = js_len(archive_note(name))
+        return lambda _entry_id: chars
+    return lambda entry_id: js_len(entry_note(entry_id))
+
+
+async def compact_file(
+    path: str,
+    config: Config,
+    *,
+    client: Any = None,
+    dry_run: bool = False,
+    mode: str | None = None,
+    force: bool = False,
+    route: str | None = None,
+    now: datetime | None = None,
+) -> JobResult:
+    """Run the engine on one transcript and, unless ``dry_run``, commit its result.
+
+    ``path`` must be the file's real path (no symlink anywhere in it): what is read, sent and committed is
+    that file and no other, whatever is swapped in meanwhile (the commit checks again). Pruning is planned on
+    what remains after the summary (the kept turns) and frees only what the target still needs, oldest results
+    first (``compactd.prune.plan_pruning``).
+    """
+    if not is_session_path(path):
+        return JobResult(path, "none", reason="refusing: not a regular file reached without symlinks")
+    transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+    if not transcript.usable:
+        reason = "; ".join(p.message for p in transcript.problems)
+        return JobResult(path, "none", reason=f"unusable transcript: {reason}")
+    if not transcript.committable:
+        reason = "; ".join(f"{p.kind} at line {p.line}: {p.message}" for p in transcript.blocking)
+        return JobResult(path, "none", reason=f"not compacted: {reason}")
+    if not (dry_run or force):
+        busy = turn_in_flight(config, path, transcript)
+        if busy is not None:
+            return JobResult(path, "none", reason=busy)
+    budget = budget_for(config, transcript)
+    chosen = route or budget.route
+    if chosen == "fits":
+        chosen = "compact_only"  # asked for explicitly: compact even though it fits
+    commit_mode = mode or config.compaction.commit
+    result = JobResult(path, chosen, mode=commit_mode)
+    replacements: dict[str, dict[str, Any]] = {}
+    kept_ids: set[str] | None = None
+    summary_tokens = post_tokens = 0
+    remaining = budget.estimated_tokens  # what stays in the context before pruning
+    if chosen != "truncate_tool_results_only":
+        engine = CompactionEngine(engine_settings(config), client)
+        workspace = workspace_for(config, path, transcript)
+        rules = await anyio.to_thread.run_sync(read_agents_md, workspace) if workspace else None
+        result.engine = await engine.compact(transcript, agents_md=rules, now=now)
+        if result.engine is None:
+            result.reason = "nothing to compact: the whole branch is within the kept recent turns"
+            return result
+        e = result.engine
+        kept_ids = {x["id"] for x in e.plan.path[e.plan.first_kept_index :] if isinstance(x.get("id"), str)}
+        summary_tokens = estimate_tokens(compaction_message(e.compaction))
+        post = entry_to_message(e.post_message) if e.post_message is not None else None
+        post_tokens = sum(estimate_tokens(m) for m in llm_visible([post] if post is not None else []))
+        remaining = summary_tokens + post_tokens + sum(estimate_tokens(m) for m in llm_visible(e.plan.kept))
+    need = remaining - prune_target_tokens(budget, chosen)
+    if chosen == "compact_then_truncate" and need <= 0:
+        chosen = "compact_only"  # the summary was enough: the kept turns stay as they are
+    pruned_tokens = 0
+    if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
+        # The commit swaps the placeholder for where the full text still is (the archive, or the entry).
+        pruning = prune_plan(
+            config,
+            transcript,
+            budget,
+            need,
+            only=kept_ids,
+            note=FULL_TEXT_PLACEHOLDER,
+            committed_note_chars=committed_note_chars(path, commit_mode),
+        )
+        replacements = {edit.entry_id: edit.new_message for edit in pruning.edits}
+        result.pruned = len(replacements)
+        result.chars_saved = pruning.chars_saved
+        pruned_tokens = pruning.tokens_saved
+    after = remaining - pruned_tokens
+    result.fill = Fill(
+        threshold=budget.compact_threshold,
+        before_tokens=budget.estimated_tokens,
+        after_tokens=after,
+        summary_tokens=summary_tokens,
+        post_compaction_tokens=post_tokens,
+        kept_tokens=after - summary_tokens - post_tokens,
+        pruned_results=result.pruned,
+        pruned_chars=result.chars_saved,
+        pruned_tokens=pruned_tokens,
+    )
+    result.route = chosen
+    if dry_run:
+        result.reason = "dry run"
+        return result
+    done = await anyio.to_thread.run_sync(
+        lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
+    )
+    if done.committed:
+        log.info(
+            "compacted path=%s route=%s mode=%s fill: %s", path, done.route, done.mode, result.fill.describe()
+        )
+    return done
+
+
+def _commit(
+    path: str,
+    config: Config,
+    transcript: Transcript,
+    result: JobResult,
+    replacements: dict[str, dict[str, Any]],
+    mode: str,
+    force: bool,
+) -> JobResult:
+    from compactd.commit.commit import CompactionEntries, commit
+
+    if not force:
+        try:
+            current = read_transcript(path, follow_symlinks=False)
+        except OSError:
+            current = None  # gone or unreadable now: commit() says why
+        busy = turn_in_flight(config, path, current) if current is not None else None
+        if busy is not None:
+            log.info("not committed path=%s reason=%s (a turn started during the model call)", path, busy)
+            result.reason = busy
+            return result
+    engine = result.engine
+    entries = None
+    if engine is not None:
+        entries = CompactionEntries(
+            compaction=engine.compaction,
+            post_message=engine.post_message,
+            snapshot_size=snapshot_size(transcript),
+            snapshot_leaf_id=transcript.leaf_id or "",
+            replacements={},
+        )
+    outcome = commit(
+        path,
+        entries,
+        prune=_prune_entries(transcript, replacements),
+        mode=mode,  # type: ignore[arg-type]
+        state_dir=config.state_dir,
+        idle_seconds=config.sessions.idle_seconds,
+        force=force,
+        grace_seconds=config.compaction.rotate_grace_seconds,
+        archive_keep_count=config.compaction.archives.keep_count,
+        archive_keep_days=config.compaction.archives.keep_days,
+    )
+    result.committed = outcome.committed
+    result.archive = outcome.archive
+    result.reason = outcome.reason
+    return result
+
+
+def turn_in_flight(config: Config, path: str, transcript: Transcript) -> str | None:
+    """Why ``transcript`` (just read from ``path``) must not be committed over now, when its branch ends
+    mid-turn and the turn is not abandoned; None otherwise. The quiet-time clause of the same rule is
+    ``commit()``'s own, checked again under the lock."""
+    try:
+        quiet = time.time() - os.lstat(path).st_mtime  # stat after the read: no older than what was read
+    except OSError:
+        return None  # gone: commit() says so
+    verdict = readiness(config, turn=turn_of_branch(reversed(transcript.branch())), quiet_seconds=quiet)
+    return verdict.reason if verdict.turn_in_flight else None
+
+
+def _prune_entries(
+    transcript: Transcript, replacements: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Entry id → the whole replacement entry (the message swapped for its truncated copy)."""
+    index = transcript.by_id()
+    out: dict[str, dict[str, Any]] = {}
+    for entry_id, message in replacements.items():
+        entry = index.get(entry_id)
+        if entry is not None:
+            out[entry_id] = {**entry, "message": message}
+    return out

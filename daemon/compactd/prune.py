@@ -1,0 +1,512 @@
+"""Tool-result pruning, planned only: OpenClaw's tool-result truncation (spec-openclaw §6), sans IO.
+
+Lengths are JavaScript lengths (UTF-16 code units, spec §0) because the budgets and the route compare them
+with OpenClaw's own figures. Internally a text holding astral characters is processed as a string of UTF-16
+code units (each astral character as its two surrogates), so every cut point and count equals JavaScript's; a
+cut that would split a surrogate pair moves by one unit, so a result never carries a lone surrogate.
+
+What is cut differs from OpenClaw's recovery plan on purpose: ``plan_pruning`` frees only the tokens the
+target needs, oldest results first, and has no aggregate cap, so the newest results (the text the agent is
+working on) stay whole. ``reducible_chars``, the routing figure, still follows OpenClaw's plan to the character.
+
+Deliberate differences from OpenClaw 2026.5.6 in the texts we write:
+- the suffix's number is the count of original characters left out (OpenClaw measures the kept text with the
+  middle marker in it, so its figure is short by the marker's length);
+- when the suffix does not fit, head-and-tail texts lose characters from the end of the head, not from the end
+  of the tail (OpenClaw trims the end, which is the very tail it meant to keep);
+- a result cut twice is cut from its original text (a cut of a cut would state the characters removed by the
+  second cut only).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compactd.defaults import (
+    CHARS_PER_TOKEN,
+    TOOL_RESULT_CONTEXT_SHARE,
+    TOOL_RESULT_MAX_CHARS,
+    TOOL_RESULT_MIN_KEEP_CHARS,
+)
+from compactd.tokens import js_len, message_chars
+from compactd.transcript.messages import Message, role_of
+
+# Placed between head and tail (OpenClaw MIDDLE_OMISSION_MARKER), so the model knows the middle is gone.
+MIDDLE_MARKER = "\n\n⚠️ [... middle content omitted — showing head and tail ...]\n\n"
+# Session rewrites cut results down to nothing but the suffix if that is what the budget needs (spec §6.4).
+RECOVERY_MIN_KEEP_CHARS = 0
+# hasImportantTail looks at this many trailing characters only.
+IMPORTANT_TAIL_WINDOW = 2_000
+# Head-and-tail split: the tail gets this share of the budget, at most TAIL_MAX_CHARS.
+TAIL_SHARE = 0.3
+TAIL_MAX_CHARS = 4_000
+# A cut moves back to a newline when the newline lies beyond this share of the head ...
+HEAD_NEWLINE_SHARE = 0.8
+# ... and the tail starts after a newline found within this share of its length.
+TAIL_NEWLINE_SHARE = 0.2
+
+_ERROR_WORDS = re.compile(
+    r"\b(error|exception|failed|fatal|traceback|panic|stack trace|errno|exit code)\b", re.ASCII
+)
+_SUMMARY_WORDS = re.compile(r"\b(total|summary|result|complete|finished|done)\b", re.ASCII)
+# JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator); differs from str.strip()'s.
+_JS_WHITESPACE = (
+    "\t\n\v\f\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# --- UTF-16 code units --------------------------------------------------------------------------------------
+
+
+def _pair(match: re.Match[str]) -> str:
+    code = ord(match.group()) - 0x10000
+    return chr(0xD800 + (code >> 10)) + chr(0xDC00 + (code & 0x3FF))
+
+
+def _to_units(text: str) -> str:
+    """The text as JavaScript sees it: one Python character per UTF-16 code unit."""
+    if js_len(text) == len(text):  # no astral character (the UTF-16 encoder is much faster than a regex)
+        return text
+    return _ASTRAL.sub(_pair, text)
+
+
+def _from_units(units: str) -> str:
+    if units.isascii() or _SURROGATE.search(units) is None:
+        return units
+    return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def _is_high(ch: str) -> bool:
+    return "\ud800" <= ch <= "\udbff"
+
+
+def _is_low(ch: str) -> bool:
+    return "\udc00" <= ch <= "\udfff"
+
+
+def _safe_end(units: str, end: int) -> int:
+    """A prefix end that does not split a surrogate pair (moved back by one when it would)."""
+    if 0 < end < len(units) and _is_high(units[end - 1]) and _is_low(units[end]):
+        return end - 1
+    return end
+
+
+def _safe_start(units: str, start: int) -> int:
+    """A suffix start that does not split a surrogate pair (moved forward by one when it would)."""
+    if 0 < start < len(units) and _is_high(units[start - 1]) and _is_low(units[start]):
+        return start + 1
+    return start
+
+
+# --- single text --------------------------------------------------------------------------------------------
+
+Suffix = Callable[[int], str]
+
+
+def truncation_suffix(omitted: int, note: str | None = None) -> str:
+    """OpenClaw's notice; ``note`` (where the full text is kept) goes inside the bracket, after the count."""
+    count = max(1, math.floor(omitted))
+    detail = f"; {note}" if note else ""
+    return f"[... {count} more characters truncated{detail}]"
+
+
+def _suffix_factory(note: str | None) -> Suffix:
+    return lambda omitted: _to_units(truncation_suffix(omitted, note))
+
+
+def _effective_min_keep(max_chars: int, min_keep: int, suffix: Suffix) -> int:
+    return max(0, min(min_keep, max(0, max_chars - len(suffix(1)))))
+
+
+def has_important_tail(text: str) -> bool:
+    """Whether the last 2,000 characters hold an error, a closing ``}`` or a summary line (spec §6.2)."""
+    return _important_tail(_to_units(text))
+
+
+def _important_tail(units: str) -> bool:
+    tail = units[-IMPORTANT_TAIL_WINDOW:].lower()
+    return (
+        _ERROR_WORDS.search(tail) is not None
+        or tail.rstrip(_JS_WHITESPACE).endswith("}")
+        or _SUMMARY_WORDS.search(tail) is not None
+    )
+
+
+def truncate_text(
+    text: str, max_chars: int, min_keep: int = TOOL_RESULT_MIN_KEEP_CHARS, *, note: str | None = None
+) -> str:
+    """``truncateToolResultText``: at most ``max_chars`` long, suffix included; never longer than ``text``.
+
+    Keeps head and tail around the middle marker when the tail is important and the budget allows it, else the
+    head; cuts at a newline when one is close. The suffix counts the original characters left out and carries
+    ``note`` when given.
+    """
+    return _truncate(text, max_chars, min_keep, note, compat=False)
+
+
+def _truncate(text: str, max_chars: int, min_keep: int, note: str | None, *, compat: bool) -> str:
+    """``compat`` reproduces OpenClaw to the character (its count, end trim, split pairs) for its figures."""
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    if js_len(text) <= max_chars:
+        return text
+    suffix = _suffix_factory(note)
+    units = _to_units(text)
+    length = len(units)
+    safe_end = _keep if compat else _safe_end
+    safe_start = _keep if compat else _safe_start
+    eff_min_keep = _effective_min_keep(max_chars, min_keep, suffix)
+    budget = max(eff_min_keep, max_chars - len(suffix(max(1, length - max_chars))))
+
+    if _important_tail(units) and budget > eff_min_keep * 2:
+        tail_budget = min(math.floor(budget * TAIL_SHARE), TAIL_MAX_CHARS)
+        head_budget = budget - tail_budget - len(MIDDLE_MARKER)
+        if head_budget > eff_min_keep:
+            head_cut = head_budget
+            newline = units.rfind("\n", 0, head_budget + 1)
+            if newline > head_budget * HEAD_NEWLINE_SHARE:
+                head_cut = newline
+            tail_start = length - tail_budget
+            newline = units.find("\n", tail_start)
+            if newline != -1 and newline < tail_start + tail_budget * TAIL_NEWLINE_SHARE:
+                tail_start = newline + 1
+            head = units[: safe_end(units, head_cut)]
+            tail = units[safe_start(units, tail_start) :]
+            if compat:
+                return _from_units(_bounded_openclaw(head + MIDDLE_MARKER + tail, length, max_chars, suffix))
+            return _from_units(_bounded(head, MIDDLE_MARKER, tail, length, max_chars, suffix))
+
+    cut = budget
+    newline = units.rfind("\n", 0, budget + 1)
+    if newline > budget * HEAD_NEWLINE_SHARE:
+        cut = newline
+    head = units[: safe_end(units, cut)]
+    if compat:
+        return _from_units(_bounded_openclaw(head, length, max_chars, suffix))
+    return _from_units(_bounded(head, "", "", length, max_chars, suffix))
+
+
+def _keep(_units: str, index: int) -> int:
+    return index
+
+
+def _bounded(head: str, marker: str, tail: str, length: int, max_chars: int, suffix: Suffix) -> str:
+    """Append the suffix, shrinking the head (then the tail from its start) until the whole fits."""
+    while True:
+        final = head + marker + tail + suffix(max(1, length - len(head) - len(tail)))
+        if len(final) <= max_chars:
+            return final
+        overflow = len(final) - max_chars
+        if head:
+            end = _safe_end(head, max(0, len(head) - overflow))
+            head = head[: end if end < len(head) else len(head) - 1]
+        elif tail:
+            start = _safe_start(tail, min(len(tail), overflow))
+            tail = tail[start if start > 0 else 1 :]
+        elif marker:
+            marker = ""
+        else:
+            return final[: _safe_end(final, max_chars)]
+
+
+def _bounded_openclaw(kept: str, length: int, max_chars: int, suffix: Suffix) -> str:
+    """OpenClaw's ``appendBoundedTruncationSuffix``: counts the marker as kept and trims the end."""
+    while True:
+        final = kept + suffix(max(1, length - len(kept)))
+        if len(final) <= max_chars:
+            return final
+        if not kept:
+            return final[:max_chars]
+        kept = kept[: max(0, len(kept) - (len(final) - max_chars))]
+
+
+# --- one tool result ----------------------------------------------------------------------------------------
+
+
+def max_tool_result_chars(
+    context_window: int, hard_cap: int = TOOL_RESULT_MAX_CHARS, share: float = TOOL_RESULT_CONTEXT_SHARE
+) -> int:
+    """The per-result cap: min(⌊window × share⌋ × 4, hard cap) characters, a hard cap below 1 being 1 (§6.1).
+
+    The one definition of the cap that pruning and routing use (``budget.tool_result_max_chars`` passes the
+    configured share and hard cap). pi's 2,000-character cut of each result in the summarizer's input
+    (``serialize.SUMMARIZER_TOOL_RESULT_MAX_CHARS``) is another limit: what a summarizer reads, not what stays.
+    """
+    share_chars = math.floor(context_window * share) * CHARS_PER_TOKEN
+    return min(share_chars, max(1, hard_cap))
+
+
+def _is_text_block(block: object) -> bool:
+    return isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+
+
+def _text_blocks(message: Message) -> Iterable[dict[str, Any]]:
+    content = message.get("content")
+    return (b for b in content if _is_text_block(b)) if isinstance(content, list) else ()
+
+
+def tool_result_text_chars(message: Message) -> int:
+    """Characters of a toolResult's text blocks (``getToolResultTextLength``); 0 for any other message."""
+    if role_of(message) != "toolResult":
+        return 0
+    return sum(js_len(block["text"]) for block in _text_blocks(message))
+
+
+def truncate_tool_result(
+    message: Message, max_chars: int, min_keep: int = TOOL_RESULT_MIN_KEEP_CHARS, *, note: str | None = None
+) -> Message:
+    """``truncateToolResultMessage``: the text blocks share ``max_chars`` in proportion to their length.
+
+    Returns a new dict when something is cut (images, other blocks and every other field kept), else the
+    message itself; the input is never mutated. Each block keeps at least the minimum plus the suffix, so a
+    result with many blocks can stay above ``max_chars``, as in OpenClaw.
+    """
+    return _truncate_message(message, max_chars, min_keep, note, compat=False)
+
+
+def _truncate_message(
+    message: Message, max_chars: int, min_keep: int, note: str | None, *, compat: bool
+) -> Message:
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    total = tool_result_text_chars(message) if role_of(message) == "toolResult" else 0
+    if total <= max_chars:
+        return message
+    suffix = _suffix_factory(note)
+    eff_min_keep = _effective_min_keep(max_chars, min_keep, suffix)
+    new_content: list[Any] = []
+    for block in content:
+        if not _is_text_block(block):
+            new_content.append(block)
+            continue
+        text: str = block["text"]
+        length = js_len(text)
+        proportional = math.floor(max_chars * (length / total))
+        floor_chars = eff_min_keep + len(suffix(max(1, length - proportional)))
+        block_budget = max(1, min(max_chars, max(floor_chars, proportional)))
+        new_text = _truncate(text, block_budget, eff_min_keep, note, compat=compat)
+        new_content.append(block if new_text is text else {**block, "text": new_text})
+    return {**message, "content": new_content}
+
+
+# --- the plan -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PruneEdit:
+    """One toolResult entry whose text is cut; ``new_message`` derives from the message the plan was given.
+
+    ``chars_after`` and ``tokens_saved`` are the figures as committed, i.e. with the note that replaces the
+    placeholder in the suffix (see ``plan_pruning``'s ``committed_note_chars``).
+    """
+
+    entry_id: str
+    new_message: Message
+    chars_before: int
+    chars_after: int
+    tokens_saved: int = 0
+
+    @property
+    def saved(self) -> int:
+        return self.chars_before - self.chars_after
+
+
+@dataclass(frozen=True, slots=True)
+class PrunePlan:
+    """Which entries change and how, and what that frees of the tokens asked for (pi's estimate)."""
+
+    edits: tuple[PruneEdit, ...]
+    need_tokens: int
+    tokens_saved: int
+
+    def __bool__(self) -> bool:
+        return bool(self.edits)
+
+    @property
+    def chars_saved(self) -> int:
+        return sum(edit.saved for edit in self.edits)
+
+    @property
+    def short_tokens(self) -> int:
+        """What pruning could not free (0 when the need is met)."""
+        return max(0, self.need_tokens - self.tokens_saved)
+
+    def apply(self, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A copy of ``entries`` with each edited entry's message content replaced; never changed in place.
+
+        Only ``content`` is taken from the edit, so fields the planner never saw (``details``) stay as stored.
+        """
+        by_id = {edit.entry_id: edit for edit in self.edits}
+        out: list[dict[str, Any]] = []
+        for entry in entries:
+            entry_id, message = entry.get("id"), entry.get("message")
+            edit = by_id.get(entry_id) if isinstance(entry_id, str) else None
+            if edit is None or entry.get("type") != "message" or not isinstance(message, dict):
+                out.append(entry)
+                continue
+            out.append({**entry, "message": {**message, "content": edit.new_message.get("content")}})
+        return out
+
+
+@dataclass(slots=True)
+class _Result:
+    """A tool result being planned: its original, its current cut and that cut's committed figures."""
+
+    entry_id: str
+    original: Message
+    note: str | None
+    note_growth: int  # committed note length minus planned note length, per suffix written
+    other_chars: int  # what pi counts besides the text blocks (images)
+    chars_before: int
+    tokens_before: int
+    message: Message
+    chars: int  # planned text characters
+    growth: int = 0  # what the committed notes add to ``chars``
+
+    @property
+    def tokens(self) -> int:
+        return -(-(self.other_chars + self.chars + self.growth) // CHARS_PER_TOKEN)
+
+    def cut(self, max_chars: int, min_keep: int) -> None:
+        """Cut the original (never a previous cut: the suffix must count every character left out)."""
+        message = _truncate_message(self.original, max_chars, min_keep, self.note, compat=False)
+        chars = tool_result_text_chars(message)
+        if chars >= self.chars:
+            return
+        growth = self._suffixes(message) * self.note_growth
+        if -(-(self.other_chars + chars + growth) // CHARS_PER_TOKEN) >= self.tokens:
+            return  # fewer characters, not fewer tokens: not worth an edit
+        self.message, self.chars, self.growth = message, chars, growth
+
+    def _suffixes(self, message: Message) -> int:
+        old_blocks = [b.get("text") for b in self.original.get("content") or () if _is_text_block(b)]
+        new_blocks = [b.get("text") for b in message.get("content") or () if _is_text_block(b)]
+        return sum(1 for a, b in zip(old_blocks, new_blocks, strict=True) if a != b)
+
+
+def _suffix_chars(chars_before: int, note: str | None) -> int:
+    """The longest suffix a cut of a text this long can carry."""
+    return js_len(truncation_suffix(chars_before, note))
+
+
+def plan_pruning(
+    items: Sequence[tuple[str, Message]],
+    max_chars: int,
+    need_tokens: int,
+    *,
+    min_keep: int = TOOL_RESULT_MIN_KEEP_CHARS,
+    note_for: Callable[[str], str | None] | None = None,
+    committed_note_chars: Callable[[str], int] | None = None,
+) -> PrunePlan:
+    """Free ``need_tokens`` from the tool results among ``(entry_id, message)`` pairs, in branch order, and no more.
+
+    The items are what stays in the context (after a compaction: the kept turns only). Three passes, each
+    visiting the results oldest first and stopping as soon as the need is met, so the newest results, the
+    ones the agent is working with, are the last to give:
+
+    1. a result that alone exceeds the per-result cap ``max_chars`` is cut towards it;
+    2. any result is cut towards ``min_keep`` characters;
+    3. only when that is still not enough, towards its bare suffix (OpenClaw's recovery minimum, 0).
+
+    Each cut is OpenClaw's (head and tail when the tail matters, cut at a newline). A result is never cut
+    further than the remaining need asks, so with ``need_tokens`` 0 nothing changes. ``note_for(entry_id)``
+    names where the full text stays (it goes in the suffix); ``committed_note_chars(entry_id)`` is that note's
+    length once committed (the commit replaces a placeholder), so the token figures are the committed ones.
+    Unlike OpenClaw's recovery plan there is no aggregate cap: results that fit the target are left whole.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    results: list[_Result] = []
+    for entry_id, message in items:
+        if role_of(message) != "toolResult":
+            continue
+        chars = tool_result_text_chars(message)
+        other = message_chars(message) - chars
+        tokens = -(-(other + chars) // CHARS_PER_TOKEN)
+        note = note_for(entry_id) if note_for else None
+        growth = committed_note_chars(entry_id) - js_len(note) if committed_note_chars and note else 0
+        results.append(_Result(entry_id, message, note, growth, other, chars, tokens, message, chars))
+
+    def remaining() -> int:
+        return need_tokens - sum(r.tokens_before - r.tokens for r in results)
+
+    passes: tuple[tuple[Callable[[_Result], int], int], ...] = (
+        (lambda r: max(max_chars, _suffix_chars(r.chars_before, r.note)), min_keep),
+        (lambda r: min_keep + _suffix_chars(r.chars_before, r.note), min_keep),
+        (lambda r: _suffix_chars(r.chars_before, r.note), RECOVERY_MIN_KEEP_CHARS),
+    )
+    for floor_of, keep in passes:
+        for result in results:
+            left = remaining()
+            if left <= 0:
+                break
+            floor = floor_of(result)
+            if result.chars <= floor:
+                continue
+            # The most text this result may keep so that its committed estimate drops by ``left`` tokens.
+            allowed = (result.tokens - left) * CHARS_PER_TOKEN - result.other_chars - result.note_growth
+            result.cut(max(floor, allowed, 1), keep)
+    edits = tuple(
+        PruneEdit(r.entry_id, r.message, r.chars_before, r.chars + r.growth, r.tokens_before - r.tokens)
+        for r in results
+        if r.message is not r.original
+    )
+    return PrunePlan(edits, max(0, need_tokens), sum(e.tokens_saved for e in edits))
+
+
+# --- OpenClaw's routing figure ------------------------------------------------------------------------------
+
+
+def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int:
+    """OpenClaw's ``maxReducibleChars`` to the character: what its recovery rewrite (minimum 0) removes.
+
+    ``buildToolResultReplacementPlan``: (a) every result over the cap is cut to it, then (b) all results
+    together must fit the same budget, the newest cut first (larger first on ties). The route compares this
+    with OpenClaw's thresholds, so it follows OpenClaw's own cuts; our plan is ``plan_pruning``, which takes
+    only what the target needs, oldest first, and has no aggregate cap.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    suffix = _suffix_factory(None)
+    chars_before: list[int] = []
+    current: list[tuple[Message, int]] = []
+    for _, message in items:
+        if role_of(message) != "toolResult":
+            continue
+        chars = tool_result_text_chars(message)
+        chars_before.append(chars)
+        if chars > max_chars:
+            message = _truncate_message(message, max_chars, RECOVERY_MIN_KEEP_CHARS, None, compat=True)
+            chars = tool_result_text_chars(message)
+        current.append((message, chars))
+    live = [i for i, (_, chars) in enumerate(current) if chars > 0]
+    total = sum(current[i][1] for i in live)
+    if len(live) >= 2 and total > max_chars:
+        remaining = total - max_chars
+        # OpenClaw's floor assumes a one-digit count and then slices its own suffix apart.
+        floor_chars = len(suffix(1))
+        for i in sorted(live, key=lambda i: (-i, -current[i][1])):
+            if remaining <= 0:
+                break
+            message, chars = current[i]
+            reducible = max(0, chars - floor_chars)
+            if reducible <= 0:
+                continue
+            target = max(floor_chars, chars - min(reducible, remaining))
+            cut = _truncate_message(message, target, RECOVERY_MIN_KEEP_CHARS, None, compat=True)
+            cut_chars = tool_result_text_chars(cut)
+            if chars - cut_chars <= 0:
+                continue
+            remaining -= chars - cut_chars
+            current[i] = (cut, cut_chars)
+    return sum(chars_before) - sum(chars for _, chars in current)

@@ -1,0 +1,136 @@
+"""Where to cut a branch: what is summarized, what is kept verbatim (pi's ``prepareCompaction``/``findCutPoint``).
+
+We keep the last N turns verbatim, but never more than ``keep_recent_tokens``: the later of the two cuts wins.
+A toolResult is never a cut point, so a call is never separated from its result; a cut inside a turn makes a
+split turn whose prefix is summarized separately, as pi does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactd.tokens import estimate_tokens
+from compactd.transcript.context import entry_to_message
+from compactd.transcript.reader import Entry
+
+_CUT_ROLES = frozenset({"bashExecution", "custom", "branchSummary", "compactionSummary", "user", "assistant"})
+_TURN_START_ROLES = frozenset({"user", "bashExecution"})
+
+
+@dataclass
+class CutPlan:
+    path: list[Entry]
+    boundary_start: int
+    first_kept_index: int
+    turn_start_index: int
+    previous_compaction_index: int
+    to_summarize: list[dict[str, Any]] = field(default_factory=list)
+    turn_prefix: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def is_split_turn(self) -> bool:
+        return self.turn_start_index >= 0
+
+    @property
+    def first_kept_entry_id(self) -> str:
+        value = self.path[self.first_kept_index].get("id")
+        assert isinstance(value, str)
+        return value
+
+    @property
+    def previous_compaction(self) -> Entry | None:
+        return self.path[self.previous_compaction_index] if self.previous_compaction_index >= 0 else None
+
+    @property
+    def previous_summary(self) -> str | None:
+        previous = self.previous_compaction
+        summary = previous.get("summary") if previous else None
+        return summary if isinstance(summary, str) else None
+
+    @property
+    def previous_details(self) -> dict[str, Any] | None:
+        """The previous compaction's file lists, trusted only when pi (or we) wrote them (``fromHook`` falsy)."""
+        previous = self.previous_compaction
+        if previous is None or previous.get("fromHook"):
+            return None
+        details = previous.get("details")
+        return details if isinstance(details, dict) else None
+
+
+def _is_cut_point(entry: Entry) -> bool:
+    kind = entry.get("type")
+    if kind in ("branch_summary", "custom_message"):
+        return True
+    message = entry.get("message")
+    return kind == "message" and isinstance(message, dict) and message.get("role") in _CUT_ROLES
+
+
+def _is_turn_start(entry: Entry) -> bool:
+    kind = entry.get("type")
+    if kind in ("branch_summary", "custom_message"):
+        return True
+    message = entry.get("message")
+    return kind == "message" and isinstance(message, dict) and message.get("role") in _TURN_START_ROLES
+
+
+def _is_user(entry: Entry) -> bool:
+    message = entry.get("message")
+    return entry.get("type") == "message" and isinstance(message, dict) and message.get("role") == "user"
+
+
+def _message_for_summary(entry: Entry) -> dict[str, Any] | None:
+    return None if entry.get("type") == "compaction" else entry_to_message(entry)
+
+
+def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: int) -> CutPlan | None:
+    """The cut for a root → leaf path, or None when there is nothing to summarize."""
+    if not path or path[-1].get("type") == "compaction":
+        return None
+    previous = next((i for i in range(len(path) - 1, -1, -1) if path[i].get("type") == "compaction"), -1)
+    start = 0
+    if previous >= 0:
+        first_kept = path[previous].get("firstKeptEntryId")
+        start = next((i for i, e in enumerate(path) if e.get("id") == first_kept), previous + 1)
+    end = len(path)
+    cut_points = [i for i in range(start, end) if _is_cut_point(path[i])]
+    if not cut_points:
+        return None
+
+    # pi's token-bounded cut: walk back over messages until keep_recent_tokens is reached.
+    token_cut = cut_points[0]
+    accumulated = 0
+    for i in range(end - 1, start - 1, -1):
+        entry = path[i]
+        if entry.get("type") != "message" or not isinstance(entry.get("message"), dict):
+            continue
+        accumulated += estimate_tokens(entry["message"])
+        if accumulated >= keep_recent_tokens:
+            token_cut = next((c for c in cut_points if c >= i), cut_points[-1])
+            break
+    # Turn-bounded cut: the start of the N-th last user turn (0 turns keeps nothing but the latest entries).
+    users = [i for i in range(start, end) if _is_user(path[i])]
+    turn_cut = (
+        users[-keep_recent_turns] if keep_recent_turns and len(users) >= keep_recent_turns else cut_points[0]
+    )
+    if keep_recent_turns == 0:
+        turn_cut = cut_points[-1]
+    cut = max(token_cut, turn_cut)
+
+    while cut > start and path[cut - 1].get("type") not in ("compaction", "message"):
+        cut -= 1
+    turn_start = -1
+    if not _is_user(path[cut]):
+        turn_start = next((i for i in range(cut, start - 1, -1) if _is_turn_start(path[i])), -1)
+    history_end = turn_start if turn_start >= 0 else cut
+    if not isinstance(path[cut].get("id"), str):
+        return None  # an unmigrated entry cannot be named by firstKeptEntryId
+    plan = CutPlan(path, start, cut, turn_start, previous)
+    plan.to_summarize = [m for e in path[start:history_end] if (m := _message_for_summary(e)) is not None]
+    if turn_start >= 0:
+        plan.turn_prefix = [m for e in path[turn_start:cut] if (m := _message_for_summary(e)) is not None]
+    plan.kept = [m for e in path[cut:] if (m := entry_to_message(e)) is not None]
+    if not plan.to_summarize and not plan.turn_prefix:
+        return None
+    return plan

@@ -1,0 +1,461 @@
+"""The compaction engine: a session's history in, a checked summary and the pi entries that carry it out.
+
+Order of work: cut → strip and repair the span → rank identifiers → summarize (LLM level 1, partial level 2,
+digest level 3) → quality guard → identifier repair → augmentation → entries. Nothing here writes to disk; the
+model call is the only IO, behind ``Summarizer``.
+
+With ``redact`` on, secrets are redacted at the engine's three edges: the messages and the previous summary as
+they are read (so nothing downstream, cap or cut included, ever holds a secret or half of one), every prompt as
+it leaves (:class:`RedactedPrompts`), and what else is written: the summary's parts before they are fitted to
+the cap (model text, a split-turn summary) and AGENTS.md before its post-compaction text is cut.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from compactd.summarize import augment, quality
+from compactd.summarize.cutpoint import CutPlan, plan_cut
+from compactd.summarize.digest import build_digest
+from compactd.summarize.fileops import file_operations
+from compactd.summarize.headings import EXACT_IDENTIFIERS, split_sections
+from compactd.summarize.identifiers import (
+    Identifier,
+    IdentifierReport,
+    ensure_identifiers,
+    extract_identifiers,
+    rank_identifiers,
+    with_carried,
+)
+from compactd.summarize.pace import Pace
+from compactd.summarize.redact import redact_secrets, redact_value
+from compactd.summarize.stages import (
+    LEVEL_DIGEST,
+    LEVEL_LLM,
+    LEVEL_PARTIAL,
+    Stages,
+    StageSettings,
+    Summarizer,
+)
+from compactd.tokens import estimate_context_tokens, estimate_tokens
+from compactd.transcript.context import build_context, compaction_message
+from compactd.transcript.messages import llm_visible, role_of, text_of
+from compactd.transcript.reader import Transcript
+from compactd.transcript.repair import repair_tool_pairing
+
+log = logging.getLogger(__name__)
+
+POST_COMPACTION_CUSTOM_TYPE = "compactd.post_compaction_context"
+# Each identifier line in the repaired section is capped, so a pathological one cannot crowd out the rest.
+IDENTIFIER_LINE_MAX_CHARS = 300
+
+
+@dataclass
+class EngineSettings:
+    keep_recent_turns: int
+    keep_recent_tokens: int
+    identifier_policy: str = "strict"
+    identifier_instructions: str | None = None
+    identifier_cap: int = 64
+    quality_guard: bool = True
+    quality_retries: int = 1
+    summary_max_chars: int = 16_000
+    redact: bool = True
+    post_compaction_sections: tuple[str, ...] = ("Session Startup", "Red Lines")
+    post_compaction_max_chars: int = 1_800
+    custom_instructions: str | None = None
+    summarizer_window: int = 32_768
+    max_output_tokens: int | None = None
+
+
+@dataclass
+class EngineResult:
+    plan: CutPlan
+    summary: str
+    level: str
+    compaction: dict[str, Any]
+    post_message: dict[str, Any] | None
+    tokens_before: int
+    tokens_after: int
+    identifiers: IdentifierReport
+    quality: dict[str, Any]
+    read_files: list[str]
+    modified_files: list[str]
+    notes: list[str] = field(default_factory=list)
+    calls: int = 0
+    latency_s: float = 0.0
+
+    @property
+    def first_kept_entry_id(self) -> str:
+        return self.plan.first_kept_entry_id
+
+    def expected_context(self, mode: str) -> list[dict[str, Any]]:
+        """What pi will build after the commit: rotate puts the post message before the kept ones."""
+        summary = compaction_message(self.compaction)
+        post = [_custom_message(self.post_message)] if self.post_message else []
+        kept = self.plan.kept
+        return [summary, *post, *kept] if mode == "rotate" else [summary, *kept, *post]
+
+
+class RedactedPrompts:
+    """A :class:`Summarizer` whose every prompt is redacted on its way out, whichever stage built it and
+    whatever it carries (the span, a previous summary, partial summaries, retry reasons, operator text)."""
+
+    def __init__(self, client: Summarizer) -> None:
+        self.client = client
+
+    async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Any:
+        return await self.client.complete(redact_secrets(system), redact_secrets(user), max_tokens=max_tokens)
+
+    def pace(self) -> Pace:
+        return self.client.pace()
+
+
+def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
+    from compactd.transcript.context import entry_to_message
+
+    message = entry_to_message(entry)
+    assert message is not None
+    return message
+
+
+def new_entry_id(taken: set[str]) -> str:
+    """pi's id shape: 8 lowercase hex characters, unique within the file."""
+    while True:
+        candidate = secrets.token_hex(4)
+        if candidate not in taken:
+            taken.add(candidate)
+            return candidate
+
+
+def iso_now(now: datetime | None = None) -> str:
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def latest_user_ask(messages: Sequence[dict[str, Any]]) -> str | None:
+    for message in reversed(messages):
+        if role_of(message) == "user":
+            text = text_of(message).strip()
+            if text:
+                return text
+    return None
+
+
+def _fit_body(body: str, budget: int) -> str:
+    """Shrink the body to ``budget`` without losing a heading or a line of the identifiers section."""
+    if len(body) <= budget:
+        return body
+    preamble, sections = split_sections(body)
+    fixed = [(h, lines) for h, lines in sections if h == EXACT_IDENTIFIERS]
+    others = [(h, lines) for h, lines in sections if h != EXACT_IDENTIFIERS]
+    fixed_text = "\n".join(h + "\n" + "\n".join(lines) for h, lines in fixed)
+    room = max(0, budget - len(fixed_text) - sum(len(h) + 2 for h, _ in others) - 2)
+    share = room // max(1, len(others) + (1 if preamble else 0))
+    parts: list[str] = []
+    if preamble and share:
+        parts.append("\n".join(preamble)[:share].rstrip())
+    for heading, lines in others:
+        text = "\n".join(lines).strip()
+        if len(text) > share:
+            text = text[: max(0, share - 2)].rstrip() + " …"
+        parts.append(f"{heading}\n{text}")
+    parts.append(fixed_text)
+    return "\n\n".join(p for p in parts if p)
+
+
+class CompactionEngine:
+    def __init__(self, settings: EngineSettings, client: Summarizer | None = None) -> None:
+        self.settings = settings
+        self.client = client
+
+    def plan(self, transcript: Transcript) -> CutPlan | None:
+        return plan_cut(
+            transcript.branch(),
+            keep_recent_turns=self.settings.keep_recent_turns,
+            keep_recent_tokens=self.settings.keep_recent_tokens,
+        )
+
+    async def compact(
+        self,
+        transcript: Transcript,
+        *,
+        workspace: Path | None = None,
+        agents_md: str | None = None,
+        now: datetime | None = None,
+    ) -> EngineResult | None:
+        """Summarize the span before the cut; None when there is nothing to compact."""
+        plan = self.plan(transcript)
+        if plan is None:
+            return None
+        started = time.monotonic()
+        s = self.settings
+        span = repair_tool_pairing(list(llm_visible(plan.to_summarize)), errored_policy="drop").messages
+        prefix = list(llm_visible(plan.turn_prefix))
+        failures = augment.collect_tool_failures(plan.to_summarize)  # with details: exit codes live there
+        previous = plan.previous_summary
+        if s.redact:  # everything below reads these, so a cap or a cut can never leave half a secret
+            span = [redact_value(m) for m in span]
+            prefix = [redact_value(m) for m in prefix]
+            failures = [redact_value(m) for m in failures]
+            previous = redact_secrets(previous) if previous else previous
+        # What the previous summary guaranteed is guaranteed again, or a poor model loses it at this compaction.
+        found = with_carried(extract_identifiers([*span, *prefix]), previous)
+        ranked = rank_identifiers(found, cap=s.identifier_cap)
+        latest_ask = latest_user_ask([*span, *prefix])
+
+        body, level, quality_info, calls, notes = await self._summarize(
+            list(span), previous, ranked, latest_ask
+        )
+        split_summary = None
+        if prefix:
+            split_summary, extra_calls = await self._split_turn(prefix)
+            calls += extra_calls
+        # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
+        body, id_report = ensure_identifiers(self._clean(body), ranked)
+        ops = file_operations([*span, *prefix], plan.previous_details)
+        markdown = agents_md
+        if markdown is None and workspace is not None:
+            from compactd.agents_md import read_agents_md
+
+            markdown = read_agents_md(workspace)
+        post_text = None
+        moment = now or datetime.now().astimezone()
+        if markdown:
+            from compactd.agents_md import post_compaction_context
+
+            markdown = self._clean(markdown)  # before its sections are cut to fit: whole secrets only
+            # The rules go into the post-compaction message only, not into the summary as well: pi and
+            # OpenClaw put both in the agent's context, and one copy is the refresh (see augment).
+            post_text = post_compaction_context(
+                markdown,
+                sections=s.post_compaction_sections,
+                max_chars=s.post_compaction_max_chars,
+                now=moment,
+            )
+        suffix = self._clean(
+            augment.build_suffix(
+                recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
+                tool_failures=failures,
+                read_files=ops.read,
+                modified_files=ops.modified,
+                split_turn_summary=split_summary,
+            )
+        )
+        body = _fit_body(body.rstrip(), max(0, s.summary_max_chars - len(suffix)))
+        summary = augment.cap_summary(body, suffix, s.summary_max_chars)
+
+        taken = set(transcript.by_id())
+        stamp = iso_now(now)
+        tokens_before = estimate_context_tokens(list(llm_visible(build_context(transcript).messages))).tokens
+        compaction = {
+            "type": "compaction",
+            "id": new_entry_id(taken),
+            "parentId": None,
+            "timestamp": stamp,
+            "summary": summary,
+            "firstKeptEntryId": plan.first_kept_entry_id,
+            "tokensBefore": tokens_before,
+            "details": {"readFiles": ops.read, "modifiedFiles": ops.modified},
+            "fromHook": False,
+        }
+        post_message = None
+        if post_text:
+            post_message = {
+                "type": "custom_message",
+                "id": new_entry_id(taken),
+                "parentId": None,
+                "timestamp": stamp,
+                "customType": POST_COMPACTION_CUSTOM_TYPE,
+                "content": post_text,
+                "display": False,
+            }
+        result = EngineResult(
+            plan=plan,
+            summary=summary,
+            level=level,
+            compaction=compaction,
+            post_message=post_message,
+            tokens_before=tokens_before,
+            tokens_after=0,
+            identifiers=id_report,
+            quality=quality_info,
+            read_files=ops.read,
+            modified_files=ops.modified,
+            notes=notes,
+            calls=calls,
+            latency_s=time.monotonic() - started,
+        )
+        # Counted as pi counts a freshly loaded context, but without kept usage figures that predate the summary.
+        after = list(llm_visible(result.expected_context("rotate")))
+        result.tokens_after = sum(estimate_tokens(m) for m in after)
+        return result
+
+    def _clean(self, text: str) -> str:
+        """Text the engine writes (the summary's body and suffix, AGENTS.md's copies), redacted before any cap
+        cuts it."""
+        return redact_secrets(text) if self.settings.redact else text
+
+    def _model(self) -> Summarizer:
+        assert self.client is not None
+        return RedactedPrompts(self.client) if self.settings.redact else self.client
+
+    def _check(self, body: str, latest_ask: str | None) -> quality.QualityReport:
+        # Identifiers are guaranteed by ensure_identifiers afterwards, so they cost no regeneration here.
+        return quality.check_summary(
+            body, latest_ask=latest_ask, identifiers=None, policy=self.settings.identifier_policy
+        )
+
+    def _digest(
+        self,
+        span: Sequence[dict[str, Any]],
+        previous: str | None,
+        ranked: list[Identifier],
+        latest_ask: str | None,
+    ) -> tuple[str, str, dict[str, Any], int, list[str]]:
+        if span:
+            body = build_digest(
+                list(span),
+                previous_summary=previous,
+                identifiers=ranked,
+                include_failures=False,  # the augmentation lists failures and files once, after the body
+                include_files=False,
+            )
+        else:
+            body = quality.fallback_summary(previous)
+        report = self._check(body, latest_ask if span else None)
+        return body, LEVEL_DIGEST, _quality_json(report, 0, repaired=False), 0, []
+
+    async def _summarize(
+        self,
+        span: list[dict[str, Any]],
+        previous: str | None,
+        ranked: list[Identifier],
+        latest_ask: str | None,
+    ) -> tuple[str, str, dict[str, Any], int, list[str]]:
+        """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest.
+
+        Level 2 is a summary without the messages too large for the summarizer, or one for which a call's
+        deadline hit and the lines it had written were kept. When the summary itself is such a cut-off
+        answer, it is kept only if it passes the checks once its headings are repaired and its missing
+        identifiers appended (else the digest), and gets no quality-guard retry: the retry would run into the
+        same deadline. A cut-off chunk summary that later calls folded on is judged like any summary.
+        """
+        if not span or self.client is None:
+            return self._digest(span, previous, ranked, latest_ask)
+        from compactd.summarize.llm import LLMError
+
+        s = self.settings
+        stages = Stages(
+            self._model(),
+            StageSettings(
+                window=s.summarizer_window,
+                identifier_policy=s.identifier_policy,
+                identifier_instructions=s.identifier_instructions,
+                custom_instructions=s.custom_instructions,
+                max_output_tokens=s.max_output_tokens,
+                redact=s.redact,
+                reserved_sections=s.post_compaction_sections,
+            ),
+        )
+        notes: list[str] = []
+        source, level = span, LEVEL_LLM
+        try:
+            body = await stages.summarize_in_stages(source, previous_summary=previous)
+            cut, body_cut = stages.cut_answers, stages.summary_cut
+        except LLMError as exc:
+            log.warning("full summary failed (%s: %s); trying without oversized messages", exc.kind, exc)
+            source, notes = stages.without_oversized(span)
+            if not (notes and source):
+                result = self._digest(span, previous, ranked, latest_ask)
+                return (*result[:3], stages.stats.calls, [])
+            try:
+                body = await stages.summarize_in_stages(source, previous_summary=previous)
+                level = LEVEL_PARTIAL
+                cut, body_cut = stages.cut_answers, stages.summary_cut
+            except LLMError as exc2:
+                log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
+                result = self._digest(span, previous, ranked, latest_ask)
+                return (*result[:3], stages.stats.calls, [])
+
+        def with_notes(text: str) -> str:
+            return text.rstrip() + "\n\n" + "\n".join(notes) if notes else text
+
+        body = with_notes(body)
+        first = report = self._check(body, latest_ask)
+        attempts = 1
+        retries = min(s.quality_retries, 3) if s.quality_guard else 0
+        while not report.ok and attempts <= retries and not body_cut:
+            attempts += 1
+            try:
+                candidate = with_notes(
+                    await stages.summarize_in_stages(
+                        source, previous_summary=previous, retry_reasons=report.reasons
+                    )
+                )
+            except LLMError as exc:
+                log.warning("quality-guard retry failed (%s); keeping the earlier attempt", exc.kind)
+                break
+            candidate_report = self._check(candidate, latest_ask)
+            if quality.better(report, candidate_report) is candidate_report:
+                body, report = candidate, candidate_report
+                cut, body_cut = stages.cut_answers, stages.summary_cut
+        repaired = False
+        if not report.ok:
+            fixed = quality.repair_headings(body)
+            repaired, body = fixed != body, fixed
+        final = self._check(body, latest_ask)
+        if body_cut:
+            # Judged as it will be committed: headings repaired and the missing identifiers appended.
+            repaired_whole = self._check(ensure_identifiers(self._clean(body), ranked)[0], latest_ask)
+            if not repaired_whole.ok:
+                log.warning(
+                    "the summary cut off at the deadline fails the checks after repair (%s); using the digest",
+                    ", ".join(repaired_whole.reasons),
+                )
+                result = self._digest(span, previous, ranked, latest_ask)
+                return (*result[:3], stages.stats.calls, [])
+        if cut:
+            level = LEVEL_PARTIAL  # some of the model's answers stopped at their deadline
+        info = _quality_json(final, attempts, repaired=repaired)
+        info["first_attempt"] = {"ok": first.ok, "reasons": first.reasons}
+        info["deadline_partials"] = stages.stats.deadline_partials
+        return body, level, info, stages.stats.calls, notes
+
+    async def _split_turn(self, prefix: list[dict[str, Any]]) -> tuple[str, int]:
+        if self.client is not None:
+            from compactd.summarize.llm import LLMError
+
+            s = self.settings
+            stages = Stages(
+                self._model(),
+                StageSettings(
+                    window=s.summarizer_window,
+                    identifier_policy=s.identifier_policy,
+                    max_output_tokens=s.max_output_tokens,
+                    redact=s.redact,
+                    reserved_sections=s.post_compaction_sections,
+                ),
+            )
+            try:
+                return await stages.summarize_split_turn(prefix), stages.stats.calls
+            except LLMError as exc:
+                log.warning("split-turn summary failed (%s); using the digest for the prefix", exc.kind)
+        return build_digest(prefix), 0
+
+
+def _quality_json(report: quality.QualityReport, attempts: int, *, repaired: bool) -> dict[str, Any]:
+    return {
+        "ok": report.ok,
+        "checks": report.checks,
+        "reasons": report.reasons,
+        "attempts": attempts,
+        "headings_repaired": repaired,
+    }
