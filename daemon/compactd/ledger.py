@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from compactd.turns import step as turn_step
 log = logging.getLogger(__name__)
 
 _CONTEXT_TYPES = frozenset({"message", "custom_message", "branch_summary"})
+# Bumped whenever the ledger's fields or what they mean change: a snapshot of another version is not trusted.
+LEDGER_SNAPSHOT_VERSION = 1
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 @dataclass(slots=True)
@@ -111,6 +115,58 @@ class SessionLedger:
         if ledger.anchor_seen and ledger.anchor_is_stale:
             ledger.stale_total = sum(message_tokens(m) for m in messages[:start]) + ledger.trailing_tokens
         return ledger
+
+    def to_snapshot(self) -> tuple[Any, ...]:
+        """Every field, as JSON values (non-finite floats as strings: JSON has none), for ``compactd.resume``."""
+        turn = self.turn
+        return (
+            LEDGER_SNAPSHOT_VERSION,
+            self.session_id,
+            self.version,
+            self.leaf_id,
+            self.anchor_tokens,
+            self.anchor_seen,
+            _float_out(self.anchor_ts),
+            self.trailing_tokens,
+            _float_out(self.compaction_ts),
+            self.stale_total,
+            self.provider,
+            self.model,
+            self.entries,
+            self.usable,
+            self.reload_on_append,
+            None if turn is None else (_float_out(turn.since), turn.pending_tools),
+        )
+
+    @classmethod
+    def from_snapshot(cls, fields: Any) -> SessionLedger:
+        """The ledger ``to_snapshot`` described; ValueError for anything else (another version, a wrong type)."""
+        if not isinstance(fields, list | tuple) or len(fields) != 16 or fields[0] != LEDGER_SNAPSHOT_VERSION:
+            raise ValueError("not a ledger snapshot of this version")
+        _, session_id, version, leaf, anchor, seen, anchor_ts, trailing, compaction_ts, stale = fields[:10]
+        provider, model, entries, usable, reload_on_append, turn = fields[10:]
+        turn_value = None
+        if turn is not None:
+            if not isinstance(turn, list | tuple) or len(turn) != 2:
+                raise ValueError("turn is not a pair")
+            turn_value = Turn(_float_in(turn[0]), _int_in(turn[1]))
+        return cls(
+            session_id=session_id,
+            version=_int_in(version),
+            leaf_id=_str_in(leaf),
+            anchor_tokens=_int_in(anchor),
+            anchor_seen=_bool_in(seen),
+            anchor_ts=_float_in(anchor_ts),
+            trailing_tokens=_int_in(trailing),
+            compaction_ts=_float_in(compaction_ts),
+            stale_total=None if stale is None else _int_in(stale),
+            provider=_str_in(provider),
+            model=_str_in(model),
+            entries=_int_in(entries),
+            usable=_bool_in(usable),
+            reload_on_append=_bool_in(reload_on_append),
+            turn=turn_value,
+        )
 
     @property
     def anchor_is_stale(self) -> bool:
@@ -394,3 +450,37 @@ def _num_or_none(value: Any) -> float | None:
 def _str_or_none(value: Any) -> str | None:
     # Interned: thousands of sessions share a handful of provider and model names.
     return sys.intern(value) if isinstance(value, str) else None
+
+
+def _float_out(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return "nan" if value != value else ("inf" if value > 0 else "-inf")
+
+
+def _float_in(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
+    if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+        return float(value)
+    raise ValueError(f"not a number: {value!r}")
+
+
+def _int_in(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"not an integer: {value!r}")
+
+
+def _bool_in(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _str_in(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return _str_or_none(value)
+    raise ValueError(f"not a string: {value!r}")

@@ -91,6 +91,7 @@ class Service:
     def __init__(
         self, config: Config, *, config_path: str | None = None, env: dict[str, str] | None = None
     ) -> None:
+        from compactd.resume import SnapshotStore
         from compactd.state import Metrics, StateStore
         from compactd.systemd import Notifier
 
@@ -102,6 +103,7 @@ class Service:
         self.explicit_roots: list[str] | None = None
         self.refused: set[str] = set()  # paths refused as symlinks (logged once)
         self.store = StateStore(config.state_dir)
+        self.resume = SnapshotStore(config.state_dir)  # cursors and ledgers saved for the next start
         self.state: dict[str, SessionState] = {}
         self.metrics = Metrics()
         self.notifier = Notifier(self.env)
@@ -187,7 +189,7 @@ class Service:
         self.refused.discard(path)
         session = self.sessions.get(path)
         if session is None:
-            session = self.sessions[path] = Session(SessionTracker(path))
+            session = self.sessions[path] = Session(SessionTracker(path, resume=self.resume.take(path)))
         update = session.tracker.refresh()
         if update.change is Change.UNCHANGED and path in self.state:
             return  # nothing new: the rescan's common case, kept cheap
@@ -645,6 +647,7 @@ class Service:
         try:
             write_status(self.config.state_dir, self.status())
             self.store.save_sessions(self.state)
+            self.resume.save(self.sessions)
             self.store.write_metrics(self.metrics)
         except Exception as exc:  # a full disk or an odd value: the sessions are still served
             reason = describe_error(exc)
@@ -756,6 +759,7 @@ class Service:
         try:
             self.recover()
             self.state = self.store.load_sessions()
+            self.resume.load()
             async with anyio.create_task_group() as tg:
                 self.task_group = tg
                 tg.start_soon(self.signals, tg.cancel_scope)

@@ -25,6 +25,7 @@ class Change(Enum):
     APPENDED = "appended"
     RELOADED = "reloaded"
     MISSING = "missing"
+    RESUMED = "resumed"  # picked up from a saved snapshot (see compactd.resume); nothing was appended since
 
 
 @dataclass(slots=True)
@@ -56,6 +57,7 @@ class FileCursor:
     offset: int = 0
     partial: bytes = b""
     mtime: float = 0.0
+    mtime_ns: int = 0
     size: int = 0
     bytes_read: int = 0
 
@@ -73,7 +75,7 @@ class FileCursor:
             raise
         try:
             st = os.fstat(fd)
-            self.mtime, self.size = st.st_mtime, st.st_size
+            self.mtime, self.mtime_ns, self.size = st.st_mtime, st.st_mtime_ns, st.st_size
             if not self.known or (st.st_dev, st.st_ino) != (self.dev, self.ino):
                 reason = "new file" if not self.known else "replaced (new inode)"
                 return self._reload(fd, st, reason)
@@ -109,6 +111,11 @@ class FileCursor:
         self.offset = cut
         self.partial = data[cut:] if len(data) - cut <= MAX_PARTIAL_BYTES else b""
         return Update(Change.RELOADED, data=data[:cut], reason=reason)
+
+    def resume_at(self, dev: int, ino: int, offset: int) -> None:
+        """Take up a file at ``offset`` (just past a complete line) without reading what precedes it: the
+        caller has checked that those bytes are the ones its ledger was built from (``compactd.resume``)."""
+        self.dev, self.ino, self.offset, self.partial = dev, ino, offset, b""
 
     def reset(self) -> None:
         """Forget the file: the next poll reloads it (after our own rewrite, or on request)."""
