@@ -203,11 +203,10 @@ class SnapshotStore:
         for path, snapshot in current.items():
             if self._saved.get(path) is not snapshot:
                 record = _record_for(path, snapshot)
-                self._saved[path] = snapshot
                 if record is None:
-                    if self._records.pop(path, None) is not None:
-                        dirty.add(self.shard(path))
-                elif record != self._records.get(path):
+                    continue  # tried again at the next save
+                self._saved[path] = snapshot
+                if record != self._records.get(path):
                     self._records[path] = record
                     dirty.add(self.shard(path))
         for path in [p for p in self._records if p not in current and not os.path.lexists(p)]:
@@ -218,7 +217,7 @@ class SnapshotStore:
             return 0
         from compactd.state import STATE_DIR_MODE, write_atomic
 
-        self.directory.mkdir(mode=STATE_DIR_MODE, exist_ok=True)
+        self.directory.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
         by_shard: dict[int, dict[str, list[Any]]] = {number: {} for number in dirty}
         for path, record in self._records.items():
             members = by_shard.get(self.shard(path))
@@ -240,8 +239,9 @@ class SnapshotStore:
 
 
 def _record_for(path: str, snapshot: Snapshot) -> list[Any] | None:
-    """``snapshot`` as a record, hashing its file's 4 KB before the cursor if need be; None when the file is
-    no longer the one the cursor was in (it was replaced or shrank since: its next refresh reloads it)."""
+    """``snapshot`` as a record, hashing the bytes its check covers if need be; None when the file is not as the
+    snapshot's read left it (same inode, size and mtime), so the bytes hashed now may not be the ones the ledger
+    was built from: the previous record stays until a later save finds the file quiet."""
     if snapshot.digest is not None:
         return snapshot.to_record(snapshot.digest)
     try:
@@ -250,7 +250,8 @@ def _record_for(path: str, snapshot: Snapshot) -> list[Any] | None:
         return None
     try:
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != (snapshot.dev, snapshot.ino) or st.st_size < snapshot.offset:
+        seen = (snapshot.dev, snapshot.ino, snapshot.size, snapshot.mtime_ns)
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != seen:
             return None
         return snapshot.to_record(content_hash(fd, snapshot.offset))
     except OSError:

@@ -1,0 +1,446 @@
+"""Restart in O(changed bytes): a tracker resumed from a saved snapshot reads only what follows the cursor, ends
+with exactly the ledger of a cold read, and trusts a snapshot only for the very file it describes."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from compactd import __version__
+from compactd.ledger import SessionLedger
+from compactd.resume import RESUME_DIR, SHARDS, Snapshot, SnapshotStore
+from compactd.tail import Change
+from compactd.tracker import SessionTracker
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.cli import REPO
+from tests.test_ledger import Session, header, line, one_go, session_bytes
+from tests.test_service_e2e import wait_for
+
+
+@dataclass
+class Held:
+    """What the store saves from: anything with a ``tracker`` (the service's ``Session``)."""
+
+    tracker: SessionTracker
+
+
+def save(state: Path, trackers: list[SessionTracker]) -> None:
+    store = SnapshotStore(state)
+    store.load()
+    store.save({t.path: Held(t) for t in trackers})
+
+
+def restarted(state: Path, path: Path) -> SessionTracker:
+    """A tracker as a new process makes it: from the snapshots on disk."""
+    store = SnapshotStore(state)
+    store.load()
+    return SessionTracker(str(path), resume=store.take(str(path)))
+
+
+def transcript(n_turns: int, text: str = "x" * 300) -> bytes:
+    s = Session()
+    out = [line(header()), line(s.entry("model_change", provider="anthropic", modelId="claude-sonnet-4-5"))]
+    for i in range(n_turns):
+        out.append(line(s.user(f"{text} {i}")))
+        out.append(line(s.assistant(f"answer {i}", total=1000 + i)))
+    return b"".join(out)
+
+
+def cold(path: Path) -> SessionLedger:
+    data = path.read_bytes()
+    return SessionLedger.from_bytes(data[: data.rfind(b"\n") + 1])
+
+
+def started(tmp_path: Path, data: bytes) -> tuple[Path, Path, SessionTracker]:
+    path, state = tmp_path / "s.jsonl", tmp_path / "state"
+    path.write_bytes(data)
+    tracker = SessionTracker(str(path))
+    assert tracker.refresh().change is Change.RELOADED
+    save(state, [tracker])
+    return path, state, tracker
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Resuming
+
+
+def test_an_unchanged_file_is_resumed_reading_only_the_check(tmp_path: Path) -> None:
+    path, state, before = started(tmp_path, transcript(40))
+    tracker = restarted(state, path)
+    assert tracker.refresh().change is Change.RESUMED
+    assert tracker.reloads == 0
+    assert tracker.cursor.bytes_read == 8192  # the first 4 KB and the 4 KB before the cursor, nothing else
+    assert tracker.ledger is not None and before.ledger is not None
+    assert tracker.ledger.to_snapshot() == before.ledger.to_snapshot() == cold(path).to_snapshot()
+
+
+def test_bytes_appended_while_down_are_the_only_ones_parsed(tmp_path: Path) -> None:
+    data = transcript(40)
+    path, state, _ = started(tmp_path, data)
+    s = Session()
+    s.counter, s.leaf = 81, "id0081"
+    extra = line(s.user("while we were down")) + line(s.assistant("still here", total=5555))
+    with open(path, "ab") as handle:
+        handle.write(extra)
+    tracker = restarted(state, path)
+    assert tracker.refresh().change is Change.APPENDED
+    assert tracker.reloads == 0
+    assert tracker.cursor.bytes_read == 8192 + len(extra)
+    assert tracker.ledger is not None
+    assert tracker.ledger.figures() == one_go(path).figures()
+    assert tracker.ledger.anchor_tokens == 5555
+
+
+def test_a_torn_last_line_is_reread_after_the_cursor(tmp_path: Path) -> None:
+    data = transcript(10)
+    s = Session()
+    s.counter, s.leaf = 21, "id0021"  # transcript(10)'s last entry
+    whole = data + line(s.user("torn at first"))
+    path, state, _ = started(tmp_path, whole[:-30])  # the cursor stops before the torn line
+    with open(path, "ab") as handle:
+        handle.write(whole[-30:])
+    tracker = restarted(state, path)
+    tracker.refresh()
+    assert tracker.reloads == 0
+    assert tracker.ledger is not None and tracker.ledger.to_snapshot() == cold(path).to_snapshot()
+
+
+def test_save_writes_only_the_shards_whose_sessions_changed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    trackers = []
+    for i in range(20):
+        path = tmp_path / f"s{i}.jsonl"
+        path.write_bytes(transcript(2))
+        trackers.append(SessionTracker(str(path)))
+        trackers[-1].refresh()
+    store = SnapshotStore(state)
+    store.load()
+    held = {t.path: Held(t) for t in trackers}
+    assert store.save(held) == len({store.shard(t.path) for t in trackers})
+    assert store.save(held) == 0  # nothing changed: nothing written
+    trackers[3].refresh()  # unchanged file: same snapshot
+    assert store.save(held) == 0
+    with open(trackers[3].path, "ab") as handle:
+        s = Session()
+        s.counter, s.leaf = 5, "id0005"
+        handle.write(line(s.user("more")))
+    trackers[3].refresh()
+    assert store.save(held) == 1
+    os.unlink(trackers[5].path)
+    del held[trackers[5].path]
+    assert store.save(held) == 1  # its record goes
+    names = sorted(p.name for p in (state / RESUME_DIR).iterdir())
+    assert all(n.endswith(".json") and not n.startswith(".") for n in names) and len(names) <= SHARDS
+
+
+def test_a_store_that_was_not_loaded_writes_nothing(tmp_path: Path) -> None:
+    path, state = tmp_path / "s.jsonl", tmp_path / "state"
+    path.write_bytes(transcript(2))
+    tracker = SessionTracker(str(path))
+    tracker.refresh()
+    assert SnapshotStore(state).save({tracker.path: Held(tracker)}) == 0  # `once` over a few sessions
+    assert not (state / RESUME_DIR).exists()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Every reason a snapshot is not trusted: a full read, and a debug line saying why
+
+
+def shard_file(state: Path, path: Path) -> Path:
+    return state / RESUME_DIR / f"{SnapshotStore(state).shard(str(path)):02x}.json"
+
+
+def edit_record(state: Path, path: Path, index: int, value: object) -> None:
+    shard = shard_file(state, path)
+    doc = orjson.loads(shard.read_bytes())
+    doc["sessions"][str(path)][index] = value
+    shard.write_bytes(orjson.dumps(doc))
+
+
+def _replace(path: Path) -> None:
+    tmp = path.with_name("copy.jsonl")
+    tmp.write_bytes(path.read_bytes())
+    os.replace(tmp, path)  # same bytes, another inode (made while the old one exists: no reuse)
+
+
+def _shrink(path: Path) -> None:
+    data = path.read_bytes()
+    os.truncate(path, len(data) - 100)
+
+
+def _older(path: Path) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))  # restored with an old mtime
+
+
+def _rewrite_tail(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-20] = ord("y") if data[-20] != ord("y") else ord("z")
+    with open(path, "r+b") as handle:  # in place: same inode, same size
+        handle.write(bytes(data))
+
+
+def _rewrite_head(path: Path) -> None:
+    data = path.read_bytes().replace(b"sess-ledger", b"sess-other!", 1)
+    with open(path, "r+b") as handle:
+        handle.write(data)
+
+
+def _symlink(path: Path) -> None:
+    other = path.with_name("other.jsonl")
+    os.replace(path, other)
+    os.symlink(other, path)  # the very same inode, reached through a link
+
+
+def _device(state: Path, path: Path) -> None:
+    edit_record(state, path, 0, path.stat().st_dev + 1)
+
+
+def _version(state: Path, path: Path) -> None:
+    shard = shard_file(state, path)
+    doc = orjson.loads(shard.read_bytes())
+    doc["compactd"] = "0.0.0-other"
+    shard.write_bytes(orjson.dumps(doc))
+
+
+def _format(state: Path, path: Path) -> None:
+    shard = shard_file(state, path)
+    doc = orjson.loads(shard.read_bytes())
+    doc["format"] = 999
+    shard.write_bytes(orjson.dumps(doc))
+
+
+def _corrupt_shard(state: Path, path: Path) -> None:
+    shard = shard_file(state, path)
+    shard.write_bytes(shard.read_bytes()[:-7])
+
+
+def _corrupt_record(state: Path, path: Path) -> None:
+    edit_record(state, path, 5, "not hex")
+
+
+def _corrupt_ledger(state: Path, path: Path) -> None:
+    shard = shard_file(state, path)
+    doc = orjson.loads(shard.read_bytes())
+    doc["sessions"][str(path)][6][4] = "many"  # anchor_tokens
+    shard.write_bytes(orjson.dumps(doc))
+
+
+def _ledger_version(state: Path, path: Path) -> None:
+    shard = shard_file(state, path)
+    doc = orjson.loads(shard.read_bytes())
+    doc["sessions"][str(path)][6][0] = 0
+    shard.write_bytes(orjson.dumps(doc))
+
+
+FILE_CHANGES = [
+    ("inode differs", _replace),
+    ("smaller than the cursor", _shrink),
+    ("mtime older", _older),
+    ("4 KB before the cursor differ", _rewrite_tail),
+    ("the first 4 KB", _rewrite_head),
+    ("cannot open", _symlink),
+]
+SNAPSHOT_CHANGES = [
+    ("device differs", _device),
+    ("no snapshot", _version),  # the whole shard is set aside
+    ("no snapshot", _format),
+    ("no snapshot", _corrupt_shard),
+    ("corrupt snapshot: malformed tail hash", _corrupt_record),
+    ("corrupt snapshot: not an integer", _corrupt_ledger),
+    ("corrupt snapshot: not a ledger snapshot of this version", _ledger_version),
+]
+
+
+@pytest.mark.parametrize(
+    ("reason", "change", "of_file"),
+    [pytest.param(r, f, True, id=f.__name__) for r, f in FILE_CHANGES]
+    + [pytest.param(r, f, False, id=f.__name__) for r, f in SNAPSHOT_CHANGES],
+)
+def test_a_snapshot_that_does_not_match_means_a_full_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, reason: str, change: Any, of_file: bool
+) -> None:
+    path, state, _ = started(tmp_path, transcript(40))
+    if of_file:
+        change(path)
+    else:
+        change(state, path)
+    with caplog.at_level(logging.DEBUG, logger="compactd"):
+        tracker = restarted(state, path)
+        update = tracker.refresh()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("resume=no" in m and reason in m for m in messages), messages
+    assert not any("resume=yes" in m for m in messages)
+    if reason == "cannot open":  # a symlink now: never trusted, never followed
+        assert update.change is Change.MISSING and tracker.ledger is None
+        return
+    assert update.change is Change.RELOADED and tracker.reloads == 1
+    assert tracker.ledger is not None and tracker.ledger.to_snapshot() == cold(path).to_snapshot()
+
+
+def test_a_snapshot_is_taken_for_its_own_path_only(tmp_path: Path) -> None:
+    path, state, _ = started(tmp_path, transcript(40))
+    twin = tmp_path / "twin.jsonl"
+    os.link(path, twin)  # the same inode under another name has no snapshot of its own
+    tracker = restarted(state, twin)
+    assert tracker.resume is None
+    assert tracker.refresh().change is Change.RELOADED
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Property: resumed from a snapshot + the remaining bytes == a cold read of the final file
+
+_names = itertools.count()
+
+
+_DOWN = st.sampled_from(["append", "append", "truncate", "rewrite", "replace"])
+_UP = st.sampled_from(["append", "append", "refresh"])
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[list[tuple[str, int]]]:
+    """Runs of the daemon: while up, the agent appends (and the tracker refreshes now and then); while down,
+    the file may be appended to, truncated, rewritten in place or replaced by another file."""
+    cycles = []
+    for cycle in range(draw(st.integers(1, 4))):
+        ops = _UP if cycle % 2 == 0 else _DOWN
+        cycles.append([(draw(ops), draw(st.integers(0, 1 << 16))) for _ in range(draw(st.integers(0, 8)))])
+    return cycles
+
+
+def _other_session(blob: bytes, n: int) -> bytes:
+    """Another session's bytes: its own header id, as any other session has."""
+    return blob.replace(b'"sess-ledger"', f'"sess-{n:06d}"'.encode(), 1)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
+@given(data=st.data())
+def test_resumed_ledger_equals_a_cold_read(tmp_path: Path, data: st.DataObject) -> None:
+    run = next(_names)
+    path, state = tmp_path / f"p{run}.jsonl", tmp_path / f"state{run}"
+    stream = data.draw(session_bytes(), label="session")
+    written = 0
+    path.write_bytes(b"")
+    tracker = SessionTracker(str(path))
+    for index, cycle in enumerate(data.draw(histories(), label="history")):
+        up = index % 2 == 0
+        if up:
+            tracker = restarted(state, path)
+        for op, n in cycle:
+            if op == "append":  # the agent's next bytes, up to any point (a torn line too)
+                end = min(len(stream), written + 1 + n % 600)
+                with open(path, "ab") as handle:
+                    handle.write(stream[written:end])
+                written = end
+            elif op == "refresh":
+                tracker.refresh()
+            elif op == "truncate":
+                os.truncate(path, n % (path.stat().st_size + 1))
+            elif op == "rewrite":  # in place, same inode: another session, up to a random point
+                other = _other_session(data.draw(session_bytes(), label="rewritten with"), n)
+                with open(path, "r+b") as handle:
+                    handle.truncate(0)
+                    handle.write(other[: n % (len(other) + 1)])
+            else:  # another file renamed over it (an editor's or a restore's atomic save)
+                other = _other_session(data.draw(session_bytes(), label="replaced by"), n)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_bytes(other[: n % (len(other) + 1)])
+                os.replace(tmp, path)
+        if up:  # stopping: the last refresh may or may not have seen the last appends
+            if data.draw(st.booleans(), label="refresh before stopping"):
+                tracker.refresh()
+            save(state, [tracker])
+    with open(path, "ab") as handle:
+        handle.write(stream[written:])
+    if not path.read_bytes().endswith(b"\n"):
+        with open(path, "ab") as handle:
+            handle.write(b"\n")
+    tracker = restarted(state, path)
+    tracker.refresh()
+    assert tracker.ledger is not None
+    assert tracker.ledger.figures() == cold(path).figures() == one_go(path).figures()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The service: `compactd run` resumes every unchanged session at start
+
+
+def _run(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "compactd", "run", "--config", str(config), "--log-level", "debug"],
+            cwd=REPO,
+            stdout=out,
+            stderr=out,
+            env={k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY")},
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+def test_compactd_run_resumes_unchanged_sessions_and_reads_the_changed_one(tmp_path: Path) -> None:
+    root, state = tmp_path / "agents" / "main" / "sessions", tmp_path / "state"
+    root.mkdir(parents=True)
+    paths = [root / f"s{i}.jsonl" for i in range(5)]
+    for path in paths:
+        path.write_bytes(transcript(20))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "sessions": {"roots": [str(root)]},
+                "service": {"status_refresh_seconds": 0.2},
+                "state_dir": str(state),
+            }
+        )
+    )
+    log = tmp_path / "compactd.log"
+    proc = _run(config, log)
+    try:
+        wait_for(lambda: "action=ready" in log.read_text(), 60, "the first start", proc)
+    finally:
+        _stop(proc)
+    assert list((state / RESUME_DIR).glob("*.json"))
+    s = Session()
+    s.counter, s.leaf = 41, "id0041"
+    with open(paths[0], "ab") as handle:
+        handle.write(line(s.user("while down")) + line(s.assistant("back", total=7777)))
+    first = len(log.read_text())
+    proc = _run(config, log)
+    try:
+        wait_for(lambda: "action=ready" in log.read_text()[first:], 60, "the second start", proc)
+    finally:
+        _stop(proc)
+    second = log.read_text()[first:]
+    resumed = {p for p in paths if f"session={p} resume=yes" in second}
+    assert resumed == set(paths), second
+    sessions = orjson.loads((state / "sessions.json").read_bytes())["sessions"]
+    assert sessions[str(paths[0])]["tokens"] == one_go(paths[0]).planning_tokens
+    assert __version__  # the shards name the version that wrote them
+    shard = orjson.loads(shard_file(state, paths[0]).read_bytes())
+    assert shard["compactd"] == __version__
+    assert Snapshot.from_record(shard["sessions"][str(paths[0])]).offset == paths[0].stat().st_size
