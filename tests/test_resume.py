@@ -76,12 +76,12 @@ def started(tmp_path: Path, data: bytes) -> tuple[Path, Path, SessionTracker]:
 # Resuming
 
 
-def test_an_unchanged_file_is_resumed_reading_only_the_check(tmp_path: Path) -> None:
+def test_an_untouched_file_is_resumed_without_reading_it(tmp_path: Path) -> None:
     path, state, before = started(tmp_path, transcript(40))
     tracker = restarted(state, path)
     assert tracker.refresh().change is Change.RESUMED
     assert tracker.reloads == 0
-    assert tracker.cursor.bytes_read == 8192  # the first 4 KB and the 4 KB before the cursor, nothing else
+    assert tracker.cursor.bytes_read == 0  # same inode, size, mtime and ctime: not even opened
     assert tracker.ledger is not None and before.ledger is not None
     assert tracker.ledger.to_snapshot() == before.ledger.to_snapshot() == cold(path).to_snapshot()
 
@@ -97,10 +97,26 @@ def test_bytes_appended_while_down_are_the_only_ones_parsed(tmp_path: Path) -> N
     tracker = restarted(state, path)
     assert tracker.refresh().change is Change.APPENDED
     assert tracker.reloads == 0
-    assert tracker.cursor.bytes_read == 8192 + len(extra)
+    assert tracker.cursor.bytes_read == 1024 + 4096 + len(
+        extra
+    )  # the check's head and tail, then the new lines
     assert tracker.ledger is not None
     assert tracker.ledger.figures() == one_go(path).figures()
     assert tracker.ledger.anchor_tokens == 5555
+
+
+def test_a_touched_file_is_checked_by_its_hash_and_resumed(tmp_path: Path) -> None:
+    path, state, before = started(tmp_path, transcript(40))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # newer mtime, new ctime, same bytes
+    tracker = restarted(state, path)
+    assert tracker.refresh().change is Change.RESUMED
+    assert tracker.reloads == 0 and tracker.cursor.bytes_read == 1024 + 4096
+    assert tracker.ledger is not None and before.ledger is not None
+    assert tracker.ledger.to_snapshot() == before.ledger.to_snapshot()
+    save(state, [tracker])  # its new times are saved: the next start need not hash
+    again = restarted(state, path)
+    assert again.refresh().change is Change.RESUMED and again.cursor.bytes_read == 0
 
 
 def test_a_torn_last_line_is_reread_after_the_cursor(tmp_path: Path) -> None:
@@ -228,20 +244,20 @@ def _corrupt_shard(state: Path, path: Path) -> None:
 
 
 def _corrupt_record(state: Path, path: Path) -> None:
-    edit_record(state, path, 5, "not hex")
+    edit_record(state, path, 6, "not hex")
 
 
 def _corrupt_ledger(state: Path, path: Path) -> None:
     shard = shard_file(state, path)
     doc = orjson.loads(shard.read_bytes())
-    doc["sessions"][str(path)][6][4] = "many"  # anchor_tokens
+    doc["sessions"][str(path)][7][4] = "many"  # anchor_tokens
     shard.write_bytes(orjson.dumps(doc))
 
 
 def _ledger_version(state: Path, path: Path) -> None:
     shard = shard_file(state, path)
     doc = orjson.loads(shard.read_bytes())
-    doc["sessions"][str(path)][6][0] = 0
+    doc["sessions"][str(path)][7][0] = 0
     shard.write_bytes(orjson.dumps(doc))
 
 
@@ -249,9 +265,9 @@ FILE_CHANGES = [
     ("inode differs", _replace),
     ("smaller than the cursor", _shrink),
     ("mtime older", _older),
-    ("4 KB before the cursor differ", _rewrite_tail),
-    ("the first 4 KB", _rewrite_head),
-    ("cannot open", _symlink),
+    ("the first 1 KB or the 4 KB before the cursor differ", _rewrite_tail),
+    ("the first 1 KB or the 4 KB before the cursor differ", _rewrite_head),
+    ("not a regular file", _symlink),
 ]
 SNAPSHOT_CHANGES = [
     ("device differs", _device),
@@ -283,7 +299,7 @@ def test_a_snapshot_that_does_not_match_means_a_full_read(
     messages = [r.getMessage() for r in caplog.records]
     assert any("resume=no" in m and reason in m for m in messages), messages
     assert not any("resume=yes" in m for m in messages)
-    if reason == "cannot open":  # a symlink now: never trusted, never followed
+    if reason == "not a regular file":  # a symlink now: never trusted, never followed
         assert update.change is Change.MISSING and tracker.ledger is None
         return
     assert update.change is Change.RELOADED and tracker.reloads == 1
@@ -444,3 +460,27 @@ def test_compactd_run_resumes_unchanged_sessions_and_reads_the_changed_one(tmp_p
     shard = orjson.loads(shard_file(state, paths[0]).read_bytes())
     assert shard["compactd"] == __version__
     assert Snapshot.from_record(shard["sessions"][str(paths[0])]).offset == paths[0].stat().st_size
+
+
+def test_a_shard_whose_write_failed_is_written_at_the_next_save(tmp_path: Path) -> None:
+    path, state = tmp_path / "s.jsonl", tmp_path / "state"
+    path.write_bytes(transcript(2))
+    tracker = SessionTracker(str(path))
+    tracker.refresh()
+    state.mkdir()
+    (state / RESUME_DIR).write_bytes(b"")  # in the way: the directory cannot be made
+    store = SnapshotStore(state)
+    store.load()
+    with pytest.raises(OSError):
+        store.save({tracker.path: Held(tracker)})
+    (state / RESUME_DIR).unlink()
+    assert store.save({tracker.path: Held(tracker)}) == 1  # nothing changed since, and still written
+    assert restarted(state, path).refresh().change is Change.RESUMED
+
+
+def test_bench_restart_smoke() -> None:
+    from bench import bench_restart
+
+    result = bench_restart.main(["--smoke", "--json"])
+    assert result["sessions"] == 20 and len(result["warm_seconds"]) == len(result["cold_seconds"]) == 1
+    assert result["snapshot_bytes"] > 0

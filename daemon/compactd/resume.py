@@ -2,8 +2,9 @@
 identity of the file they were read from, so that a restart reads only what was appended while it was down.
 
 A snapshot is trusted only for the very file it describes: same device and inode, not shorter than the cursor,
-not modified before the snapshot was taken, and the same 4 KB before the cursor and the same first 4 KB (a
-file restored or rewritten in place under its old inode shows there). Anything else — or a snapshot of another format or compactd
+not modified before the snapshot was taken, and — unless its size, mtime and ctime are all as they were, which
+means untouched — the same 4 KB before the cursor and the same first 1 KB (a file restored or rewritten in
+place under its old inode shows there). Anything else — or a snapshot of another format or compactd
 version, or one that does not parse — means the file is read in full, as on a first start, with a debug line
 saying why. Snapshots are an optimisation only: losing them all costs one cold read per session.
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESUME_DIR", "Snapshot", "SnapshotStore", "mismatch"]
+__all__ = ["RESUME_DIR", "Snapshot", "SnapshotStore", "content_hash", "mismatch", "mismatch_of_stat"]
 
 RESUME_DIR = "resume"
 # Bumped when a shard's layout changes; a shard of another format (or of another compactd) is not trusted.
@@ -45,6 +46,7 @@ SNAPSHOT_FORMAT = 1
 SHARDS = 64
 # The bytes just before the cursor that must be unchanged for a snapshot to be trusted.
 TAIL_BYTES = 4096
+HEAD_BYTES = 1024
 _HASH_BYTES = 16
 
 
@@ -61,48 +63,59 @@ class Snapshot:
     offset: int
     size: int
     mtime_ns: int
+    ctime_ns: int
     ledger: tuple[Any, ...]
     digest: bytes | None = None
 
     def to_record(self, digest: bytes) -> list[Any]:
-        return [self.dev, self.ino, self.offset, self.size, self.mtime_ns, digest.hex(), self.ledger]
+        stat_part = [self.dev, self.ino, self.offset, self.size, self.mtime_ns, self.ctime_ns]
+        return [*stat_part, digest.hex(), self.ledger]
+
+    def untouched(self, st: os.stat_result) -> bool:
+        """The file has not changed at all since the snapshot's read: same size, mtime and ctime. ctime cannot
+        be set by anyone and moves on every write, truncation, rename onto it or ``utime``, so then no hash is
+        needed (nothing is read: a restart costs one ``lstat`` per unchanged session)."""
+        return (st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (self.size, self.mtime_ns, self.ctime_ns)
 
     @classmethod
     def from_record(cls, record: Any) -> Snapshot:
         """ValueError for anything that is not a record ``to_record`` wrote (the ledger is checked on use)."""
-        if not isinstance(record, list) or len(record) != 7:
+        if not isinstance(record, list) or len(record) != 8:
             raise ValueError("not a snapshot record")
         *numbers, digest, ledger = record
         if not all(type(n) is int and n >= 0 for n in numbers) or not isinstance(ledger, list):
             raise ValueError("malformed snapshot record")
         if not isinstance(digest, str) or len(digest) != 2 * _HASH_BYTES:
             raise ValueError("malformed tail hash")
-        dev, ino, offset, size, mtime_ns = numbers
-        return cls(dev, ino, offset, size, mtime_ns, tuple(ledger), bytes.fromhex(digest))
+        dev, ino, offset, size, mtime_ns, ctime_ns = numbers
+        return cls(dev, ino, offset, size, mtime_ns, ctime_ns, tuple(ledger), bytes.fromhex(digest))
 
 
 def content_hash(fd: int, offset: int) -> bytes:
-    """blake2b of the first 4 KB and of the 4 KB before ``offset`` (one range when they overlap): the tail
-    catches a file rewritten near the cursor, the head (the session header) one that now holds another
-    session. An in-place rewrite that keeps both and does not shrink is indistinguishable from an append
-    here, as it is to the live tail follower."""
+    """blake2b of the first 1 KB (the session header: another session rewritten in place shows there) and of
+    the 4 KB before ``offset`` (a file rewritten or restored near the cursor). An in-place rewrite that keeps
+    both and does not shrink is indistinguishable from an append here, as it is to the live tail follower."""
     digest = hashlib.blake2b(digest_size=_HASH_BYTES)
     start = max(0, offset - TAIL_BYTES)
-    if start > TAIL_BYTES:
-        digest.update(os.pread(fd, TAIL_BYTES, 0))
+    if start > HEAD_BYTES:
+        digest.update(os.pread(fd, HEAD_BYTES, 0))
         digest.update(b"\0")
-    elif start > 0:
+    else:
         start = 0  # the two ranges touch or overlap: read them as one
     digest.update(os.pread(fd, offset - start, start))
     return digest.digest()
 
 
-def mismatch(snapshot: Snapshot, fd: int) -> str | None:
-    """Why ``snapshot`` does not describe the file open at ``fd`` (opened without following symlinks), or None
-    when it does. Reads at most 4 KB."""
-    st = os.fstat(fd)
+def hashed_bytes(offset: int) -> int:
+    """How many bytes ``content_hash`` reads."""
+    return offset if offset - TAIL_BYTES <= HEAD_BYTES else HEAD_BYTES + TAIL_BYTES
+
+
+def mismatch_of_stat(snapshot: Snapshot, st: os.stat_result) -> str | None:
+    """Why a file with this ``lstat`` cannot be the one ``snapshot`` describes, or None (then it is, if
+    ``untouched``; else ``content_hash`` decides)."""
     if not stat.S_ISREG(st.st_mode):
-        return "not a regular file"
+        return "not a regular file"  # a symlink now: never followed, never trusted
     if st.st_dev != snapshot.dev:
         return "device differs"
     if st.st_ino != snapshot.ino:
@@ -111,9 +124,16 @@ def mismatch(snapshot: Snapshot, fd: int) -> str | None:
         return f"size {st.st_size} smaller than the cursor {snapshot.offset}"
     if st.st_mtime_ns < snapshot.mtime_ns:
         return "mtime older than the snapshot's"
-    if snapshot.digest is None or content_hash(fd, snapshot.offset) != snapshot.digest:
-        return "the first 4 KB or the 4 KB before the cursor differ"
     return None
+
+
+def mismatch(snapshot: Snapshot, fd: int) -> str | None:
+    """Why ``snapshot`` does not describe the file open at ``fd`` (opened without following symlinks), or None
+    when it does. Reads the bytes ``content_hash`` covers."""
+    reason = mismatch_of_stat(snapshot, os.fstat(fd))
+    if reason is None and (snapshot.digest is None or content_hash(fd, snapshot.offset) != snapshot.digest):
+        return "the first 1 KB or the 4 KB before the cursor differ"
+    return reason
 
 
 class _Tracked(Protocol):
@@ -131,6 +151,7 @@ class SnapshotStore:
         self._records: dict[str, list[Any]] = {}  # path -> its record as saved (or as loaded)
         self._saved: dict[str, Snapshot] = {}  # path -> the snapshot object its record was made from
         self._shards: dict[str, int] = {}
+        self._dirty: set[int] = set()
 
     def shard(self, path: str) -> int:
         number = self._shards.get(path)
@@ -199,7 +220,7 @@ class SnapshotStore:
             snapshot = session.tracker.snapshot
             if snapshot is not None:
                 current[path] = snapshot
-        dirty: set[int] = set()
+        dirty = self._dirty  # kept across calls: a shard whose write failed is written next time
         for path, snapshot in current.items():
             if self._saved.get(path) is not snapshot:
                 record = _record_for(path, snapshot)
@@ -223,9 +244,12 @@ class SnapshotStore:
             members = by_shard.get(self.shard(path))
             if members is not None:
                 members[path] = record
+        written = 0
         for number in sorted(dirty):
             write_atomic(self._shard_path(number), _dump_shard(by_shard[number]))
-        return len(dirty)
+            dirty.discard(number)
+            written += 1
+        return written
 
     def _remove_stale_temps(self) -> None:
         """Temp files of a writer that died mid-save (``write_atomic``'s ``.<name>.<pid>.<hex>.tmp``)."""
@@ -240,7 +264,7 @@ class SnapshotStore:
 
 def _record_for(path: str, snapshot: Snapshot) -> list[Any] | None:
     """``snapshot`` as a record, hashing the bytes its check covers if need be; None when the file is not as the
-    snapshot's read left it (same inode, size and mtime), so the bytes hashed now may not be the ones the ledger
+    snapshot's read left it (same inode, size, mtime and ctime), so the bytes hashed now may not be the ones the ledger
     was built from: the previous record stays until a later save finds the file quiet."""
     if snapshot.digest is not None:
         return snapshot.to_record(snapshot.digest)
@@ -250,8 +274,7 @@ def _record_for(path: str, snapshot: Snapshot) -> list[Any] | None:
         return None
     try:
         st = os.fstat(fd)
-        seen = (snapshot.dev, snapshot.ino, snapshot.size, snapshot.mtime_ns)
-        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != seen:
+        if (st.st_dev, st.st_ino) != (snapshot.dev, snapshot.ino) or not snapshot.untouched(st):
             return None
         return snapshot.to_record(content_hash(fd, snapshot.offset))
     except OSError:

@@ -58,6 +58,7 @@ class FileCursor:
     partial: bytes = b""
     mtime: float = 0.0
     mtime_ns: int = 0
+    ctime_ns: int = 0
     size: int = 0
     bytes_read: int = 0
 
@@ -75,7 +76,7 @@ class FileCursor:
             raise
         try:
             st = os.fstat(fd)
-            self.mtime, self.mtime_ns, self.size = st.st_mtime, st.st_mtime_ns, st.st_size
+            self.seen(st)
             if not self.known or (st.st_dev, st.st_ino) != (self.dev, self.ino):
                 reason = "new file" if not self.known else "replaced (new inode)"
                 return self._reload(fd, st, reason)
@@ -111,6 +112,15 @@ class FileCursor:
         self.offset = cut
         self.partial = data[cut:] if len(data) - cut <= MAX_PARTIAL_BYTES else b""
         return Update(Change.RELOADED, data=data[:cut], reason=reason)
+
+    def seen(self, st: os.stat_result) -> None:
+        """The file's size and times as of this look at it (its identity is ``dev``/``ino``, set on a read)."""
+        self.mtime, self.mtime_ns, self.ctime_ns, self.size = (
+            st.st_mtime,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_size,
+        )
 
     def resume_at(self, dev: int, ino: int, offset: int) -> None:
         """Take up a file at ``offset`` (just past a complete line) without reading what precedes it: the

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.ledger import SessionLedger
-from compactd.resume import TAIL_BYTES, Snapshot, mismatch
+from compactd.resume import Snapshot, hashed_bytes, mismatch, mismatch_of_stat
 from compactd.tail import Change, FileCursor, Update
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,12 @@ class SessionTracker:
 
     def refresh(self) -> Update:
         """Bring the ledger up to date with the file; appended bytes only, unless a reload is needed."""
-        resumed = self.resume is not None and self._resume(self.resume)
-        self.resume = None
+        resumed: Update | bool = False
+        if self.resume is not None:
+            snapshot, self.resume = self.resume, None
+            resumed = self._resume(snapshot)
+            if isinstance(resumed, Update):
+                return resumed
         update = self.cursor.poll()
         if update.change is Change.APPENDED and (
             self.ledger is None
@@ -49,46 +53,70 @@ class SessionTracker:
             self.reloads += 1
         elif update.change is Change.MISSING:
             self.ledger = None
+        if update.change is not Change.UNCHANGED or resumed:
+            self.snapshot = self._take_snapshot()  # touched but unchanged: the next start need not hash
         if resumed and update.change is Change.UNCHANGED:
             return Update(Change.RESUMED, reason="snapshot")
-        if update.change is not Change.UNCHANGED:
-            self.snapshot = self._take_snapshot()
         return update
 
-    def _resume(self, snapshot: Snapshot) -> bool:
-        """Start from ``snapshot`` if the file is still the one it describes; else (logged why) read in full."""
+    def _resume(self, snapshot: Snapshot) -> Update | bool:
+        """Start from ``snapshot`` if the file is still the one it describes: an untouched one is not even
+        opened (RESUMED); True: the cursor is at the snapshot's offset and the caller polls what follows;
+        False: a mismatch (logged why), and the caller's poll reads the file in full."""
+        reason: str | None = None
+        untouched = False
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            st = os.lstat(self.path)
         except OSError as exc:
-            reason: str | None = f"cannot open: {exc.strerror}"
+            reason = f"cannot stat: {exc.strerror}"
         else:
+            reason = mismatch_of_stat(snapshot, st)
+            untouched = reason is None and snapshot.untouched(st)
+            if reason is None and not untouched:
+                reason = self._check_content(snapshot)
+        ledger = None
+        if reason is None:
             try:
-                reason = mismatch(snapshot, fd)
-            except OSError as exc:
-                reason = f"cannot check: {exc.strerror}"
-            finally:
-                os.close(fd)
-            if reason is None:
-                try:
-                    ledger = SessionLedger.from_snapshot(snapshot.ledger)
-                except ValueError as exc:
-                    reason = f"corrupt snapshot: {exc}"
-        if reason is not None:
+                ledger = SessionLedger.from_snapshot(snapshot.ledger)
+            except ValueError as exc:
+                reason = f"corrupt snapshot: {exc}"
+        if ledger is None:
             log.debug("session=%s resume=no reason=%s", self.path, reason)
             self.snapshot = None
             return False
         self.ledger = ledger
         self.cursor.resume_at(snapshot.dev, snapshot.ino, snapshot.offset)
-        self.cursor.bytes_read += min(snapshot.offset, 2 * TAIL_BYTES)  # the check's reads
-        log.debug("session=%s resume=yes offset=%d", self.path, snapshot.offset)
-        return True
+        log.debug("session=%s resume=yes offset=%d untouched=%s", self.path, snapshot.offset, untouched)
+        if not untouched:
+            return True
+        self.cursor.seen(st)
+        return Update(Change.RESUMED, reason="snapshot")
+
+    def _check_content(self, snapshot: Snapshot) -> str | None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as exc:
+            return f"cannot open: {exc.strerror}"
+        try:
+            self.cursor.bytes_read += hashed_bytes(snapshot.offset)
+            return mismatch(snapshot, fd)
+        except OSError as exc:
+            return f"cannot check: {exc.strerror}"
+        finally:
+            os.close(fd)
 
     def _take_snapshot(self) -> Snapshot | None:
         cursor, ledger = self.cursor, self.ledger
         if ledger is None or not cursor.known:
             return None
         return Snapshot(
-            cursor.dev, cursor.ino, cursor.offset, cursor.size, cursor.mtime_ns, ledger.to_snapshot()
+            cursor.dev,
+            cursor.ino,
+            cursor.offset,
+            cursor.size,
+            cursor.mtime_ns,
+            cursor.ctime_ns,
+            ledger.to_snapshot(),
         )
 
     def _apply(self, ledger: SessionLedger, entries: Iterable[dict[str, Any]]) -> bool:
