@@ -8,7 +8,8 @@ read in full, as before snapshots existed), ``runs`` times each.
 
 "Serving" is measured as: ``status.json`` names the new process (its pid) and counts every session as
 watched. That file is written after the start-up read of every root, right before READY=1; the clock runs
-from just before the process is spawned, so interpreter start-up and imports count. Bytes read are the
+from just before the process is spawned, so interpreter start-up and imports count. The child's CPU time to
+that moment is reported too: on a shared machine wall time includes other processes' turns. Bytes read are the
 child's ``rchar`` (``/proc/<pid>/io``) at that moment: all ``read``/``pread`` calls, imports included.
 
     python -m bench.bench_restart [--sessions 10000] [--kb 500] [--runs 3] [--templates 8] [--dir DIR]
@@ -78,6 +79,16 @@ def _rchar(pid: int) -> int | None:
     return None
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """user + system CPU time of ``pid`` so far (``/proc/<pid>/stat``; this machine is shared, wall time is not
+    only ours)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _serving(status_path: Path, pid: int, count: int) -> bool:
     try:
         status = orjson.loads(status_path.read_bytes())
@@ -112,13 +123,13 @@ def start_once(config: Path, state: Path, count: int, log: Path) -> dict[str, An
                 raise RuntimeError(f"not serving after {SERVE_TIMEOUT} s; see {log}")
             time.sleep(0.002)  # polling an observable condition, bounded by the deadline
         seconds = time.monotonic() - began
-        rchar = _rchar(proc.pid)
+        rchar, cpu = _rchar(proc.pid), _cpu_seconds(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=SERVE_TIMEOUT)
     if code != 0:
         raise RuntimeError(f"compactd exited {code} on SIGTERM; see {log}")
-    return {"seconds": seconds, "rchar": rchar}
+    return {"seconds": seconds, "rchar": rchar, "cpu": cpu}
 
 
 def run(
@@ -161,6 +172,8 @@ def run(
             "cold_best": round(min(cold_s), 3),
             "cold_median": round(statistics.median(cold_s), 3),
             "cold_over_warm": round(statistics.median(cold_s) / statistics.median(warm_s), 1),
+            "warm_cpu": [r["cpu"] for r in warm],
+            "cold_cpu": [r["cpu"] for r in cold],
             "warm_rchar": warm[-1]["rchar"],
             "cold_rchar": cold[-1]["rchar"],
             "snapshot_bytes": sum(p.stat().st_size for p in (state / "resume").glob("*.json")),
@@ -197,6 +210,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"cold start to serving: best {result['cold_best']:.3f} s, median {result['cold_median']:.3f} s"
         )
         print(f"cold / warm (medians): {result['cold_over_warm']} x")
+        print(f"CPU seconds of the process to serving: warm {result['warm_cpu']}, cold {result['cold_cpu']}")
         print(
             f"bytes read by the process to serving: warm {result['warm_rchar']:,}, cold {result['cold_rchar']:,}"
         )
