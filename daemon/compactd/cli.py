@@ -63,9 +63,10 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     transcript = read_transcript(args.file)
     report = inspect_transcript(args.file, transcript)
     if transcript.usable:
-        from compactd.planning import budget_for
+        from compactd.decision import decide
+        from compactd.planning import figures_of
 
-        report.update(budget_for(config, transcript).as_json())
+        report.update(decide(config, figures_of(config, transcript), now=0.0, force=True).as_json())
     if args.json:
         _print_json(report, out)
         return 0

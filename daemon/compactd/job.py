@@ -1,7 +1,7 @@
 """One session's compaction job: load → budget → engine → (commit). Shared by ``compact``, ``once`` and ``run``.
 
 The model call happens here with no lock held; the commit re-validates against the file as it is then, and a
-session whose branch ends mid-turn (``planning.readiness``) is refused both before the model call and again
+session whose branch ends mid-turn (``decision.readiness``) is refused both before the model call and again
 just before the commit, so a turn the agent started during the model call is not cut.
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 
 import anyio
 
-from compactd.budget import TRUNCATE_ONLY_SLACK_CHARS, Budget, max_tokens_within
 from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
-from compactd.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
-from compactd.planning import budget_for, prune_plan, readiness
+from compactd.decision import Route, decide, prune_target_tokens, readiness, route_after_summary
+from compactd.defaults import SAFETY_MARGIN
+from compactd.planning import figures_of, prune_plan
 from compactd.roots import is_session_path
 from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
 from compactd.tokens import estimate_tokens, js_len
@@ -201,19 +201,6 @@ class JobResult:
         return out
 
 
-def prune_target_tokens(budget: Budget, route: str) -> int:
-    """The raw estimate pruning brings the session down to (pi's estimate, before the safety margin).
-
-    After a summary: the threshold itself, so the kept turns lose no more than the summary left over. Pruning
-    alone: the threshold less OpenClaw's route slack (2,048 characters), since the route was chosen on the
-    promise of that headroom and a session pruned to the very threshold is due again after the next reply.
-    """
-    threshold = budget.compact_threshold
-    if route == "truncate_tool_results_only":
-        threshold -= math.ceil(TRUNCATE_ONLY_SLACK_CHARS / CHARS_PER_TOKEN)
-    return max_tokens_within(max(0, threshold))
-
-
 def committed_note_chars(path: str, mode: str) -> Callable[[str], int]:
     """entry id -> length of the note the commit puts for the placeholder (archive name or entry id)."""
     if mode == "rotate":
@@ -231,7 +218,7 @@ async def compact_file(
     dry_run: bool = False,
     mode: str | None = None,
     force: bool = False,
-    route: str | None = None,
+    route: Route | None = None,
     now: datetime | None = None,
 ) -> JobResult:
     """Run the engine on one transcript and, unless ``dry_run``, commit its result.
@@ -254,10 +241,11 @@ async def compact_file(
         busy = turn_in_flight(config, path, transcript)
         if busy is not None:
             return JobResult(path, "none", reason=busy)
-    budget = budget_for(config, transcript)
-    chosen = route or budget.route
-    if chosen == "fits":
-        chosen = "compact_only"  # asked for explicitly: compact even though it fits
+    # Asked for by name (or by a caller that decided already): the route is the decision's, and a session
+    # that fits is compacted anyway.
+    decision = decide(config, figures_of(config, transcript), now=time.time(), force=True)
+    budget = decision.budget
+    chosen: Route = route or decision.job_route
     commit_mode = mode or config.compaction.commit
     result = JobResult(path, chosen, mode=commit_mode)
     replacements: dict[str, dict[str, Any]] = {}
@@ -279,8 +267,7 @@ async def compact_file(
         post_tokens = sum(estimate_tokens(m) for m in llm_visible([post] if post is not None else []))
         remaining = summary_tokens + post_tokens + sum(estimate_tokens(m) for m in llm_visible(e.plan.kept))
     need = remaining - prune_target_tokens(budget, chosen)
-    if chosen == "compact_then_truncate" and need <= 0:
-        chosen = "compact_only"  # the summary was enough: the kept turns stay as they are
+    chosen = route_after_summary(chosen, need)  # the summary may have been enough: the kept turns stay
     pruned_tokens = 0
     if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
         # The commit swaps the placeholder for where the full text still is (the archive, or the entry).

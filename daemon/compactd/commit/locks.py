@@ -405,13 +405,17 @@ def flocked(path: str | os.PathLike[str], *, exclusive: bool = True) -> Iterator
 class InstanceLock:
     """One compactd per state directory: ``flock`` on ``<state_dir>/compactd.lock``.
 
+    ``run`` holds it exclusively; ``once`` holds it ``shared`` (several may run together, their per-session
+    claims keep them apart), so a ``once`` and a ``run`` exclude each other.
+
     The file is never renamed or removed, so every instance locks the same inode (a lock on a file that is
     later replaced protects nothing, engineering.md §2.4). The holder's pid is written into it for humans and
     for the error message; the lock itself is the flock, dropped by the kernel when the process dies.
     """
 
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], *, shared: bool = False) -> None:
         self.state_dir = Path(state_dir)
+        self.shared = shared
         self.path = self.state_dir / INSTANCE_LOCK_NAME
         self._fd: int | None = None
 
@@ -426,13 +430,16 @@ class InstanceLock:
         # O_CLOEXEC (Python's default, stated here): a hook child outliving us must not keep the lock.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, _LOCK_MODE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
             holder = _read_pid(fd)
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise AlreadyRunning(self.state_dir, holder) from None
             raise
+        if self.shared:  # the pid in the file is the exclusive holder's; sharers leave it alone
+            self._fd = fd
+            return
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -444,6 +451,9 @@ class InstanceLock:
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is None:
+            return
+        if self.shared:
+            os.close(fd)
             return
         try:
             os.ftruncate(fd, 0)  # no stale pid for humans; the file itself stays
