@@ -153,7 +153,9 @@ class Decision:
 
     budget: Budget
     route: Route
-    exact: bool  # the reducible characters were counted: the route is the one a compaction takes
+    exact: (
+        bool  # the route is the one a compaction takes (reducible characters counted, or they cannot matter)
+    )
     skip: str | None  # left alone whatever its size (and why)
     flush: bool  # a memory flush is due and not yet done this cycle
     ready: bool  # it may be acted on now (idle, not mid-turn, not backing off)
@@ -238,7 +240,7 @@ def decide(
     return Decision(
         budget=budget,
         route=route,
-        exact=figures.reducible_chars is not None or route == "fits",
+        exact=figures.reducible_chars is not None or route == "fits" or skip is not None,
         skip=skip,
         flush=flush,
         ready=verdict.ready and backoff <= 0,
