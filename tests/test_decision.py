@@ -6,11 +6,16 @@ agrees with a full read's but on which compaction route, and every entry point (
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 from dataclasses import replace
 from functools import cache
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from compactd.config import Config
@@ -24,7 +29,12 @@ from hypothesis import strategies as st
 
 from tests.support.cli import compactd
 from tests.test_budget import SESSIONS, write_session
+from tests.test_coordination import REPO, Setup, gated_responder, is_flush
 from tests.test_service_e2e import Daemon, wait_for
+
+if TYPE_CHECKING:
+    from tests.support.llm_server import StubLLMServer
+    from tests.support.pi import Pi
 
 ENV = {"HOME": "/home/tester"}
 # The same ordering as OpenClaw's precheck: the more tokens, the more it takes to fit again.
@@ -262,3 +272,39 @@ def test_once_while_run_holds_the_state_directory_exits_3_and_changes_nothing(tm
     assert done.returncode == 0, done.stderr
     rows = {Path(r["path"]).name: r for r in json.loads(done.stdout)}
     assert rows["zero-tool-results.jsonl"]["action"] == "wait"  # written just now, idle_seconds 3,600
+
+
+@pytest.mark.slow  # a once held in its flush, and a daemon
+def test_run_started_while_a_once_works_waits_for_it_then_serves(
+    tmp_path: Path, llm_server: StubLLMServer, pi: Pi
+) -> None:
+    """``once`` holds the instance lock shared: a ``run`` started meanwhile neither fails (systemd would
+    restart it in a loop) nor works beside it; it waits, and serves once the ``once`` is done."""
+    gate = threading.Event()
+    llm_server.responder = gated_responder(gate)
+    s = Setup(tmp_path, llm_server, pi)
+    first = s.start("once", "--json")
+    log_path = tmp_path / "run.log"
+    try:
+        wait_for(lambda: any(is_flush(r) for r in llm_server.completions), 60, "the once's flush call")
+        with open(log_path, "wb") as log:
+            runner = subprocess.Popen(
+                [sys.executable, "-m", "compactd", "run", "--config", str(s.config), "--log-level", "info"],
+                cwd=REPO,
+                env={k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY")},
+                stdout=log,
+                stderr=log,
+            )
+        try:
+            wait_for(lambda: "action=waiting" in log_path.read_text(), 30, "run to wait for the once", runner)
+            assert not (s.state / "status.json").exists() or first.poll() is not None
+            gate.set()
+            out, err = first.communicate(timeout=120)
+            assert json.loads(out)[0]["committed"] is True, err
+            wait_for(lambda: "action=ready" in log_path.read_text(), 30, "run to start serving", runner)
+        finally:
+            runner.send_signal(signal.SIGTERM)
+            assert runner.wait(timeout=20) == 0, log_path.read_text()
+    finally:
+        gate.set()
+        first.kill()

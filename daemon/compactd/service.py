@@ -65,6 +65,8 @@ def _signature(path: str) -> tuple[int, ...] | None:
 
 # ``once`` exits with this when a ``run`` holds the state directory (``run`` itself, when another runs).
 EXIT_ALREADY_RUNNING = 3
+# ``run`` started while a ``once`` works looks again this often until it is done.
+ONCE_POLL_SECONDS = 0.5
 
 
 @dataclass(slots=True)
@@ -780,6 +782,18 @@ class Service:
             raise
         return lock
 
+    def _only_once_holds(self) -> bool:
+        """The instance lock is held, but only shared (by ``once`` runs), not by another ``run``."""
+        from compactd.commit.locks import AlreadyRunning, InstanceLock
+
+        probe = InstanceLock(self.config.state_dir, shared=True)
+        try:
+            probe.acquire()
+        except AlreadyRunning:
+            return False
+        probe.release()
+        return True
+
     def prepare(self) -> None:
         """The start-up of ``run`` and ``once``, under the instance lock, before any transcript is read:
         finish or roll back what a killed compactd left (its late lines belong in the files read next),
@@ -810,11 +824,20 @@ class Service:
         from compactd.commit.locks import AlreadyRunning
 
         limit_malloc_arenas()
-        try:
-            lock = self.lock_instance()
-        except AlreadyRunning as exc:
-            log.error("%s", exc)
-            return EXIT_ALREADY_RUNNING
+        while True:
+            try:
+                lock = self.lock_instance()
+                break
+            except AlreadyRunning as exc:
+                if not self._only_once_holds():
+                    log.error("%s", exc)
+                    return EXIT_ALREADY_RUNNING
+            # A ``once`` (cron) is at work: it ends on its own, so wait rather than fail and be restarted.
+            self.notifier.status("waiting for a running `compactd once` to finish")
+            log.info(
+                "action=waiting reason=a compactd once holds the state directory %s", self.config.state_dir
+            )
+            await anyio.sleep(ONCE_POLL_SECONDS)
         try:
             self.prepare()
             async with anyio.create_task_group() as tg:
