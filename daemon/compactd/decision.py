@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from compactd.config import Config
     from compactd.ledger import SessionLedger
     from compactd.state import SessionState
+    from compactd.transcript.reader import Transcript
     from compactd.turns import Turn
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Readiness",
     "Recorded",
     "Route",
+    "blocked_reason",
     "choose_route",
     "decide",
     "prune_target_tokens",
@@ -104,6 +106,17 @@ def skip_reason(budget: Budget) -> str | None:
             f"context window {budget.context_window:,} tokens is below the hard minimum of "
             f"{GUARD_HARD_MIN_TOKENS:,} (set by {_WINDOW_SOURCES[budget.window_source]})"
         )
+    return None
+
+
+def blocked_reason(transcript: Transcript) -> str | None:
+    """Why a transcript is left alone whatever its figures: pi cannot load it, or a problem means compactd's
+    reading may differ from pi's (no flush or compaction is made from such a reading)."""
+    if not transcript.usable:
+        return "unusable transcript: " + "; ".join(p.message for p in transcript.problems)
+    if not transcript.committable:
+        problem = transcript.blocking[0]
+        return f"{problem.kind} at line {problem.line}: {problem.message}"
     return None
 
 

@@ -1,4 +1,4 @@
-"""The long-running process: watch → tail → ledger → plan → (flush) → summarize → commit, and ``once``.
+"""The long-running process: watch → tail → ledger → decide → (flush) → summarize → commit, and ``once``.
 
 Lifecycle lives here and only here (uvicorn's shape): start-up recovery, the watchers, the scheduler, the
 status writer, signals and sd_notify. Shutdown is an injectable trigger (hypercorn's ``shutdown_trigger``).
@@ -23,7 +23,7 @@ import anyio.abc
 
 from compactd import __version__
 from compactd.config import Config, ConfigError, file_kind, load_config
-from compactd.decision import Decision, Figures, Recorded, decide
+from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.planning import figures_of
 from compactd.roots import is_session_path
 from compactd.state import Backoff, SessionState, describe_error
@@ -246,7 +246,7 @@ class Service:
         except OSError as exc:
             log.debug("session=%s cannot read it to decide its route: %s", session.path, exc)
             return provisional
-        if not transcript.committable:
+        if blocked_reason(transcript) is not None:
             return provisional  # acting on it says why
         figures = figures_of(self.config, transcript, mtime=session.tracker.cursor.mtime)
         recorded = Recorded.of_state(self.session_state(session.path))
@@ -397,15 +397,11 @@ class Service:
             st.skipped = "not a regular file reached without symlinks"
             return Outcome(path, "skipped", detail={"reason": st.skipped})
         transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
-        if not transcript.usable:
+        blocked = blocked_reason(transcript)
+        if blocked is not None:
             session.due = False
-            st.skipped = "unusable transcript: " + "; ".join(p.message for p in transcript.problems)
-            return Outcome(path, "skipped", detail={"reason": st.skipped})
-        if not transcript.committable:  # no flush or compaction on a reading that may differ from pi's
-            session.due = False
-            problem = transcript.blocking[0]
-            st.skipped = f"{problem.kind} at line {problem.line}: {problem.message}"
-            return Outcome(path, "skipped", detail={"reason": st.skipped})
+            st.skipped = blocked
+            return Outcome(path, "skipped", detail={"reason": blocked})
         return transcript
 
     def _decide_step(
