@@ -239,10 +239,20 @@ def user_text(request: RecordedRequest) -> str:
     return "\n".join(_text(m.get("content")) for m in request.messages if m.get("role") == "user")
 
 
+def is_builtin_summary_request(request: RecordedRequest) -> bool:
+    """A request from OpenClaw's built-in summarizer."""
+    return SUMMARY_SYSTEM_PREFIX in system_text(request)
+
+
+def is_compactd_request(request: RecordedRequest) -> bool:
+    """A request from compactd's summarizer (the Python openai client), e.g. run by the plugin."""
+    lang = request.headers.get("x-stainless-lang", "")
+    return lang == "python" or "python" in request.headers.get("user-agent", "").lower()
+
+
 def is_summary_request(request: RecordedRequest) -> bool:
     """A request from a summarizer (OpenClaw's built-in one or compactd's), not an agent turn."""
-    system = system_text(request)
-    return SUMMARY_SYSTEM_PREFIX in system or "<conversation>" in user_text(request)
+    return is_builtin_summary_request(request) or is_compactd_request(request)
 
 
 SUMMARY_HEADINGS = (
@@ -259,22 +269,40 @@ def plain_summary(text: str = "The user and the assistant talked; nothing else i
     return "\n\n".join(f"{heading}\n- {text}" for heading in SUMMARY_HEADINGS)
 
 
+BUILTIN_MARKER = "Summary by OpenClaw's built-in summarizer (stub)."
+
+
+def echo_summary(request: RecordedRequest) -> str:
+    """A summary that passes OpenClaw's quality guard: the five headings, the conversation quoted whole (so
+    every identifier and the latest ask are in it), marked as the built-in summarizer's."""
+    quoted = user_text(request).replace("<conversation>", "").replace("</conversation>", "").strip()
+    sections = {heading: "- None." for heading in SUMMARY_HEADINGS}
+    sections["## Decisions"] = f"- {BUILTIN_MARKER}"
+    sections["## Pending user asks"] = "- " + " ".join(quoted.split())[-1500:]
+    sections["## Exact identifiers"] = "\n".join(f"- {line}" for line in quoted.splitlines() if line.strip())
+    return "\n\n".join(f"{heading}\n{body}" for heading, body in sections.items())
+
+
 SummaryPolicy = Callable[[RecordedRequest], "Reply | str"]
 
 
 def openclaw_responder(
     *,
     turn: Callable[[RecordedRequest], str] | None = None,
-    summary: SummaryPolicy | None = None,
+    builtin: SummaryPolicy | None = None,
+    compactd: SummaryPolicy | None = None,
     prompt_tokens: int | None = None,
 ) -> Callable[[RecordedRequest], Reply | str]:
-    """Answer agent turns with ``turn`` (default: an echo of the last user text) and summary requests with
-    ``summary`` (default: :func:`plain_summary`). ``prompt_tokens`` reports a usage figure for each turn
-    (default: a quarter of the request's characters, as OpenClaw's own estimate)."""
+    """Answer agent turns with ``turn`` (default: an echo of the last user text), OpenClaw's own summary
+    requests with ``builtin`` (default: :func:`echo_summary`) and compactd's with ``compactd`` (default:
+    :func:`plain_summary`, which drops every identifier). ``prompt_tokens`` is the usage reported for a turn
+    (default: a quarter of the request's characters, OpenClaw's own estimate)."""
 
     def respond(request: RecordedRequest) -> Reply | str:
-        if is_summary_request(request):
-            return summary(request) if summary is not None else plain_summary()
+        if is_compactd_request(request):
+            return compactd(request) if compactd is not None else plain_summary()
+        if is_builtin_summary_request(request):
+            return builtin(request) if builtin is not None else echo_summary(request)
         messages = [m for m in request.messages if m.get("role") == "user"]
         last = _text(messages[-1].get("content")) if messages else ""
         text = turn(request) if turn is not None else f"Noted: {last[-200:]}"
@@ -429,7 +457,7 @@ class Gateway:
     def start(self, timeout: float = GATEWAY_START_SECONDS) -> Gateway:
         """Start ``openclaw gateway run`` and wait for its ready line."""
         assert self.process is None, "already started"
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115  # the gateway writes it until stop()
         self.process = subprocess.Popen(
             self.install.command("gateway", "run", "--port", str(self.port)),
             cwd=self.home,
@@ -533,12 +561,29 @@ class Gateway:
             f"ws://127.0.0.1:{self.port}",
             "--token",
             self.token,
-            timeout=timeout,
+            "--timeout",
+            str(int(timeout * 1000)),
+            timeout=timeout + 30,
         )
         return _last_json(done.stdout)
 
     def db_path(self, agent: str = "main") -> Path:
         return self.state_dir / "agents" / agent / "agent" / "openclaw-agent.sqlite"
+
+    def session_events(self, session_key: str, agent: str = "main") -> list[JsonDict]:
+        """The decoded events of the session a key points at now, in seq order."""
+        import sqlite3
+
+        db = sqlite3.connect(f"file:{self.db_path(agent)}?mode=ro", uri=True)
+        try:
+            row = db.execute(
+                "SELECT current_session_id FROM session_nodes WHERE session_key = ?", (session_key,)
+            ).fetchone()
+        finally:
+            db.close()
+        if row is None:
+            return []
+        return [e["event"] for e in self.transcript_events(agent) if e["session_id"] == row[0]]
 
     def transcript_events(self, agent: str = "main") -> list[JsonDict]:
         """Every transcript event of the agent's database (read-only), decoded, in (session, seq) order."""

@@ -7,12 +7,17 @@
 // A plain ES module with no build step and no SDK import.
 
 import { spawn } from "node:child_process";
+import { homedir } from "node:os";
 
 const PLUGIN_ID = "compactd";
 const DEFAULT_COMMAND = ["compactd", "summarize", "--json"];
 const DEFAULT_TIMEOUT_SECONDS = 170; // under OpenClaw's own compaction timeout (180 s)
 const STDERR_KEEP_CHARS = 2000;
 const STDOUT_MAX_BYTES = 16 * 1024 * 1024;
+
+function expandHome(path) {
+  return path === "~" || path.startsWith("~/") ? homedir() + path.slice(1) : path;
+}
 
 function commandOf(config) {
   let argv = DEFAULT_COMMAND;
@@ -22,8 +27,8 @@ function commandOf(config) {
     argv = config.command.map(String);
   }
   argv = [...argv];
-  if (typeof config.configPath === "string" && config.configPath) argv.push("--config", config.configPath);
-  if (typeof config.workspace === "string" && config.workspace) argv.push("--workspace", config.workspace);
+  if (typeof config.configPath === "string" && config.configPath) argv.push("--config", expandHome(config.configPath));
+  if (typeof config.workspace === "string" && config.workspace) argv.push("--workspace", expandHome(config.workspace));
   return argv;
 }
 
