@@ -23,6 +23,7 @@ import anyio.abc
 
 from compactd import __version__
 from compactd.config import Config, ConfigError, file_kind, load_config
+from compactd.ledger import SessionLedger
 from compactd.planning import Decision, Readiness, budget_for, decide, quick_budget, readiness, skip_reason
 from compactd.roots import is_session_path
 from compactd.state import Backoff, SessionState, describe_error
@@ -33,6 +34,7 @@ from compactd.watch import expand_roots, scan_root, watch_root
 
 if TYPE_CHECKING:
     from compactd.commit.claim import SessionClaim
+    from compactd.commit.commit import Successor
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +136,11 @@ class Service:
             return expand_roots(escaped, state_dir=self.config.state_dir)
         return expand_roots(self.config.sessions.roots, state_dir=self.config.state_dir)
 
-    def refresh(self, path: str) -> None:
+    def refresh(self, path: str, *, seeded: bool = False) -> None:
         """Reconcile one path with the file system (only appended bytes are read), then decide if it is due.
+
+        ``seeded``: the tracker was just given the file's new reading (:meth:`seed`), so it is decided on again
+        even if no byte changed since.
 
         The session boundary for reading: whatever this one file raises is recorded in its state (with a
         back-off, during which it is read again only if its inode, size, times or mode change) and never
@@ -151,7 +156,7 @@ class Service:
                     self.sessions[path] = Session(SessionTracker(path))
                 return
         try:
-            self._refresh(path)
+            self._refresh(path, seeded=seeded)
         except Exception as exc:
             session = self.sessions.get(path)
             if session is not None:  # forget what was half read: the next attempt reads the file afresh
@@ -163,7 +168,7 @@ class Service:
         else:
             self._unreadable.pop(path, None)
 
-    def _refresh(self, path: str) -> None:
+    def _refresh(self, path: str, *, seeded: bool = False) -> None:
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -189,7 +194,7 @@ class Service:
         if session is None:
             session = self.sessions[path] = Session(SessionTracker(path))
         update = session.tracker.refresh()
-        if update.change is Change.UNCHANGED and path in self.state:
+        if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
         self.dirty = True
         ledger = session.tracker.ledger
@@ -388,7 +393,12 @@ class Service:
                 return Outcome(path, "flush" if decision.flush else decision.action, detail=detail)
             stage = "compact"
             result = await compact_file(
-                path, self.config, client=self.client(), force=force, route=budget.route
+                path,
+                self.config,
+                client=self.client(),
+                force=force,
+                route=budget.route,
+                transcript=transcript,  # the reading decided on: the job and the commit reuse it
             )
             engine = result.engine
             if engine is not None and engine.calls:
@@ -403,7 +413,7 @@ class Service:
             )
             stage = "commit"
             now = time.time()
-            session.tracker.cursor.reset()  # the file may have been rewritten: read it afresh below
+            seeded = seed_tracker(session.tracker, result.successor)  # else read afresh below
             if result.committed:
                 self.metrics.record_compaction(result.route, engine.level if engine else "none")
                 ids = engine.identifiers if engine else None
@@ -424,7 +434,7 @@ class Service:
                         kept_by_model=ids.kept_by_model,
                         in_summary=ids.in_summary,
                     )
-            self.refresh(path)
+            self.refresh(path, seeded=seeded)
             failed = False
             if result.committed:
                 if session.due and st.planning_tokens > (st.compact_threshold or 0):
@@ -812,6 +822,26 @@ class Service:
         )
         if removed:
             log.info("action=retention removed=%d archive(s)", len(removed))
+
+
+def seed_tracker(tracker: SessionTracker, successor: Successor | None) -> bool:
+    """After a job: the tracker takes the committed file as the commit's check parsed it (no read of the file
+    just written). Without one (nothing committed, or other lines went in too), or when the file is no longer
+    exactly that (a new inode, bytes appended since), the cursor is reset and the next refresh reads it."""
+    tracker.cursor.reset()
+    if successor is None:
+        return False
+    try:
+        st = os.lstat(tracker.path)
+    except OSError:
+        return False
+    if st.st_ino != successor.inode or st.st_size != successor.size:
+        return False
+    cursor = tracker.cursor
+    cursor.dev, cursor.ino = st.st_dev, st.st_ino
+    cursor.offset, cursor.size, cursor.mtime = successor.size, st.st_size, st.st_mtime
+    tracker.ledger = SessionLedger.from_transcript(successor.transcript)
+    return True
 
 
 def limit_malloc_arenas() -> None:

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 import orjson
 
 from compactd.commit.successor import dumps_entry, fresh_id, leaf_pointer_entry, misplaced_leaf
-from compactd.transcript.reader import parse_line
+from compactd.transcript.reader import Transcript, parse_line, parse_transcript, same_reading
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +251,22 @@ def open_snapshot(path: str) -> Snapshot:
         raise
     end = raw.rfind(b"\n") + 1
     return Snapshot(path, fd, st, raw[:end], size)
+
+
+def current_transcript(
+    snap: Snapshot, planned: Transcript | None, check: Callable[[Transcript], str | None] | None
+) -> Transcript:
+    """The snapshot parsed: the plan's own reading when the file is still the one it was made from (no second
+    parse of an unchanged file), else a fresh parse. Abandon with ``check``'s reason when it has one."""
+    if same_reading(planned, snap.data, (snap.st.st_dev, snap.st.st_ino)):
+        assert planned is not None
+        transcript = planned
+    else:
+        transcript = parse_transcript(snap.data)
+    reason = check(transcript) if check is not None else None
+    if reason is not None:
+        raise Abandon(reason)
+    return transcript
 
 
 # --- the rewrite --------------------------------------------------------------------------------------------
@@ -508,3 +524,6 @@ class Outcome:
     rescued_lines: int = 0
     corrections: int = 0
     leaf_pointer: str | None = None
+    # The file as left (its inode), as verification parsed it; None when other lines went in too.
+    successor: Transcript | None = None
+    inode: int | None = None
