@@ -24,6 +24,7 @@ import anyio.abc
 from compactd import __version__
 from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
+from compactd.ledger import SessionLedger
 from compactd.planning import figures_of
 from compactd.roots import is_session_path
 from compactd.state import Backoff, SessionState, describe_error
@@ -34,6 +35,7 @@ from compactd.watch import expand_roots, scan_root, watch_root
 
 if TYPE_CHECKING:
     from compactd.commit.claim import SessionClaim
+    from compactd.commit.commit import Successor
     from compactd.commit.locks import InstanceLock
     from compactd.job import JobResult
     from compactd.transcript.reader import Transcript
@@ -145,8 +147,11 @@ class Service:
             return expand_roots(escaped, state_dir=self.config.state_dir)
         return expand_roots(self.config.sessions.roots, state_dir=self.config.state_dir)
 
-    def refresh(self, path: str) -> None:
+    def refresh(self, path: str, *, seeded: bool = False) -> None:
         """Reconcile one path with the file system (only appended bytes are read), then decide if it is due.
+
+        ``seeded``: the tracker was just given the file's new reading (:meth:`seed`), so it is decided on again
+        even if no byte changed since.
 
         The session boundary for reading: whatever this one file raises is recorded in its state (with a
         back-off, during which it is read again only if its inode, size, times or mode change) and never
@@ -162,7 +167,7 @@ class Service:
                     self.sessions[path] = Session(SessionTracker(path))
                 return
         try:
-            self._refresh(path)
+            self._refresh(path, seeded=seeded)
         except Exception as exc:
             session = self.sessions.get(path)
             if session is not None:  # forget what was half read: the next attempt reads the file afresh
@@ -174,7 +179,7 @@ class Service:
         else:
             self._unreadable.pop(path, None)
 
-    def _refresh(self, path: str) -> None:
+    def _refresh(self, path: str, *, seeded: bool = False) -> None:
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -200,7 +205,7 @@ class Service:
         if session is None:
             session = self.sessions[path] = Session(SessionTracker(path))
         update = session.tracker.refresh()
-        if update.change is Change.UNCHANGED and path in self.state:
+        if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
         self.dirty = True
         ledger = session.tracker.ledger
@@ -366,7 +371,7 @@ class Service:
                     return Outcome(path, "skipped", detail={"reason": decision.skip})
                 return Outcome(path, decision.action, detail=decision.figures())
             stage = "compact"
-            result = await self._compact_step(path, decision, force=force)
+            result = await self._compact_step(path, decision, read, force=force)
             stage = "commit"
             return self._record_step(session, decision, result)
         except Exception as exc:  # still due: tried again when its back-off ends
@@ -433,11 +438,18 @@ class Service:
             except OSError as exc:  # the flush is done; only a second runner may repeat it
                 log.warning("session=%s cannot record the flush: %s", path, exc)
 
-    async def _compact_step(self, path: str, decision: Decision, *, force: bool) -> JobResult:
+    async def _compact_step(
+        self, path: str, decision: Decision, transcript: Transcript, *, force: bool
+    ) -> JobResult:
         from compactd.job import compact_file
 
         result = await compact_file(
-            path, self.config, client=self.client(), force=force, route=decision.route
+            path,
+            self.config,
+            client=self.client(),
+            force=force,
+            route=decision.route,
+            transcript=transcript,  # the reading decided on: the job and the commit reuse it
         )
         engine = result.engine
         if engine is not None and engine.calls:
@@ -458,7 +470,7 @@ class Service:
             "reason": result.reason,
         }
         now = time.time()
-        session.tracker.cursor.reset()  # the file may have been rewritten: read it afresh below
+        seeded = seed_tracker(session.tracker, result.successor)  # else read afresh below
         if result.committed:
             self.metrics.record_compaction(result.route, engine.level if engine else "none")
             ids = engine.identifiers if engine else None
@@ -479,7 +491,7 @@ class Service:
                     kept_by_model=ids.kept_by_model,
                     in_summary=ids.in_summary,
                 )
-        self.refresh(path)
+        self.refresh(path, seeded=seeded)
         failed = False
         if result.committed:
             after = session.decision
@@ -890,6 +902,26 @@ class Service:
         )
         if removed:
             log.info("action=retention removed=%d archive(s)", len(removed))
+
+
+def seed_tracker(tracker: SessionTracker, successor: Successor | None) -> bool:
+    """After a job: the tracker takes the committed file as the commit's check parsed it (no read of the file
+    just written). Without one (nothing committed, or other lines went in too), or when the file is no longer
+    exactly that (a new inode, bytes appended since), the cursor is reset and the next refresh reads it."""
+    tracker.cursor.reset()
+    if successor is None:
+        return False
+    try:
+        st = os.lstat(tracker.path)
+    except OSError:
+        return False
+    if st.st_ino != successor.inode or st.st_size != successor.size:
+        return False
+    cursor = tracker.cursor
+    cursor.dev, cursor.ino = st.st_dev, st.st_ino
+    cursor.offset, cursor.size, cursor.mtime = successor.size, st.st_size, st.st_mtime
+    tracker.ledger = SessionLedger.from_transcript(successor.transcript)
+    return True
 
 
 def limit_malloc_arenas() -> None:

@@ -75,8 +75,10 @@ class EngineSettings:
     max_output_tokens: int | None = None
 
 
-@dataclass
+@dataclass(repr=False)
 class EngineResult:
+    """The engine's output. Its repr stays a line (the plan holds the whole branch; see ``JobResult``)."""
+
     plan: CutPlan
     summary: str
     level: str
@@ -91,6 +93,13 @@ class EngineResult:
     notes: list[str] = field(default_factory=list)
     calls: int = 0
     latency_s: float = 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"EngineResult(level={self.level!r}, first_kept_entry_id={self.first_kept_entry_id!r}, "
+            f"tokens_before={self.tokens_before}, tokens_after={self.tokens_after}, "
+            f"summary_chars={len(self.summary)}, calls={self.calls})"
+        )
 
     @property
     def first_kept_entry_id(self) -> str:
