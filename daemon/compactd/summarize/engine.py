@@ -350,7 +350,7 @@ class CompactionEngine:
         """
         if not span or self.client is None:
             return self._digest(span, previous, ranked, latest_ask)
-        from compactd.summarize.llm import LLMError
+        from compactd.summarize.outcomes import LLMError
 
         s = self.settings
         stages = Stages(
@@ -431,7 +431,7 @@ class CompactionEngine:
 
     async def _split_turn(self, prefix: list[dict[str, Any]]) -> tuple[str, int]:
         if self.client is not None:
-            from compactd.summarize.llm import LLMError
+            from compactd.summarize.outcomes import LLMError
 
             s = self.settings
             stages = Stages(
