@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from compactd.defaults import SAFETY_MARGIN
-from compactd.state import STATE_DIR_MODE, dump_json, load_json, write_atomic
+from compactd.durable import write_atomic
+from compactd.state import STATE_DIR_MODE, dump_json, load_json
 
 logger = logging.getLogger(__name__)
 
