@@ -289,11 +289,11 @@ class Backoff:
 class StateStore:
     """The files of one state directory. One daemon per directory (``InstanceLock``) owns the writes."""
 
-    def __init__(self, state_dir: Path, *, metrics_path: Path | None = None) -> None:
+    def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir)
         self.sessions_path = self.state_dir / SESSIONS_FILE
         self.status_path = self.state_dir / STATUS_FILE
-        self.metrics_path = Path(metrics_path) if metrics_path is not None else self.state_dir / METRICS_FILE
+        self.metrics_path = self.state_dir / METRICS_FILE
         self._last_saved: bytes | None = None
 
     def ensure(self) -> None:
@@ -373,8 +373,8 @@ class StateStore:
         self._last_saved = digest
         return True
 
-    def write_metrics(self, metrics: Metrics, *, now: float | None = None) -> Path:
-        """``metrics.prom``, or the configured textfile (``service.metrics_textfile``)."""
+    def write_metrics(self, metrics: Metrics, *, now: float | None = None, path: Path | None = None) -> Path:
+        """``metrics.prom``, or ``path`` (``service.metrics_textfile``, node_exporter's textfile directory)."""
         from compactd.state._metrics import write_metrics
 
-        return write_metrics(self.state_dir, metrics, now=now, path=self.metrics_path)
+        return write_metrics(self.state_dir, metrics, now=now, path=path)
