@@ -139,16 +139,24 @@ def status_of(message: Message) -> str | None:
 
 
 def is_tool_failure(message: Message) -> bool:
-    """An errored tool result, or one whose details report a failing status or a non-zero exit code."""
-    if role_of(message) != "toolResult":
+    """The one test of a failed call, for the augmentation and the digest alike: a tool result flagged
+    ``isError``, or whose details report a failing status, or whose exit code (details, else its text: "exit
+    code 2", "Command exited with code 1") is non-zero; or a user ``!`` command (``bashExecution``, not
+    excluded from the context) that exited non-zero."""
+    role = role_of(message)
+    if role == "bashExecution":
+        code = message.get("exitCode")
+        failed = isinstance(code, int) and not isinstance(code, bool) and code != 0
+        return failed and not message.get("excludeFromContext")
+    if role != "toolResult":
         return False
     if message.get("isError") is True:
         return True
     status = status_of(message)
     if status is not None and status.strip().lower() in _FAILED_STATUSES:
         return True
-    code = _details(message).get("exitCode")
-    return isinstance(code, int) and not isinstance(code, bool) and code != 0
+    code = exit_code_of(message)
+    return code is not None and code != 0
 
 
 def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
@@ -157,7 +165,8 @@ def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
     failures: list[Message] = []
     seen: set[str] = set()
     for message in messages:
-        if not is_tool_failure(message):
+        # Tool results only (spec §11 step 3): a user's own command is not a tool the agent may retry.
+        if role_of(message) != "toolResult" or not is_tool_failure(message):
             continue
         call_id = tool_call_id(message)
         if call_id is not None:
@@ -263,28 +272,3 @@ def cap_summary(body: str, suffix: str, max_chars: int = SUMMARY_MAX_CHARS) -> s
         return suffix[-max_chars:]
     keep = max(0, max_chars - len(suffix) - len(TRUNCATION_MARKER))
     return (body[:keep] + TRUNCATION_MARKER + suffix)[-max_chars:]
-
-
-def augment_summary(
-    summary: str,
-    *,
-    recent_turns: list[dict[str, Any]],
-    tool_failures: list[dict[str, Any]],
-    read_files: list[str],
-    modified_files: list[str],
-    split_turn_summary: str | None = None,
-    max_chars: int = SUMMARY_MAX_CHARS,
-) -> str:
-    """The committed summary: body, then split-turn context, the last summarized turns, tool failures and
-    file lists, capped at ``max_chars`` with the suffix kept."""
-    suffix = build_suffix(
-        recent_turns=recent_turns,
-        tool_failures=tool_failures,
-        read_files=read_files,
-        modified_files=modified_files,
-        split_turn_summary=split_turn_summary,
-    )
-    body = summary.rstrip()
-    if not body:
-        suffix = suffix.lstrip("\n")
-    return cap_summary(body, suffix, max_chars)
