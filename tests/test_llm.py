@@ -652,7 +652,8 @@ runpy.run_module("compactd", run_name="__main__")
 @pytest.mark.parametrize("dry_run", [True, False], ids=["once-dry-run", "once-digest"])
 def test_no_summarizer_never_loads_the_sdk(tmp_path: Any, dry_run: bool) -> None:
     """With no summarizer configured, ``once`` (dry run, or a real model-free compaction with its flush
-    check) loads neither openai nor pydantic nor httpx: the engine and the flush need only the pure part."""
+    check) loads neither openai nor pydantic nor httpx: the engine and the flush need only the pure part. A dry
+    run writes no state, so it does not load prometheus_client (only the metrics file needs it) either."""
     import subprocess
     import sys
     from pathlib import Path
@@ -669,7 +670,12 @@ def test_no_summarizer_never_loads_the_sdk(tmp_path: Any, dry_run: bool) -> None
     )
     args = ["once", "--config", str(config), *(["--dry-run"] if dry_run else [])]
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(roots=_SDK_ROOTS), *args],
+        [
+            sys.executable,
+            "-c",
+            _PROBE.format(roots=(*_SDK_ROOTS, *(["prometheus_client"] if dry_run else []))),
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=120,

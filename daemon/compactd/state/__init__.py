@@ -1,15 +1,14 @@
 """The state directory: per-session state that survives a restart, ``status.json`` and ``metrics.prom``.
 
 A facade over :mod:`._store` (``sessions.json``, the back-off), :mod:`._status` (``status.json`` and the
-``compactd status`` table) and :mod:`._metrics` (the Prometheus textfile), so ``from compactd.state import
-...`` keeps working. Metrics load prometheus_client only when used: ``compactd status`` does not need it.
+``compactd status`` table) and :mod:`._metrics` / :mod:`._prom` (the Prometheus textfile; prometheus_client is
+loaded only when metrics are first written), so ``from compactd.state import ...`` keeps working.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from compactd.durable import write_atomic
+from compactd.state._metrics import LATENCY_BUCKETS_SECONDS, Metrics, write_metrics
 from compactd.state._status import (
     STATUS_FORMAT,
     STATUS_MAX_SESSIONS,
@@ -39,9 +38,6 @@ from compactd.state._store import (
     dump_json,
     load_json,
 )
-
-if TYPE_CHECKING:
-    from compactd.state._metrics import LATENCY_BUCKETS_SECONDS, Metrics, write_metrics
 
 __all__ = [
     "LATENCY_BUCKETS_SECONDS",
@@ -74,14 +70,3 @@ __all__ = [
     "write_metrics",
     "write_status",
 ]
-
-_METRICS_NAMES = frozenset({"LATENCY_BUCKETS_SECONDS", "Metrics", "write_metrics"})
-
-
-def __getattr__(name: str) -> Any:
-    """The metrics names, imported on first use (prometheus_client is only needed by the daemon)."""
-    if name in _METRICS_NAMES:
-        from compactd.state import _metrics
-
-        return getattr(_metrics, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,18 +11,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector, CollectorRegistry
 
 from compactd.durable import write_atomic
 from compactd.state._store import METRICS_FILE, METRICS_FILE_MODE
@@ -33,11 +24,6 @@ __all__ = ["LATENCY_BUCKETS_SECONDS", "Metrics", "write_metrics"]
 LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 Labels = tuple[tuple[str, str], ...]
-
-
-def _utf8(value: str) -> str:
-    """A label value with a lone surrogate (from a file name that is not UTF-8) written as its escape."""
-    return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(slots=True)
@@ -66,25 +52,7 @@ class _SessionGauges:
     retention: dict[str, float] = field(default_factory=dict)  # stage -> ratio
 
 
-def _counter(
-    name: str, doc: str, values: Mapping[Labels, float], labels: Sequence[str] = ()
-) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=list(labels))
-    for key, value in sorted(values.items()):
-        family.add_metric([_utf8(v) for _, v in key], value)
-    return family
-
-
-def _gauge(
-    name: str, doc: str, values: Mapping[Labels, float], labels: Sequence[str] = ()
-) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=list(labels))
-    for key, value in sorted(values.items()):
-        family.add_metric([_utf8(v) for _, v in key], value)
-    return family
-
-
-class Metrics(Collector):
+class Metrics:
     """compactd's counters and gauges, exposed through a prometheus_client registry (text format 0.0.4).
 
     Counters are per process (they restart at zero, which Prometheus's ``rate`` handles as a reset).
@@ -108,10 +76,6 @@ class Metrics(Collector):
         self.identifiers_total = 0
         self.identifiers_kept_by_model = 0
         self.identifiers_in_summary = 0
-        self._now: float | None = None
-        # Its own registry, never the global one: a test (or a reload) builds several Metrics in one process.
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
 
     # --- recording ------------------------------------------------------------------------------------
     def set_sessions(self, watched: int, near_threshold: int = 0) -> None:
@@ -169,110 +133,9 @@ class Metrics(Collector):
     # --- exposition -----------------------------------------------------------------------------------
     def render(self, *, now: float | None = None) -> str:
         """The text exposition, ``compactd_last_update_timestamp_seconds`` being ``now``."""
-        self._now = time.time() if now is None else now
-        try:
-            return generate_latest(self.registry).decode("utf-8")
-        finally:
-            self._now = None
+        from compactd.state._prom import exposition  # prometheus_client loads when metrics are first written
 
-    def collect(self) -> Iterable[Metric]:
-        return list(self._families())
-
-    def _families(self) -> Iterator[Metric]:
-        now = time.time() if self._now is None else self._now
-        yield _gauge(
-            "compactd_start_time_seconds",
-            "When this compactd process started (Unix time).",
-            {(): self.started_at},
-        )
-        yield _gauge(
-            "compactd_last_update_timestamp_seconds",
-            "When this file was written (Unix time); a stale value means a stuck daemon.",
-            {(): now},
-        )
-        yield _gauge(
-            "compactd_sessions_watched", "Session transcripts being watched.", {(): self.sessions_watched}
-        )
-        yield _gauge(
-            "compactd_sessions_near_threshold",
-            "Sessions past their memory-flush threshold or close to compaction.",
-            {(): self.sessions_near_threshold},
-        )
-        tokens: dict[Labels, float] = {}
-        windows: dict[Labels, float] = {}
-        retention: dict[Labels, float] = {}
-        for path in sorted(self._sessions):
-            g = self._sessions[path]
-            base: Labels = (("session_id", g.session_id), ("file", g.file))
-            if base in tokens:
-                continue  # two copies of one session in different roots: one series, never a duplicate
-            tokens[base] = g.tokens
-            if g.window is not None:
-                windows[base] = g.window
-            for stage, ratio in sorted(g.retention.items()):
-                retention[(*base, ("stage", stage))] = ratio
-        session = ("session_id", "file")
-        yield _gauge(
-            "compactd_session_tokens",
-            "Estimated context tokens of a session (pi's estimate).",
-            tokens,
-            session,
-        )
-        yield _gauge(
-            "compactd_session_context_window", "Resolved context window of a session.", windows, session
-        )
-        yield _counter(
-            "compactd_compactions_total",
-            "Compactions committed, by route and summary level.",
-            self._compactions,
-            ("route", "level"),
-        )
-        yield _counter(
-            "compactd_failures_total",
-            "Failed actions (each one backs its session off).",
-            self._failures,
-            ("action",),
-        )
-        yield _counter(
-            "compactd_memory_flushes_total",
-            "Built-in memory flushes, by outcome.",
-            self._flushes,
-            ("status",),
-        )
-        yield _counter(
-            "compactd_hooks_total", "Before-compaction hook runs, by outcome.", self._hooks, ("status",)
-        )
-        latency = HistogramMetricFamily(
-            "compactd_summarizer_latency_seconds",
-            "Summarizer call latency, back-off included, by purpose.",
-            labels=["purpose"],
-        )
-        for key, h in sorted(self._latency.items()):
-            counts = h.counts or [0] * len(h.buckets)
-            buckets = [(repr(float(b)), c) for b, c in zip(h.buckets, counts, strict=True)]
-            latency.add_metric([_utf8(v) for _, v in key], [*buckets, ("+Inf", h.count)], h.total)
-        yield latency
-        yield _gauge(
-            "compactd_identifier_retention_ratio",
-            "Share of ranked identifiers kept in a session's last summary: by the model, and final.",
-            retention,
-            (*session, "stage"),
-        )
-        yield _counter(
-            "compactd_identifiers_total",
-            "Ranked identifiers across committed summaries.",
-            {(): self.identifiers_total},
-        )
-        yield _counter(
-            "compactd_identifiers_kept_by_model_total",
-            "Ranked identifiers the model kept on its own.",
-            {(): self.identifiers_kept_by_model},
-        )
-        yield _counter(
-            "compactd_identifiers_in_summary_total",
-            "Ranked identifiers in committed summaries after repair.",
-            {(): self.identifiers_in_summary},
-        )
+        return exposition(self, time.time() if now is None else now)
 
 
 def write_metrics(
