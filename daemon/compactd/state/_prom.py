@@ -26,22 +26,26 @@ def _utf8(value: str) -> str:
     return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _counter(
-    name: str, doc: str, values: Mapping[Labels, float], labels: Sequence[str] = ()
-) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=list(labels))
+def _family(
+    kind: type[CounterMetricFamily | GaugeMetricFamily],
+    name: str,
+    doc: str,
+    values: Mapping[Labels, float],
+    labels: Sequence[str] = (),
+) -> CounterMetricFamily | GaugeMetricFamily:
+    """A counter or gauge family of ``values`` (label pairs -> value), its series in label order."""
+    family = kind(name, doc, labels=list(labels))
     for key, value in sorted(values.items()):
         family.add_metric([_utf8(v) for _, v in key], value)
     return family
 
 
-def _gauge(
-    name: str, doc: str, values: Mapping[Labels, float], labels: Sequence[str] = ()
-) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=list(labels))
-    for key, value in sorted(values.items()):
-        family.add_metric([_utf8(v) for _, v in key], value)
-    return family
+def _counter(name: str, doc: str, values: Mapping[Labels, float], labels: Sequence[str] = ()) -> Metric:
+    return _family(CounterMetricFamily, name, doc, values, labels)
+
+
+def _gauge(name: str, doc: str, values: Mapping[Labels, float], labels: Sequence[str] = ()) -> Metric:
+    return _family(GaugeMetricFamily, name, doc, values, labels)
 
 
 class _Collector(Collector):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from compactd.defaults import KEEP_RECENT_TURNS, SUMMARY_MAX_CHARS
@@ -159,22 +159,25 @@ def is_tool_failure(message: Message) -> bool:
     return code is not None and code != 0
 
 
-def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
-    """Failed tool results in order, the first per ``toolCallId``. Pass the messages *with* their
-    ``details``: status and exit code live there."""
-    failures: list[Message] = []
+def first_per_call(messages: Iterable[Message]) -> list[Message]:
+    """``messages`` in order, keeping the first of each ``toolCallId`` (one failure per call, OpenClaw's dedup)."""
+    kept: list[Message] = []
     seen: set[str] = set()
     for message in messages:
-        # Tool results only (spec §11 step 3): a user's own command is not a tool the agent may retry.
-        if role_of(message) != "toolResult" or not is_tool_failure(message):
-            continue
         call_id = tool_call_id(message)
         if call_id is not None:
             if call_id in seen:
                 continue
             seen.add(call_id)
-        failures.append(message)
-    return failures
+        kept.append(message)
+    return kept
+
+
+def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
+    """Failed tool results in order, the first per ``toolCallId``. Pass the messages *with* their
+    ``details``: status and exit code live there. Tool results only (spec §11 step 3): a user's own command
+    is not a tool call the agent might retry."""
+    return first_per_call(m for m in messages if role_of(m) == "toolResult" and is_tool_failure(m))
 
 
 def render_tool_failure(message: Message) -> str:
@@ -193,15 +196,7 @@ def render_tool_failure(message: Message) -> str:
 
 
 def render_tool_failures(tool_failures: Sequence[Message]) -> str:
-    unique: list[Message] = []
-    seen: set[str] = set()
-    for message in tool_failures:
-        call_id = tool_call_id(message)
-        if call_id is not None:
-            if call_id in seen:
-                continue
-            seen.add(call_id)
-        unique.append(message)
+    unique = first_per_call(tool_failures)
     if not unique:
         return ""
     lines = [TOOL_FAILURES_HEADING, *(render_tool_failure(m) for m in unique[:TOOL_FAILURE_MAX_ITEMS])]
