@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from compactd.commit.atomic import write_all
 from compactd.timestamps import local_iso_ms
 from compactd.workspace import Workspace, WorkspaceChildError, run_as
 
@@ -119,13 +120,6 @@ def _header(now: datetime, session_id: str | None) -> str:
     return f"<!-- {' '.join(parts)} -->"
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def append_memory(
     workspace: Path,
     text: str,
@@ -198,7 +192,7 @@ def append_memory(
             # A hard link could alias a bootstrap file; appending would edit it behind its name.
             raise MemoryWriteRefused(f"refusing to write {path}: it has {info.st_nlink} hard links")
         block = f"{_header(now, session_id)}\n{body}\n".encode()
-        _write_all(fd, _separator(fd, info.st_size) + block)
+        write_all(fd, _separator(fd, info.st_size) + block)
         os.fsync(fd)
         if existing is None:
             os.fsync(mem_fd)  # the new directory entry
