@@ -700,7 +700,7 @@ class Service:
         try:
             write_status(self.config.state_dir, self.status())
             self.store.save_sessions(self.state)
-            self.store.write_metrics(self.metrics)
+            self.store.write_metrics(self.metrics, path=self.config.service.metrics_textfile)
         except Exception as exc:  # a full disk or an odd value: the sessions are still served
             reason = describe_error(exc)
             if reason != self._state_write_error:

@@ -36,11 +36,11 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
 from compactd.commit.successor import dumps_entry, fresh_id, leaf_pointer_entry, misplaced_leaf
+from compactd.timestamps import archive_stamp
 from compactd.transcript.reader import Transcript, parse_line, parse_transcript, same_reading
 
 log = logging.getLogger(__name__)
@@ -138,8 +138,7 @@ def checked_path(path: str | os.PathLike[str]) -> str:
 
 def utc_stamp(now: float) -> str:
     """OpenClaw's archive timestamp: ISO, UTC, milliseconds, ``:`` replaced by ``-``."""
-    when = datetime.fromtimestamp(now, UTC)
-    return when.strftime("%Y-%m-%dT%H-%M-%S.") + f"{when.microsecond // 1000:03d}Z"
+    return archive_stamp(now)
 
 
 def archive_path_for(path: str, now: float) -> str:

@@ -27,10 +27,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from compactd.defaults import LOCK_STALE_SECONDS
+from compactd.timestamps import js_iso, parse_iso
 
 log = logging.getLogger(__name__)
 
@@ -191,15 +191,9 @@ def _valid_int(value: object) -> int | None:
 
 
 def _parse_created_at(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    # Like JS Date.parse, a date-time without an offset is local time, which naive .timestamp() assumes.
-    seconds = when.timestamp()
-    return seconds if math.isfinite(seconds) else None
+    # Like JS Date.parse, a date-time without an offset is local time.
+    seconds = parse_iso(value, naive="local")
+    return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 def _parse_body(body: bytes) -> tuple[int | None, float | None, int | None]:
@@ -308,7 +302,7 @@ def remove_stale_lock(lock_path: str | os.PathLike[str], seen: LockInfo) -> bool
 
 def _iso_now() -> str:
     # JS toISOString() form, which OpenClaw writes and parses: millisecond precision, "Z".
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return js_iso()
 
 
 def _create_lock(lock_path: Path) -> tuple[int, bytes]:
