@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from compactd.defaults import SUMMARY_MAX_CHARS
 from compactd.summarize.augment import (
     FILE_LIST_MAX_CHARS,
     FILE_SECTION_MAX_CHARS,
@@ -15,8 +16,8 @@ from compactd.summarize.augment import (
     TOOL_FAILURE_MAX_ITEMS,
     TOOL_FAILURES_HEADING,
     TRUNCATION_MARKER,
-    augment_summary,
     build_suffix,
+    cap_summary,
     collect_tool_failures,
     exit_code_of,
     render_file_lists,
@@ -61,7 +62,9 @@ def augment(summary: str = "BODY", **kw: Any) -> str:
         "modified_files": [],
     }
     args.update(kw)
-    return augment_summary(summary, **args)
+    max_chars = args.pop("max_chars", SUMMARY_MAX_CHARS)
+    suffix, body = build_suffix(**args), summary.rstrip()  # how the engine assembles the committed summary
+    return cap_summary(body, suffix if body else suffix.lstrip("\n"), max_chars)
 
 
 # --- order and empty inputs ---------------------------------------------------------------------------------

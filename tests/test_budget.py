@@ -20,6 +20,7 @@ from compactd.budget import (
     tool_result_max_chars,
 )
 from compactd.config import Config
+from compactd.decision import choose_route, flush_due
 from compactd.tokens import MAX_TOKENS
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -164,7 +165,7 @@ def test_budget_table(window: int, floor: int, reserve: int, prompt: int, flush:
     assert b.reserve_tokens == d.RESERVE_TOKENS
     assert b.prompt_budget == b.compact_threshold == prompt
     assert b.flush_threshold == flush
-    assert b.route == "fits" and b.guard == guard(window)
+    assert choose_route(b) == "fits" and b.guard == guard(window)
     assert tool_result_max_chars(DEFAULTS, window) == cap
 
 
@@ -175,8 +176,8 @@ def test_ollama_16k_through_the_config() -> None:
     )
     assert (b.context_window, b.window_source, b.guard) == (16_384, "models_config", "warn")
     assert (b.reserve, b.prompt_budget, b.flush_threshold) == (8_384, 8_000, 4_000)
-    assert (b.estimated_with_margin, b.route) == (7_200, "fits")
-    assert b.over_flush_threshold and not b.over_compact_threshold
+    assert (b.estimated_with_margin, choose_route(b)) == (7_200, "fits")
+    assert flush_due(cfg, b, 0) and not b.overflow_tokens > 0
 
 
 @pytest.mark.parametrize(
@@ -194,11 +195,11 @@ def test_configured_reserve(reserve: int, window: int, prompt: int) -> None:
 def test_flush_threshold_never_negative_and_off_when_disabled() -> None:
     big_soft = config({"memory_flush": {"soft_threshold_tokens": 50_000}})
     assert budget(32_000, cfg=big_soft).flush_threshold == 0  # 12,000 − 50,000: never
-    assert not budget(32_000, 100_000, cfg=big_soft).over_flush_threshold
+    assert not flush_due(big_soft, budget(32_000, 100_000, cfg=big_soft), 0)
     off = config({"memory_flush": {"enabled": False}})
     assert budget(200_000, cfg=off).flush_threshold == 0
-    assert not budget(200_000, 170_000, cfg=off).over_flush_threshold
-    assert budget(200_000, 170_000).over_flush_threshold  # 204,000 ≥ 176,000
+    assert not flush_due(off, budget(200_000, 170_000, cfg=off), 0)
+    assert flush_due(DEFAULTS, budget(200_000, 170_000), 0)  # 204,000 ≥ 176,000
 
 
 def test_tool_result_cap_follows_config() -> None:
@@ -253,9 +254,9 @@ def test_route_boundaries(estimated: int, reducible: int, overflow: int, thresho
     assert b.overflow_tokens == overflow
     assert b.overflow_chars == overflow * 4
     assert b.truncate_only_threshold_chars == threshold
-    assert b.route == route
+    assert choose_route(b) == route
     assert b.reducible_chars == reducible
-    assert b.over_compact_threshold == (route != "fits")
+    assert (b.overflow_tokens > 0) == (route != "fits")
 
 
 def test_crossover_exact() -> None:
@@ -268,7 +269,7 @@ def test_crossover_exact() -> None:
 
 def test_as_json_keys_are_fixed() -> None:
     b = budget(16_384, 10_000, 5_000)
-    assert b.as_json() == {
+    assert {**b.as_json(), "route": choose_route(b)} == {
         "context_window": 16_384,
         "window_source": "default",
         "prompt_budget": 8_000,
@@ -297,7 +298,7 @@ def test_route_is_monotone_in_reducible_chars(
 ) -> None:
     cfg = config({"compaction": {"reserve_tokens": reserve}})
     budgets = [budget(window, estimated, r, cfg) for r in sorted(reducible)]
-    routes = [b.route for b in budgets]
+    routes = [choose_route(b) for b in budgets]
     if budgets[0].overflow_tokens == 0:
         assert set(routes) == {"fits"}  # reducible characters never matter when it fits
     else:
@@ -318,7 +319,7 @@ def test_budget_invariants(window: int, reserve: int, estimated: int) -> None:
     assert 1 <= b.prompt_budget <= window
     assert b.reserve + b.prompt_budget == window
     assert b.flush_threshold <= b.compact_threshold
-    assert (b.route == "fits") == (b.estimated_with_margin <= b.prompt_budget)
+    assert (choose_route(b) == "fits") == (b.estimated_with_margin <= b.prompt_budget)
     # ... and a bigger estimate never turns an overflowing session back into one that fits.
     assert budget(window, estimated + 1, cfg=cfg).overflow_tokens >= b.overflow_tokens
 
@@ -414,7 +415,7 @@ def test_each_route_on_a_transcript(tmp_path: Path, turns: list[tuple[str, str]]
     cfg = config(models(("ollama", "tiny", 32_000)))
     b = session_budget(write_session(tmp_path / "s.jsonl", turns), cfg)
     assert (b.context_window, b.window_source, b.prompt_budget) == (32_000, "models_config", 12_000)
-    assert b.route == route, b
+    assert choose_route(b) == route, b
 
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="real pi sessions not present")
@@ -428,7 +429,7 @@ def test_real_sessions_route_by_window() -> None:
     for window, route in by_window.items():
         data = models(("anthropic", "claude-sonnet-4-5", window)) if window else {}
         b = session_budget(path, config(data))
-        assert b.route == route
+        assert choose_route(b) == route
         assert b.window_source == ("models_config" if window else "default")
         assert b.guard == ("warn" if window == 16_384 else "ok")
     capped = session_budget(path, config({"agents": {"defaults": {"context_tokens": 128_000}}}))
@@ -438,4 +439,4 @@ def test_real_sessions_route_by_window() -> None:
 @pytest.mark.parametrize("estimated", [d.DEFAULT_CONTEXT_TOKENS * 10**300, 10**400])
 def test_an_estimate_past_a_count_is_clamped_not_an_overflow(estimated: int) -> None:
     b = budget(200_000, estimated=estimated)
-    assert b.estimated_tokens == MAX_TOKENS and b.route == "compact_only" and b.over_compact_threshold
+    assert b.estimated_tokens == MAX_TOKENS and choose_route(b) == "compact_only" and b.overflow_tokens > 0

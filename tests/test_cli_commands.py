@@ -69,7 +69,7 @@ def test_once_dry_run_changes_nothing(tmp_path: Path) -> None:
     result = compactd("once", "--sessions", str(sessions), "--dry-run", "--json", env=env)
     assert result.returncode == 0, result.stderr
     rows = {Path(r["path"]).name: r for r in json.loads(result.stdout)}
-    assert rows[LONG]["action"] in {"compact", "compact_then_prune"}
+    assert rows[LONG]["action"] in {"compact_only", "compact_then_truncate"}
     assert {p.name: p.read_bytes() for p in sessions.iterdir()} == before
     assert not (tmp_path / "state" / "sessions.json").exists()
 

@@ -17,7 +17,8 @@ import pytest
 from compactd import __version__
 from compactd.cli import main
 from compactd.config import load_config
-from compactd.planning import budget_for
+from compactd.decision import decide
+from compactd.planning import figures_of
 from compactd.tokens import estimate_context_tokens, estimate_tokens
 from compactd.transcript.context import build_context
 from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
@@ -159,7 +160,7 @@ def test_inspect_json_has_every_key_with_the_values_computed_directly(
     by_role: dict[str, int] = {}
     for message in visible:
         by_role[message["role"]] = by_role.get(message["role"], 0) + estimate_tokens(message)
-    budget = budget_for(load_config(None), transcript)
+    budget = decide(load_config(None), figures_of(load_config(None), transcript), now=0.0)
 
     assert report["path"] == str(path)
     assert report["session_id"] == "sess-cli"
@@ -213,8 +214,9 @@ def test_inspect_config_per_model_window(tmp_path: Path, capsys: pytest.CaptureF
     report = inspect_json(capsys, str(path), "--config", str(config))
     assert (default["context_window"], default["window_source"]) == (200_000, "default")
     assert (report["context_window"], report["window_source"]) == (65_536, "models_config")
-    assert {k: report[k] for k in BUDGET_KEYS} == budget_for(
-        load_config(config), read_transcript(path)
+    cfg = load_config(config)
+    assert {k: report[k] for k in BUDGET_KEYS} == decide(
+        cfg, figures_of(cfg, read_transcript(path)), now=0.0
     ).as_json()
     assert report["route"] != "fits"  # 42,502 × 1.2 overflows a 45,536-token prompt budget
     # the figures that do not depend on the config are unchanged

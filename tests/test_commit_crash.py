@@ -1,9 +1,9 @@
 """kill -9 at any instant of a commit (issue 5, proof 4), and recovery afterwards.
 
 Each run forks a child that commits (force, since a thread of the child keeps appending numbered lines by
-path, as pi does) and dies by SIGKILL: at a named crash point (``COMPACTD_CRASH_AT``; every point is visited
-in each mode it belongs to) or at a random moment chosen by the parent. After every run: the file loads
-(our reader now, pi's loader for all runs at the end) with its header; nothing any agent wrote is lost (the
+path, as pi does) and dies by SIGKILL: at a named crash point (through the test seam
+``compactd.commit.atomic.step_hook``; every point is visited in each mode it belongs to) or at a random
+moment chosen by the parent. After every run: the file loads (our reader now, pi's loader for all runs at the end) with its header; nothing any agent wrote is lost (the
 original entries and every appended number are in the live file or an archive, the numbers without a gap);
 ``recover()`` leaves no temp file, no archive that is the live file itself, no unfinished intent, no lock, and
 a live branch holding every appended line.
@@ -232,7 +232,7 @@ def test_recovery_rescues_late_lines_left_in_the_old_inode(pi: Pi, tmp_path: Pat
 def test_rescue_during_the_grace_period_repoints_the_leaf(pi: Pi, tmp_path: Path) -> None:
     """A line lands in the old inode after the rename and its child lands in the new file before we rescue it:
     the rescued line would become the last line (the leaf) and cut its child off; a leaf pointer fixes it."""
-    from compactd.commit.atomic import TEST_HOOKS
+    from tests.support.crash import TEST_HOOKS
 
     path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
     entries = make_entries(path)
@@ -289,7 +289,7 @@ def test_append_correction_keeps_the_longer_branch_when_a_line_forks_below_the_l
 ) -> None:
     """The correction chains from the agent's newest line, which is the tip of the longest chain, not the last
     line in the file: chaining from f1 cut s1 and s2 (after the cut point) off the branch."""
-    from compactd.commit.atomic import TEST_HOOKS
+    from tests.support.crash import TEST_HOOKS
 
     path, entries, forked = _forked_below_the_leaf(pi, tmp_path)
 

@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from compactd.commit import Journal, commit, recover, seal_torn_line
-from compactd.commit.atomic import TEST_HOOKS
 from compactd.commit.locks import lock_path_for
 
-from tests.support.crash import archives_of, fork, make_entries, session_ops, temp_files
+from tests.support.crash import TEST_HOOKS, archives_of, fork, make_entries, session_ops, temp_files
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi

@@ -95,7 +95,6 @@ DEFAULTS_TABLE: list[tuple[str, Any]] = [
     ("service.status_refresh_seconds", d.STATUS_REFRESH_SECONDS),
     ("service.backoff_base_seconds", d.BACKOFF_BASE_SECONDS),
     ("service.backoff_max_seconds", d.BACKOFF_MAX_SECONDS),
-    ("service.lock_stale_seconds", d.LOCK_STALE_SECONDS),
     ("log_level", "INFO"),
 ]
 
@@ -560,11 +559,6 @@ def test_state_dir_resolved_at_load_time(tmp_path: Path, monkeypatch: pytest.Mon
 def test_roots_expand_home_at_use(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "sessions:\n  roots: [~/s/*, /abs/x, rel/*]\n"), env=ENV)
     assert config.sessions.roots == ("~/s/*", "/abs/x", str(tmp_path / "rel/*"))
-    assert config.sessions.expanded_roots({"HOME": "/h"}) == ("/h/s/*", "/abs/x", str(tmp_path / "rel/*"))
-    assert Config.defaults(ENV).sessions.expanded_roots({"HOME": "/h"}) == (
-        "/h/.openclaw/agents/*/sessions",
-        "/h/.pi/agent/sessions/*",
-    )
 
 
 def test_expand_user() -> None:
@@ -768,3 +762,38 @@ def test_a_config_over_1_mib_is_refused_before_it_is_parsed(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as info:
         load_config(over, env=ENV)
     assert str(info.value).startswith(f"{over}: cannot read configuration: larger than 1 MiB")
+
+
+# --- service.metrics_textfile -------------------------------------------------------------------------------
+
+
+def test_metrics_textfile_defaults_to_the_state_dir_and_takes_an_absolute_prom_path(tmp_path: Path) -> None:
+    assert Config.defaults(ENV).service.metrics_textfile is None
+    collector = tmp_path / "textfile_collector"
+    collector.mkdir()
+    text = f"service:\n  metrics_textfile: {collector / 'compactd.prom'}\n"
+    config = load_config(write(tmp_path, text), env=ENV)
+    assert config.service.metrics_textfile == collector / "compactd.prom"
+    home = {"HOME": str(tmp_path)}
+    tilde = load_config(
+        write(tmp_path, "service:\n  metrics_textfile: ~/textfile_collector/c.prom\n"), env=home
+    )
+    assert tilde.service.metrics_textfile == collector / "c.prom"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("rel/compactd.prom", "expected an absolute path"),
+        ("{dir}/compactd.txt", "ending in .prom"),
+        ("{dir}/.prom", "ending in .prom"),
+        ("{dir}/missing/compactd.prom", "does not exist"),
+        ("42", "expected an absolute path ending in .prom"),
+    ],
+)
+def test_a_bad_metrics_textfile_is_reported_at_its_line(tmp_path: Path, value: str, expected: str) -> None:
+    text = "service:\n  rescan_seconds: 60\n  metrics_textfile: " + value.format(dir=tmp_path) + "\n"
+    error = error_for(tmp_path, text)
+    [problem] = error.problems
+    assert problem.key == "service.metrics_textfile" and problem.line == 3
+    assert expected in problem.message

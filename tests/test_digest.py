@@ -654,3 +654,24 @@ def test_the_bundled_example_digest() -> None:
     )
     assert len(body[DECISIONS]) == len(set(body[DECISIONS])) == 5  # one per file, said once
     assert RECENT_TURNS_HEADING in body and "## Recent turns preserved verbatim" not in result.summary
+
+
+def test_the_digest_and_the_augmentation_agree_on_what_failed() -> None:
+    """One test of failure for both: a failing ``details`` status, a text exit code, ``isError``; one heading."""
+    from compactd.summarize.augment import TOOL_FAILURES_HEADING, collect_tool_failures
+
+    messages = [
+        assistant(
+            "", call("exec", "a", command="deploy"), call("bash", "b", command="make"), call("edit", "c")
+        ),
+        result("deploy aborted", "a", name="exec", details={"status": "failed"}),
+        result("error: missing\nCommand exited with code 2", "b"),
+        result("Could not find the exact text", "c", name="edit", error=True),
+        result("all good, exit code 0", "d"),
+    ]
+    digest_ids = [(f.tool, f.exit_code) for f in tool_failures(messages)]
+    assert digest_ids == [("exec", None), ("bash", 2), ("edit", None)]
+    augment_tools = [m["toolName"] for m in collect_tool_failures(messages)]
+    assert augment_tools == ["exec", "bash", "edit"]
+    assert FAILURES_HEADING == TOOL_FAILURES_HEADING == "## Tool Failures"
+    assert sections(build_digest(messages))[FAILURES_HEADING][0] == "- exec `deploy` (error): deploy aborted"

@@ -634,3 +634,73 @@ async def test_a_stream_that_ends_without_an_event_is_asked_again_without_stream
     assert info.value.kind == "context_overflow" and info.value.status == 400
     first, second = llm_server.completions
     assert first.streaming and not second.streaming and "stream_options" not in second.json
+
+
+# --- the pure part ------------------------------------------------------------------------------------------
+
+_SDK_ROOTS = ("openai", "pydantic", "httpx", "httpx2")
+_PROBE = """
+import atexit, runpy, sys
+ROOTS = {roots!r}
+atexit.register(lambda: print("LOADED=" + ",".join(sorted(
+    m for m in sys.modules if m.split(".")[0] in ROOTS)), file=sys.stderr))
+sys.argv = ["compactd", *sys.argv[1:]]
+runpy.run_module("compactd", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["once-dry-run", "once-digest"])
+def test_no_summarizer_never_loads_the_sdk(tmp_path: Any, dry_run: bool) -> None:
+    """With no summarizer configured, ``once`` (dry run, or a real model-free compaction with its flush
+    check) loads neither openai nor pydantic nor httpx: the engine and the flush need only the pure part. A dry
+    run writes no state, so it does not load prometheus_client (only the metrics file needs it) either."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    real = Path(__file__).resolve().parents[2] / "shared/fixtures/real/pi-large-session.v3.jsonl"
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    (sessions / "a.jsonl").write_bytes(real.read_bytes())
+    config = tmp_path / "compactd.yaml"
+    config.write_text(
+        f"sessions: {{roots: [{sessions}], idle_seconds: 0}}\n"
+        "agents: {defaults: {context_tokens: 20000}}\n"
+        f"state_dir: {tmp_path / 'state'}\n"
+    )
+    args = ["once", "--config", str(config), *(["--dry-run"] if dry_run else [])]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _PROBE.format(roots=(*_SDK_ROOTS, *(["prometheus_client"] if dry_run else []))),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr
+    assert "a.jsonl" in done.stdout  # the session was over its threshold: the decision (and the work) ran
+    loaded = [line for line in done.stderr.splitlines() if line.startswith("LOADED=")]
+    assert loaded == ["LOADED="], done.stderr[-2000:]
+
+
+def test_classify_without_the_sdk_loaded() -> None:
+    """The pure module classifies our own errors and a bad JSON body without importing the SDK."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from compactd.summarize.outcomes import LLMError, classify, is_overflow_text\n"
+        "assert classify(LLMError('timeout', 'x')) == 'timeout'\n"
+        "assert classify(json.JSONDecodeError('x', '', 0)) == 'empty'\n"
+        "assert is_overflow_text('This model maximum context length is 8192 tokens')\n"
+        "assert not any(m.split('.')[0] in ('openai', 'httpx2', 'pydantic') for m in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.dumps(done.stdout) == '""'

@@ -484,3 +484,13 @@ def test_bench_restart_smoke() -> None:
     result = bench_restart.main(["--smoke", "--json"])
     assert result["sessions"] == 20 and len(result["warm_seconds"]) == len(result["cold_seconds"]) == 1
     assert result["snapshot_bytes"] > 0
+
+
+def test_load_removes_the_temp_files_of_a_dead_writer_only(tmp_path: Path) -> None:
+    folder = tmp_path / "state" / RESUME_DIR
+    folder.mkdir(parents=True)
+    dead, live = folder / ".05.json.999999999.abcd1234.tmp", folder / f".06.json.{os.getpid()}.abcd1234.tmp"
+    dead.write_bytes(b"{")
+    live.write_bytes(b"{")
+    SnapshotStore(tmp_path / "state").load()
+    assert not dead.exists() and live.exists()

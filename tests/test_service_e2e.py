@@ -460,3 +460,24 @@ def test_a_session_locked_by_a_live_agent_waits_for_the_lock(
     lock.unlink()  # the agent's run ends
     wait_for(lambda: has_compaction(path), 60, "the compaction once the lock is gone", d.proc)
     assert d.stop() == 0
+
+
+def test_metrics_go_to_the_configured_textfile(daemon_factory: Callable[..., Daemon], tmp_path: Path) -> None:
+    """``service.metrics_textfile`` puts the metrics straight into node_exporter's textfile directory."""
+    collector = tmp_path / "textfile_collector"
+    collector.mkdir()
+    target = collector / "compactd.prom"
+    d = daemon_factory(service={"metrics_textfile": str(target)})
+    d.root.mkdir(parents=True)
+    d.start()
+    d.wait_notice("READY=1")
+    wait_for(
+        lambda: target.exists() and "compactd_sessions_watched 0" in target.read_text(),
+        30,
+        "textfile",
+        d.proc,
+    )
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert not (d.state / "metrics.prom").exists()
+    assert sorted(p.name for p in collector.iterdir()) == ["compactd.prom"]  # no temp file left beside it
+    assert d.stop() == 0

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from compactd.config import Config
+from compactd.decision import readiness
 from compactd.ledger import SessionLedger
-from compactd.planning import readiness
 from compactd.tracker import SessionTracker
 from compactd.transcript.reader import parse_transcript
 from compactd.turns import Turn

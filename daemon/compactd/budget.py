@@ -1,8 +1,8 @@
-"""A session's token budget and the route that brings it back under it (spec-openclaw §§3-5).
+"""A session's token budget: window, prompt budget and thresholds (spec-openclaw §§3-5).
 
 Pure arithmetic over the configuration and two figures from the ledger: the raw pi-style token estimate and
-the tool-result characters pruning could remove. It reproduces OpenClaw's precheck exactly, float rounding
-included, so a route here is the route OpenClaw would take.
+the tool-result characters pruning could remove. It reproduces OpenClaw's precheck figures exactly, float
+rounding included; choosing the route from them is :func:`compactd.decision.choose_route`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from compactd.tokens import MAX_TOKENS
 __all__ = [
     "Budget",
     "Guard",
-    "Route",
     "WindowSource",
     "budget_for_window",
     "compute_budget",
@@ -38,7 +37,6 @@ __all__ = [
     "tool_result_max_chars",
 ]
 
-Route = Literal["fits", "truncate_tool_results_only", "compact_only", "compact_then_truncate"]
 Guard = Literal["ok", "warn", "block"]
 WindowSource = Literal["models_config", "agent_cap", "default"]
 
@@ -97,7 +95,7 @@ def tool_result_max_chars(config: Config, window: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """One session's budget; thresholds compare against ``estimated_with_margin``."""
+    """One session's budget; :mod:`compactd.decision` compares ``estimated_with_margin`` with its thresholds."""
 
     context_window: int
     window_source: WindowSource
@@ -114,20 +112,10 @@ class Budget:
     overflow_chars: int
     truncate_only_threshold_chars: int
     reducible_chars: int
-    route: Route
-
-    @property
-    def over_flush_threshold(self) -> bool:
-        """The memory flush is due (OpenClaw flushes at projected ≥ threshold)."""
-        return self.flush_threshold > 0 and self.estimated_with_margin >= self.flush_threshold
-
-    @property
-    def over_compact_threshold(self) -> bool:
-        """The session overflows its prompt budget, i.e. the route is not ``fits``."""
-        return self.overflow_tokens > 0
 
     def as_json(self) -> dict[str, Any]:
-        """The fields ``compactd inspect --json`` prints (these key names are fixed)."""
+        """The figures ``compactd inspect --json`` prints (these key names are fixed; the route is added by
+        the decision)."""
         return {
             "context_window": self.context_window,
             "window_source": self.window_source,
@@ -135,7 +123,6 @@ class Budget:
             "flush_threshold": self.flush_threshold,
             "compact_threshold": self.compact_threshold,
             "estimated_with_margin": self.estimated_with_margin,
-            "route": self.route,
             "reducible_chars": self.reducible_chars,
             "guard": self.guard,
         }
@@ -170,15 +157,6 @@ def budget_for_window(
     threshold_chars = max(
         overflow_chars + TRUNCATE_ONLY_SLACK_CHARS, math.ceil(overflow_chars * TRUNCATE_ONLY_OVERFLOW_FACTOR)
     )
-    route: Route
-    if overflow_tokens <= 0:
-        route = "fits"
-    elif reducible_chars <= 0:
-        route = "compact_only"
-    elif reducible_chars >= threshold_chars:
-        route = "truncate_tool_results_only"
-    else:
-        route = "compact_then_truncate"
     return Budget(
         context_window=window,
         window_source=window_source,
@@ -195,7 +173,6 @@ def budget_for_window(
         overflow_chars=overflow_chars,
         truncate_only_threshold_chars=threshold_chars,
         reducible_chars=reducible_chars,
-        route=route,
     )
 
 

@@ -56,6 +56,10 @@ TOOL_RESULT_CONTEXT_SHARE = 0.3
 TOOL_RESULT_MAX_CHARS = 16_000
 # Truncation keeps at least this much of a result so it stays useful (spec §6 MIN_KEEP_CHARS).
 TOOL_RESULT_MIN_KEEP_CHARS = 2_000
+# What a summarizer reads of one tool result: pi truncates each to this in its summarization input
+# (spec-pi-session-format: "tool results truncated to 2000 chars"). Not the cap above, which is what a result
+# keeps in the agent's context (OpenClaw's 16,000): two limits of two readers, each named once, here.
+SUMMARIZER_TOOL_RESULT_MAX_CHARS = 2_000
 
 # --- summary ----------------------------------------------------------------------------------------------
 # "strict": every identifier kept literally (the most common complaint about peers' summaries).

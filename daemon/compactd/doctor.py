@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import TextIO
 
 import anyio
@@ -94,7 +95,7 @@ def check_workspaces(config: Config, roots: list[str], out: TextIO) -> None:
 def check_sessions(config: Config, out: TextIO) -> int:
     """Each transcript read and judged as the daemon does: those it cannot read and those it would skip
     (a window under the hard minimum) are things to fix, not "fits"; then the failures the daemon recorded."""
-    from compactd.planning import quick_budget, skip_reason
+    from compactd.decision import Figures, decide
     from compactd.state import describe_error, read_status
     from compactd.tracker import SessionTracker
 
@@ -115,10 +116,8 @@ def check_sessions(config: Config, out: TextIO) -> int:
             ledger = tracker.ledger
             if ledger is None:
                 continue
-            budget = quick_budget(
-                config, provider=ledger.provider, model=ledger.model, tokens=ledger.planning_tokens
-            )
-            reason = skip_reason(budget)
+            figures = Figures.of_ledger(ledger, size=tracker.cursor.size, mtime=tracker.cursor.mtime)
+            reason = decide(config, figures, now=time.time()).skip
             if reason is not None:
                 skipped.append(f"{path}: skipped: {reason}")
                 reported.add(path)

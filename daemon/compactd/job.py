@@ -1,8 +1,12 @@
 """One session's compaction job: load → budget → engine → (commit). Shared by ``compact``, ``once`` and ``run``.
 
 The model call happens here with no lock held; the commit re-validates against the file as it is then, and a
-session whose branch ends mid-turn (``planning.readiness``) is refused both before the model call and again
-just before the commit, so a turn the agent started during the model call is not cut.
+session whose branch ends mid-turn (``decision.readiness``) is refused both before the model call and again
+by the commit, under its lock, so a turn the agent started during the model call is not cut.
+
+One reading per job: the transcript the decision was made from (the caller's, or read here once) is the one
+the engine summarizes and the commit revalidates against (inode, size and the bytes at the cut) instead of
+parsing the file again; the commit's own check of its result is the caller's next reading (``successor``).
 """
 
 from __future__ import annotations
@@ -14,16 +18,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from compactd.budget import TRUNCATE_ONLY_SLACK_CHARS, Budget, max_tokens_within
 from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
-from compactd.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
-from compactd.planning import budget_for, prune_plan, readiness
+from compactd.decision import Route, decide, prune_target_tokens, readiness, route_after_summary
+from compactd.defaults import SAFETY_MARGIN
+from compactd.planning import figures_of, prune_plan
 from compactd.roots import is_session_path
 from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
 from compactd.tokens import estimate_tokens, js_len
@@ -33,6 +37,9 @@ from compactd.transcript.reader import Transcript, read_transcript
 from compactd.turns import turn_of_branch
 from compactd.workspace import Workspace, read_agents_md
 from compactd.workspace import workspace_for as choose_workspace
+
+if TYPE_CHECKING:
+    from compactd.commit.commit import Successor
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +162,11 @@ class Fill:
         )
 
 
-@dataclass
+@dataclass(repr=False)
 class JobResult:
+    """What one job did. Its repr is a line, not the data: asyncio formats a finished task's result when
+    the runner looks up its SIGINT handler, and the whole engine result (every entry) cost seconds there."""
+
     path: str
     route: str
     engine: EngineResult | None = None
@@ -167,6 +177,13 @@ class JobResult:
     pruned: int = 0
     chars_saved: int = 0
     fill: Fill | None = None
+    successor: Successor | None = None  # the committed file, as the commit's check parsed it
+
+    def __repr__(self) -> str:
+        return (
+            f"JobResult(path={self.path!r}, route={self.route!r}, committed={self.committed}, "
+            f"mode={self.mode!r}, reason={self.reason!r}, engine={self.engine!r})"
+        )
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "route": self.route}
@@ -201,19 +218,6 @@ class JobResult:
         return out
 
 
-def prune_target_tokens(budget: Budget, route: str) -> int:
-    """The raw estimate pruning brings the session down to (pi's estimate, before the safety margin).
-
-    After a summary: the threshold itself, so the kept turns lose no more than the summary left over. Pruning
-    alone: the threshold less OpenClaw's route slack (2,048 characters), since the route was chosen on the
-    promise of that headroom and a session pruned to the very threshold is due again after the next reply.
-    """
-    threshold = budget.compact_threshold
-    if route == "truncate_tool_results_only":
-        threshold -= math.ceil(TRUNCATE_ONLY_SLACK_CHARS / CHARS_PER_TOKEN)
-    return max_tokens_within(max(0, threshold))
-
-
 def committed_note_chars(path: str, mode: str) -> Callable[[str], int]:
     """entry id -> length of the note the commit puts for the placeholder (archive name or entry id)."""
     if mode == "rotate":
@@ -231,19 +235,22 @@ async def compact_file(
     dry_run: bool = False,
     mode: str | None = None,
     force: bool = False,
-    route: str | None = None,
+    route: Route | None = None,
     now: datetime | None = None,
+    transcript: Transcript | None = None,
 ) -> JobResult:
     """Run the engine on one transcript and, unless ``dry_run``, commit its result.
 
     ``path`` must be the file's real path (no symlink anywhere in it): what is read, sent and committed is
     that file and no other, whatever is swapped in meanwhile (the commit checks again). Pruning is planned on
     what remains after the summary (the kept turns) and frees only what the target still needs, oldest results
-    first (``compactd.prune.plan_pruning``).
+    first (``compactd.prune.plan_pruning``). ``transcript``: the caller's reading of ``path`` (by
+    ``read_transcript``, which records the inode), the one its decision was made from; else it is read here.
     """
     if not is_session_path(path):
         return JobResult(path, "none", reason="refusing: not a regular file reached without symlinks")
-    transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+    if transcript is None:
+        transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)
         return JobResult(path, "none", reason=f"unusable transcript: {reason}")
@@ -254,10 +261,11 @@ async def compact_file(
         busy = turn_in_flight(config, path, transcript)
         if busy is not None:
             return JobResult(path, "none", reason=busy)
-    budget = budget_for(config, transcript)
-    chosen = route or budget.route
-    if chosen == "fits":
-        chosen = "compact_only"  # asked for explicitly: compact even though it fits
+    # Asked for by name (or by a caller that decided already): the route is the decision's, and a session
+    # that fits is compacted anyway.
+    decision = decide(config, figures_of(config, transcript), now=time.time(), force=True)
+    budget = decision.budget
+    chosen: Route = route or decision.job_route
     commit_mode = mode or config.compaction.commit
     result = JobResult(path, chosen, mode=commit_mode)
     replacements: dict[str, dict[str, Any]] = {}
@@ -279,8 +287,7 @@ async def compact_file(
         post_tokens = sum(estimate_tokens(m) for m in llm_visible([post] if post is not None else []))
         remaining = summary_tokens + post_tokens + sum(estimate_tokens(m) for m in llm_visible(e.plan.kept))
     need = remaining - prune_target_tokens(budget, chosen)
-    if chosen == "compact_then_truncate" and need <= 0:
-        chosen = "compact_only"  # the summary was enough: the kept turns stay as they are
+    chosen = route_after_summary(chosen, need)  # the summary may have been enough: the kept turns stay
     pruned_tokens = 0
     if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
         # The commit swaps the placeholder for where the full text still is (the archive, or the entry).
@@ -334,16 +341,10 @@ def _commit(
 ) -> JobResult:
     from compactd.commit.commit import CompactionEntries, commit
 
-    if not force:
-        try:
-            current = read_transcript(path, follow_symlinks=False)
-        except OSError:
-            current = None  # gone or unreadable now: commit() says why
-        busy = turn_in_flight(config, path, current) if current is not None else None
-        if busy is not None:
-            log.info("not committed path=%s reason=%s (a turn started during the model call)", path, busy)
-            result.reason = busy
-            return result
+    def busy(current: Transcript) -> str | None:
+        """A turn the agent started during the model call: asked by the commit about the file it opened."""
+        return turn_in_flight(config, path, current)
+
     engine = result.engine
     entries = None
     if engine is not None:
@@ -365,10 +366,13 @@ def _commit(
         grace_seconds=config.compaction.rotate_grace_seconds,
         archive_keep_count=config.compaction.archives.keep_count,
         archive_keep_days=config.compaction.archives.keep_days,
+        planned=transcript,
+        check=None if force else busy,
     )
     result.committed = outcome.committed
     result.archive = outcome.archive
     result.reason = outcome.reason
+    result.successor = outcome.successor
     return result
 
 

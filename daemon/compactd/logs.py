@@ -16,12 +16,12 @@ import os
 import re
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import unquote_plus, urlsplit
 
 from compactd.summarize.redact import redact_url_secrets
+from compactd.timestamps import js_iso
 
 if TYPE_CHECKING:
     from compactd.config import Config
@@ -178,8 +178,7 @@ class LineFormatter(logging.Formatter):
         if self.journal:
             line = f"<{_syslog_priority(record.levelno)}>{body}"
         else:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            line = f"{stamp}.{int(record.msecs):03d}Z {body}"
+            line = f"{js_iso(record.created)} {body}"
         return scrub(line)
 
 

@@ -341,22 +341,6 @@ class PrunePlan:
         """What pruning could not free (0 when the need is met)."""
         return max(0, self.need_tokens - self.tokens_saved)
 
-    def apply(self, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A copy of ``entries`` with each edited entry's message content replaced; never changed in place.
-
-        Only ``content`` is taken from the edit, so fields the planner never saw (``details``) stay as stored.
-        """
-        by_id = {edit.entry_id: edit for edit in self.edits}
-        out: list[dict[str, Any]] = []
-        for entry in entries:
-            entry_id, message = entry.get("id"), entry.get("message")
-            edit = by_id.get(entry_id) if isinstance(entry_id, str) else None
-            if edit is None or entry.get("type") != "message" or not isinstance(message, dict):
-                out.append(entry)
-                continue
-            out.append({**entry, "message": {**message, "content": edit.new_message.get("content")}})
-        return out
-
 
 @dataclass(slots=True)
 class _Result:

@@ -9,7 +9,7 @@ version, or one that does not parse — means the file is read in full, as on a 
 saying why. Snapshots are an optimisation only: losing them all costs one cold read per session.
 
 Layout: ``<state_dir>/resume/NN.json``, sessions sharded by a hash of their path, each shard an orjson
-document written with the state directory's atomic writer (``state.write_atomic``). Shards are written with
+document written with the package's one atomic writer (``durable.write_atomic``). Shards are written with
 the other state files (batched, off the append path), and only those holding a session whose snapshot changed.
 """
 
@@ -236,7 +236,8 @@ class SnapshotStore:
             dirty.add(self.shard(path))
         if not dirty:
             return 0
-        from compactd.state import STATE_DIR_MODE, write_atomic
+        from compactd.durable import write_atomic
+        from compactd.state import STATE_DIR_MODE
 
         self.directory.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
         by_shard: dict[int, dict[str, list[Any]]] = {number: {} for number in dirty}
@@ -252,12 +253,13 @@ class SnapshotStore:
         return written
 
     def _remove_stale_temps(self) -> None:
-        """Temp files of a writer that died mid-save (``write_atomic``'s ``.<name>.<pid>.<hex>.tmp``)."""
+        """Temp files of a writer that died mid-save (``durable.write_atomic``'s names)."""
+        from compactd.durable import TEMP_NAME
+
         with contextlib.suppress(OSError):
             for name in os.listdir(self.directory):
-                parts = name.split(".")  # ["", "NN", "json", pid, hex, "tmp"]
-                ours = name.startswith(".") and name.endswith(".tmp") and len(parts) == 6
-                if ours and parts[3].isdigit() and not pid_alive(int(parts[3])):
+                match = TEMP_NAME.match(name)
+                if match and not pid_alive(int(match["pid"])):
                     with contextlib.suppress(OSError):
                         os.unlink(self.directory / name)
 

@@ -1,4 +1,4 @@
-"""The long-running process: watch → tail → ledger → plan → (flush) → summarize → commit, and ``once``.
+"""The long-running process: watch → tail → ledger → decide → (flush) → summarize → commit, and ``once``.
 
 Lifecycle lives here and only here (uvicorn's shape): start-up recovery, the watchers, the scheduler, the
 status writer, signals and sd_notify. Shutdown is an injectable trigger (hypercorn's ``shutdown_trigger``).
@@ -23,7 +23,9 @@ import anyio.abc
 
 from compactd import __version__
 from compactd.config import Config, ConfigError, file_kind, load_config
-from compactd.planning import Decision, Readiness, budget_for, decide, quick_budget, readiness, skip_reason
+from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
+from compactd.ledger import SessionLedger
+from compactd.planning import figures_of
 from compactd.roots import is_session_path
 from compactd.state import Backoff, SessionState, describe_error
 from compactd.tail import Change
@@ -33,6 +35,10 @@ from compactd.watch import expand_roots, scan_root, watch_root
 
 if TYPE_CHECKING:
     from compactd.commit.claim import SessionClaim
+    from compactd.commit.commit import Successor
+    from compactd.commit.locks import InstanceLock
+    from compactd.job import JobResult
+    from compactd.transcript.reader import Transcript
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +65,18 @@ def _signature(path: str) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
+# ``once`` exits with this when a ``run`` holds the state directory (``run`` itself, when another runs).
+EXIT_ALREADY_RUNNING = 3
+# ``run`` started while a ``once`` works looks again this often until it is done.
+ONCE_POLL_SECONDS = 0.5
+
+
 @dataclass(slots=True)
 class Session:
     tracker: SessionTracker
     in_flight: bool = False
-    due: bool = False
+    due: bool = False  # the last decision found something to do, and no action has settled it since
+    decision: Decision | None = None  # the last one recorded (exact once a full read made it)
 
     @property
     def path(self) -> str:
@@ -136,8 +149,11 @@ class Service:
             return expand_roots(escaped, state_dir=self.config.state_dir)
         return expand_roots(self.config.sessions.roots, state_dir=self.config.state_dir)
 
-    def refresh(self, path: str) -> None:
+    def refresh(self, path: str, *, seeded: bool = False) -> None:
         """Reconcile one path with the file system (only appended bytes are read), then decide if it is due.
+
+        ``seeded``: the tracker was just given the file's new reading (:meth:`seed`), so it is decided on again
+        even if no byte changed since.
 
         The session boundary for reading: whatever this one file raises is recorded in its state (with a
         back-off, during which it is read again only if its inode, size, times or mode change) and never
@@ -153,7 +169,7 @@ class Service:
                     self.sessions[path] = Session(SessionTracker(path))
                 return
         try:
-            self._refresh(path)
+            self._refresh(path, seeded=seeded)
         except Exception as exc:
             session = self.sessions.get(path)
             if session is not None:  # forget what was half read: the next attempt reads the file afresh
@@ -165,7 +181,7 @@ class Service:
         else:
             self._unreadable.pop(path, None)
 
-    def _refresh(self, path: str) -> None:
+    def _refresh(self, path: str, *, seeded: bool = False) -> None:
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -191,7 +207,7 @@ class Service:
         if session is None:
             session = self.sessions[path] = Session(SessionTracker(path, resume=self.resume.take(path)))
         update = session.tracker.refresh()
-        if update.change is Change.UNCHANGED and path in self.state:
+        if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
         self.dirty = True
         ledger = session.tracker.ledger
@@ -199,68 +215,89 @@ class Service:
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
             return
-        budget = quick_budget(
-            self.config, provider=ledger.provider, model=ledger.model, tokens=ledger.planning_tokens
-        )
         st = self.session_state(path)
         if st.error_stage == "read":  # readable again
             Backoff.record_success(st)
             st.next_action = None
             self._reported.pop(path, None)
             log.info("session=%s action=recovered (readable again)", path)
-        st.session_id = ledger.session_id
-        st.tokens = ledger.planning_tokens  # the stale pre-compaction usage anchor would mislead here
+        decision = self.decide(session, time.time())
+        if decision is not None and decision.compact and not decision.exact and not decision.turn_in_flight:
+            # Due, and between turns: which of the three routes is decided by a full read (once per turn
+            # while it waits; mid-turn, status shows the turn instead).
+            decision = self._exact_decision(session, decision)
+        if decision is not None:
+            self.record_decision(session, decision)
+
+    def figures(self, session: Session) -> Figures | None:
+        """The ledger's figures of a session (None: not a transcript), as :func:`decide` takes them."""
+        ledger = session.tracker.ledger
+        if ledger is None:
+            return None
+        cursor = session.tracker.cursor
+        return Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime)
+
+    def decide(self, session: Session, now: float, *, force: bool = False) -> Decision | None:
+        """:func:`compactd.decision.decide` on what the tracker and the state directory know of a session."""
+        figures = self.figures(session)
+        if figures is None:
+            return None
+        recorded = Recorded.of_state(self.session_state(session.path))
+        return decide(self.config, figures, recorded, now=now, force=force)
+
+    def _exact_decision(self, session: Session, provisional: Decision) -> Decision:
+        """The decision from a full read (the route between the three compaction routes needs the reducible
+        tool-result characters, which the ledger does not count); the ledger's when the read cannot say."""
+        try:
+            transcript = read_transcript(session.path, follow_symlinks=False)
+        except OSError as exc:
+            log.debug("session=%s cannot read it to decide its route: %s", session.path, exc)
+            return provisional
+        if blocked_reason(transcript) is not None:
+            return provisional  # acting on it says why
+        figures = figures_of(self.config, transcript, mtime=session.tracker.cursor.mtime)
+        recorded = Recorded.of_state(self.session_state(session.path))
+        return decide(self.config, figures, recorded, now=time.time())
+
+    def record_decision(self, session: Session, decision: Decision) -> None:
+        """Write a decision into the session's state (what ``status`` shows) and mark it due or not."""
+        path = session.path
+        st = self.session_state(path)
+        ledger = session.tracker.ledger
+        budget = decision.budget
+        if ledger is not None:
+            st.session_id = ledger.session_id
+            st.tokens = ledger.planning_tokens  # the stale pre-compaction usage anchor would mislead here
+            self.metrics.set_session(
+                path, session_id=ledger.session_id, tokens=ledger.tokens, window=budget.context_window
+            )
         st.planning_tokens = budget.estimated_with_margin
         st.window = budget.context_window
         st.compact_threshold = budget.compact_threshold
         st.flush_threshold = budget.flush_threshold or None
-        self.metrics.set_session(
-            path, session_id=ledger.session_id, tokens=ledger.tokens, window=budget.context_window
-        )
-        skipped = skip_reason(budget)
-        if skipped != st.skipped:
-            st.skipped = skipped
-            if skipped:
-                log.warning("session=%s action=skipped reason=%s", path, skipped)
-        flush = self.config.memory_flush
-        flush_due = (
-            flush.enabled
-            and not st.flushed_this_cycle
-            and (budget.over_flush_threshold or 0 < flush.force_bytes <= session.tracker.cursor.size)
-        )
-        due = skipped is None and (budget.over_compact_threshold or flush_due)
-        if due and not session.due:
+        if decision.skip != st.skipped:
+            st.skipped = decision.skip
+            if decision.skip:
+                log.warning("session=%s action=skipped reason=%s", path, decision.skip)
+        if decision.due and not session.due:
             log.info(
-                "session=%s action=due tokens=%d threshold=%d",
+                "session=%s action=due route=%s flush=%s tokens=%d threshold=%d",
                 path,
+                decision.route,
+                decision.flush,
                 budget.estimated_with_margin,
                 budget.compact_threshold,
             )
-        st.next_action = ("compact" if budget.over_compact_threshold else "flush") if due else None
-        if due:
-            verdict = self.readiness(session, time.time())
-            if verdict.turn_in_flight:
-                st.next_action = f"busy: {verdict.reason}"
-        session.due = due
-        if due:
+        st.next_action = decision.next_action
+        session.due = decision.due
+        session.decision = decision
+        if decision.due:
             self.wakeup.set()
 
     def rescan(self, *, seal: bool = True) -> None:
-        """The safety net for dropped events: every transcript under every root, reconciled by stat; and an
-        idle file whose last line is torn is sealed, so the agent's next append is not swallowed by it
-        (``seal=False``: a dry run writes nothing, not even that newline)."""
-        seen: set[str] = set()
-        now = time.time()
-        for root in self.root_paths():
-            for path in scan_root(root):
-                seen.add(path)
-                self.refresh(path)
-                session = self.sessions.get(path)
-                if seal and session is not None and session.tracker.cursor.partial:
-                    try:
-                        self.seal(session, now)
-                    except Exception as exc:
-                        self.fail(path, "seal", exc)
+        """The safety net for dropped events: :meth:`discover` again (sealing torn idle lines unless
+        ``seal=False``), and the sessions whose files are gone forgotten."""
+        seen = self.discover(seal=seal)
         for path in [p for p in self.sessions if p not in seen]:
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
@@ -274,27 +311,15 @@ class Service:
             self.refresh(session.path)
 
     # --- acting ---------------------------------------------------------------------------------------------
-    def readiness(self, session: Session, now: float, *, force: bool = False) -> Readiness:
-        """:func:`planning.readiness` from what the tracker knows: the ledger's turn and the file's mtime."""
-        ledger = session.tracker.ledger
-        return readiness(
-            self.config,
-            turn=ledger.turn if ledger is not None else None,
-            quiet_seconds=now - session.tracker.cursor.mtime,
-            force=force,
-        )
-
     def ready_sessions(self, now: float, *, force: bool = False) -> list[Session]:
         """Due sessions that may be acted on now (idle and not mid-turn, not backing off, not in flight),
         fullest first."""
-        ready = [
-            session
-            for session in self.sessions.values()
-            if session.due
-            and not session.in_flight
-            and not self.session_state(session.path).in_backoff(now)
-            and self.readiness(session, now, force=force).ready
-        ]
+        ready = []
+        for session in self.sessions.values():
+            if session.due and not session.in_flight:
+                decision = self.decide(session, now, force=force)
+                if decision is not None and decision.ready:
+                    ready.append(session)
         return sorted(ready, key=lambda s: -(self.session_state(s.path).percent_of_budget() or 0.0))
 
     async def act(self, session: Session, *, force: bool = False, dry_run: bool = False) -> Outcome:
@@ -322,142 +347,35 @@ class Service:
     async def act_claimed(
         self, session: Session, claim: SessionClaim | None, *, force: bool = False, dry_run: bool = False
     ) -> Outcome:
-        """Flush, then prune and/or compact one session. Never raises: this is the session boundary, and a
-        failure at any stage is recorded in the session's state with a back-off and returned as ``failed``."""
-        from compactd.commit.claim import flush_cycle
-        from compactd.commit.locks import lock_holder
-        from compactd.job import compact_file
-
+        """Read once → decide → flush → compact → record, for one session. Never raises: this is the session
+        boundary, and a failure at any stage is recorded in its state with a back-off and returned as
+        ``failed``."""
         path = session.path
         st = self.session_state(path)
         session.in_flight = True
         stage = "read"  # where an exception stopped this session, for its state and the log
         try:
-            holder = lock_holder(path)
-            if holder is not None:
-                reason = f"{holder} holds the session lock"
-                self._retry_later(st, reason)
-                return Outcome(path, "busy", detail={"reason": reason})
-            if not is_session_path(path):
-                session.due = False
-                st.skipped = "not a regular file reached without symlinks"
-                return Outcome(path, "skipped", detail={"reason": st.skipped})
-            transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
-            if not transcript.usable:
-                session.due = False
-                st.skipped = "unusable transcript: " + "; ".join(p.message for p in transcript.problems)
-                return Outcome(path, "skipped", detail={"reason": st.skipped})
-            if not transcript.committable:  # no flush or compaction on a reading that may differ from pi's
-                session.due = False
-                problem = transcript.blocking[0]
-                st.skipped = f"{problem.kind} at line {problem.line}: {problem.message}"
-                return Outcome(path, "skipped", detail={"reason": st.skipped})
+            read = await self._read_step(session)
+            if isinstance(read, Outcome):
+                return read
             stage = "plan"
-            budget = budget_for(self.config, transcript)
-            cycle = flush_cycle(transcript)
-            recorded = claim.flushed_in(cycle) if claim is not None else None
-            if recorded is not None and recorded != st.flushed_this_cycle:
-                st.flushed_cycle = st.compactions if recorded else None  # another process flushed/compacted
-            decision: Decision = decide(
-                self.config,
-                budget,
-                transcript_bytes=transcript.size,
-                flushed_this_cycle=st.flushed_this_cycle,
-            )
-            detail: dict[str, Any] = {
-                "tokens": budget.estimated_with_margin,
-                "threshold": budget.compact_threshold,
-            }
+            decision, cycle = self._decide_step(session, read, claim, force=force)
             if dry_run:
-                return Outcome(
-                    path, decision.action, detail={**detail, "flush": decision.flush, "route": budget.route}
-                )
+                detail = {**decision.figures(), "flush": decision.flush, "route": decision.route}
+                return Outcome(path, decision.action, detail=detail)
             if decision.flush:
                 stage = "flush"
-                await self.flush(path, transcript, budget)
-                st.mark_flushed(time.time())
-                if claim is not None:
-                    try:
-                        claim.mark_flushed(cycle)
-                    except OSError as exc:  # the flush is done; only a second runner may repeat it
-                        log.warning("session=%s cannot record the flush: %s", path, exc)
-            if decision.action == "skip":
+                await self._flush_step(path, read, decision, claim, cycle)
+            if not decision.compact:
                 session.due = False
-                st.skipped = decision.reason
-                return Outcome(path, "skipped", detail={"reason": decision.reason})
-            if decision.action in ("none", "flush"):
-                session.due = False
-                return Outcome(path, "flush" if decision.flush else decision.action, detail=detail)
+                if decision.skip is not None:
+                    st.skipped = decision.skip
+                    return Outcome(path, "skipped", detail={"reason": decision.skip})
+                return Outcome(path, decision.action, detail=decision.figures())
             stage = "compact"
-            result = await compact_file(
-                path, self.config, client=self.client(), force=force, route=budget.route
-            )
-            engine = result.engine
-            if engine is not None and engine.calls:
-                self.metrics.observe_summarizer_latency(engine.latency_s)
-            detail.update(
-                {
-                    "route": result.route,
-                    "level": engine.level if engine else None,
-                    "mode": result.mode,
-                    "reason": result.reason,
-                }
-            )
+            result = await self._compact_step(path, decision, read, force=force)
             stage = "commit"
-            now = time.time()
-            session.tracker.cursor.reset()  # the file may have been rewritten: read it afresh below
-            if result.committed:
-                self.metrics.record_compaction(result.route, engine.level if engine else "none")
-                ids = engine.identifiers if engine else None
-                st.mark_compacted(
-                    now,
-                    level=engine.level if engine else None,
-                    route=result.route,
-                    identifiers_total=ids.total if ids else None,
-                    identifiers_kept_by_model=ids.kept_by_model if ids else None,
-                    identifiers_in_summary=ids.in_summary if ids else None,
-                    fill=result.fill.as_json() if result.fill else None,
-                )
-                if ids is not None:
-                    self.metrics.record_retention(
-                        path,
-                        session_id=st.session_id,
-                        total=ids.total,
-                        kept_by_model=ids.kept_by_model,
-                        in_summary=ids.in_summary,
-                    )
-            self.refresh(path)
-            failed = False
-            if result.committed:
-                if session.due and st.planning_tokens > (st.compact_threshold or 0):
-                    self._back_off(st, now, "still over its threshold after compaction", "compact")
-                    detail["reason"] = "still over threshold after compaction; backing off"
-                else:
-                    Backoff.record_success(st)
-                    self._reported.pop(path, None)
-            elif result.reason and result.reason.startswith("nothing to compact"):
-                session.due = False
-            elif result.reason and result.reason.startswith("turn in flight"):
-                pass  # still due; the ledger (refreshed above) holds it back until the turn ends
-            elif result.reason and result.reason.startswith(("not idle", "locked")):
-                self._retry_later(st, result.reason)  # an agent is at work: not a failure, just not now
-            else:
-                failed = True
-                where = "read" if (result.reason or "").startswith("unusable") else "commit"
-                self.metrics.record_failure(where)
-                delay = self._back_off(st, now, result.reason or "not committed", where)
-                detail = {"stage": where, **detail, "retry_in": round(delay)}
-            log.info(
-                "session=%s action=%s committed=%s level=%s reason=%s",
-                path,
-                result.route,
-                result.committed,
-                detail["level"],
-                result.reason,
-            )
-            if failed:
-                return Outcome(path, "failed", False, detail)
-            return Outcome(path, result.route, result.committed, detail)
+            return self._record_step(session, decision, result)
         except Exception as exc:  # still due: tried again when its back-off ends
             delay = self.fail(path, stage, exc)
             return Outcome(
@@ -468,6 +386,146 @@ class Service:
         finally:
             session.in_flight = False
             self.dirty = True
+
+    async def _read_step(self, session: Session) -> Transcript | Outcome:
+        """The one read the decision and the action are made from; an Outcome when there is nothing to act on
+        (an agent holds the lock, or the file is not one compactd may touch or read as pi does)."""
+        from compactd.commit.locks import lock_holder
+
+        path = session.path
+        st = self.session_state(path)
+        holder = lock_holder(path)
+        if holder is not None:
+            reason = f"{holder} holds the session lock"
+            self._retry_later(st, reason)
+            return Outcome(path, "busy", detail={"reason": reason})
+        if not is_session_path(path):
+            session.due = False
+            st.skipped = "not a regular file reached without symlinks"
+            return Outcome(path, "skipped", detail={"reason": st.skipped})
+        transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+        blocked = blocked_reason(transcript)
+        if blocked is not None:
+            session.due = False
+            st.skipped = blocked
+            return Outcome(path, "skipped", detail={"reason": blocked})
+        return transcript
+
+    def _decide_step(
+        self, session: Session, transcript: Transcript, claim: SessionClaim | None, *, force: bool
+    ) -> tuple[Decision, str]:
+        """The exact decision from the transcript just read, with what every process recorded of this cycle's
+        flush (another compactd may have flushed or compacted it since this one last looked)."""
+        from compactd.commit.claim import flush_cycle
+
+        st = self.session_state(session.path)
+        cycle = flush_cycle(transcript)
+        recorded = claim.flushed_in(cycle) if claim is not None else None
+        if recorded is not None and recorded != st.flushed_this_cycle:
+            st.flushed_cycle = st.compactions if recorded else None
+        figures = figures_of(self.config, transcript, mtime=session.tracker.cursor.mtime)
+        decision = decide(self.config, figures, Recorded.of_state(st), now=time.time(), force=force)
+        session.decision = decision
+        return decision, cycle
+
+    async def _flush_step(
+        self, path: str, transcript: Transcript, decision: Decision, claim: SessionClaim | None, cycle: str
+    ) -> None:
+        """The memory flush, recorded at once (in the state and in the claim every process reads)."""
+        await self.flush(path, transcript, decision.budget)
+        self.session_state(path).mark_flushed(time.time())
+        if claim is not None:
+            try:
+                claim.mark_flushed(cycle)
+            except OSError as exc:  # the flush is done; only a second runner may repeat it
+                log.warning("session=%s cannot record the flush: %s", path, exc)
+
+    async def _compact_step(
+        self, path: str, decision: Decision, transcript: Transcript, *, force: bool
+    ) -> JobResult:
+        from compactd.job import compact_file
+
+        result = await compact_file(
+            path,
+            self.config,
+            client=self.client(),
+            force=force,
+            route=decision.route,
+            transcript=transcript,  # the reading decided on: the job and the commit reuse it
+        )
+        engine = result.engine
+        if engine is not None and engine.calls:
+            self.metrics.observe_summarizer_latency(engine.latency_s)
+        return result
+
+    def _record_step(self, session: Session, decision: Decision, result: JobResult) -> Outcome:
+        """What a compaction job did, into the session's state, the metrics and the log; the session read
+        afresh (the file may have been rewritten), and backed off if that did not bring it under budget."""
+        path = session.path
+        st = self.session_state(path)
+        engine = result.engine
+        detail: dict[str, Any] = {
+            **decision.figures(),
+            "route": result.route,
+            "level": engine.level if engine else None,
+            "mode": result.mode,
+            "reason": result.reason,
+        }
+        now = time.time()
+        seeded = seed_tracker(session.tracker, result.successor)  # else read afresh below
+        if result.committed:
+            self.metrics.record_compaction(result.route, engine.level if engine else "none")
+            ids = engine.identifiers if engine else None
+            st.mark_compacted(
+                now,
+                level=engine.level if engine else None,
+                route=result.route,
+                identifiers_total=ids.total if ids else None,
+                identifiers_kept_by_model=ids.kept_by_model if ids else None,
+                identifiers_in_summary=ids.in_summary if ids else None,
+                fill=result.fill.as_json() if result.fill else None,
+            )
+            if ids is not None:
+                self.metrics.record_retention(
+                    path,
+                    session_id=st.session_id,
+                    total=ids.total,
+                    kept_by_model=ids.kept_by_model,
+                    in_summary=ids.in_summary,
+                )
+        self.refresh(path, seeded=seeded)
+        failed = False
+        if result.committed:
+            after = session.decision
+            if session.due and after is not None and after.compact:
+                self._back_off(st, now, "still over its threshold after compaction", "compact")
+                detail["reason"] = "still over threshold after compaction; backing off"
+            else:
+                Backoff.record_success(st)
+                self._reported.pop(path, None)
+        elif result.reason and result.reason.startswith("nothing to compact"):
+            session.due = False
+        elif result.reason and result.reason.startswith("turn in flight"):
+            pass  # still due; the ledger (refreshed above) holds it back until the turn ends
+        elif result.reason and result.reason.startswith(("not idle", "locked")):
+            self._retry_later(st, result.reason)  # an agent is at work: not a failure, just not now
+        else:
+            failed = True
+            where = "read" if (result.reason or "").startswith("unusable") else "commit"
+            self.metrics.record_failure(where)
+            delay = self._back_off(st, now, result.reason or "not committed", where)
+            detail = {"stage": where, **detail, "retry_in": round(delay)}
+        log.info(
+            "session=%s action=%s committed=%s level=%s reason=%s",
+            path,
+            result.route,
+            result.committed,
+            detail["level"],
+            result.reason,
+        )
+        if failed:
+            return Outcome(path, "failed", False, detail)
+        return Outcome(path, result.route, result.committed, detail)
 
     def _retry_later(self, st: SessionState, reason: str) -> None:
         """Look again after a short wait without counting a failure (a live agent holds or writes the file)."""
@@ -586,11 +644,8 @@ class Service:
     def next_wake(self, now: float) -> float:
         """Seconds until a due session may become ready (idle, its turn abandoned, or out of back-off); long
         when none is due. A turn that ends is an append, which wakes the worker at once."""
-        waits = [
-            max(self.session_state(s.path).backoff_remaining(now), self.readiness(s, now).wait_seconds)
-            for s in self.sessions.values()
-            if s.due and not s.in_flight
-        ]
+        decisions = [self.decide(s, now) for s in self.sessions.values() if s.due and not s.in_flight]
+        waits = [d.wait_seconds for d in decisions if d is not None]
         return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
 
     async def watch_roots(self, tg: Any) -> None:
@@ -648,7 +703,7 @@ class Service:
             write_status(self.config.state_dir, self.status())
             self.store.save_sessions(self.state)
             self.resume.save(self.sessions)
-            self.store.write_metrics(self.metrics)
+            self.store.write_metrics(self.metrics, path=self.config.service.metrics_textfile)
         except Exception as exc:  # a full disk or an odd value: the sessions are still served
             reason = describe_error(exc)
             if reason != self._state_write_error:
@@ -659,26 +714,6 @@ class Service:
         else:
             self._state_write_error = None
         release_free_memory()  # the documents just built were large and short-lived
-
-    def write_state_unless_served(self) -> None:
-        """``once``: write the state files, unless a running daemon owns them (it holds the instance lock and
-        would overwrite them within seconds; its ``status.json`` must keep naming it). The flush record and
-        the journal, which every process shares, are written either way."""
-        from compactd.commit.locks import AlreadyRunning, InstanceLock
-
-        lock = InstanceLock(self.config.state_dir)
-        try:
-            lock.acquire()
-        except AlreadyRunning as exc:
-            log.info("state files left to the running compactd (pid %s)", exc.pid)
-            return
-        except OSError as exc:
-            log.warning("action=state_write_failed error=%s", exc)
-            return
-        try:
-            self.write_state()
-        finally:
-            lock.release()
 
     async def watchdog_loop(self) -> None:
         """WATCHDOG=1 at half of WATCHDOG_USEC, but only while the watchers show progress: their heartbeat (an
@@ -744,22 +779,79 @@ class Service:
         log.info("action=reloaded config=%s", config.source)
         self.notifier.ready("config reloaded")
 
-    async def serve(self, shutdown_trigger: ShutdownTrigger | None = None) -> int:
-        """Run until SIGTERM/SIGINT or ``shutdown_trigger`` returns; 0 on a clean stop, 3 if another runs."""
+    def lock_instance(self, *, shared: bool = False) -> InstanceLock:
+        """Take the state directory's instance lock (``run`` alone; ``once``, ``shared``, beside other onces)
+        and make the state directory; raises :class:`~compactd.commit.locks.AlreadyRunning`."""
+        from compactd.commit.locks import InstanceLock
+
+        lock = InstanceLock(self.config.state_dir, shared=shared)
+        lock.acquire()
+        try:
+            self.store.ensure()
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+
+    def _only_once_holds(self) -> bool:
+        """The instance lock is held, but only shared (by ``once`` runs), not by another ``run``."""
         from compactd.commit.locks import AlreadyRunning, InstanceLock
 
+        probe = InstanceLock(self.config.state_dir, shared=True)
+        try:
+            probe.acquire()
+        except AlreadyRunning:
+            return False
+        probe.release()
+        return True
+
+    def prepare(self) -> None:
+        """The start-up of ``run`` and ``once``, under the instance lock, before any transcript is read:
+        finish or roll back what a killed compactd left (its late lines belong in the files read next),
+        sweep the archives, and load what the state directory recorded of every session."""
+        self.recover()
+        self.state = self.store.load_sessions()
+        self.resume.load()
+
+    def discover(self, *, seal: bool = False) -> set[str]:
+        """Every transcript under every root, reconciled with the file system and decided (the read at start
+        and the periodic rescan); ``seal``: an idle file whose last line is torn is sealed, so the agent's next
+        append is not swallowed by it. Returns the paths seen."""
+        seen: set[str] = set()
+        now = time.time()
+        for root in self.root_paths():
+            for path in scan_root(root):
+                seen.add(path)
+                self.refresh(path)
+                session = self.sessions.get(path)
+                if seal and session is not None and session.tracker.cursor.partial:
+                    try:
+                        self.seal(session, now)
+                    except Exception as exc:
+                        self.fail(path, "seal", exc)
+        return seen
+
+    async def serve(self, shutdown_trigger: ShutdownTrigger | None = None) -> int:
+        """Run until SIGTERM/SIGINT or ``shutdown_trigger`` returns; 0 on a clean stop, 3 if another runs."""
+        from compactd.commit.locks import AlreadyRunning
+
         limit_malloc_arenas()
-        self.store.ensure()
-        lock = InstanceLock(self.config.state_dir)
+        while True:
+            try:
+                lock = self.lock_instance()
+                break
+            except AlreadyRunning as exc:
+                if not self._only_once_holds():
+                    log.error("%s", exc)
+                    return EXIT_ALREADY_RUNNING
+            # A ``once`` (cron) is at work: it ends on its own, so wait rather than fail and be restarted.
+            self.notifier.status("waiting for a running `compactd once` to finish")
+            log.info(
+                "action=waiting reason=a compactd once holds the state directory %s", self.config.state_dir
+            )
+            await anyio.sleep(ONCE_POLL_SECONDS)
         try:
-            lock.acquire()
-        except AlreadyRunning as exc:
-            log.error("%s", exc)
-            return 3
-        try:
-            self.recover()
-            self.state = self.store.load_sessions()
-            self.resume.load()
+            self.prepare()
             async with anyio.create_task_group() as tg:
                 self.task_group = tg
                 tg.start_soon(self.signals, tg.cancel_scope)
@@ -770,9 +862,7 @@ class Service:
                         self.shutdown(tg.cancel_scope)
 
                     tg.start_soon(trigger)
-                for root in self.root_paths():
-                    for path in scan_root(root):
-                        self.refresh(path)
+                self.discover()
                 release_free_memory()  # the start-up read of every transcript leaves freed heap behind
                 tg.start_soon(self.watch_roots, tg)
                 for _ in range(self.config.summarizer.max_concurrency):
@@ -818,6 +908,26 @@ class Service:
             log.info("action=retention removed=%d archive(s)", len(removed))
 
 
+def seed_tracker(tracker: SessionTracker, successor: Successor | None) -> bool:
+    """After a job: the tracker takes the committed file as the commit's check parsed it (no read of the file
+    just written). Without one (nothing committed, or other lines went in too), or when the file is no longer
+    exactly that (a new inode, bytes appended since), the cursor is reset and the next refresh reads it."""
+    tracker.cursor.reset()
+    if successor is None:
+        return False
+    try:
+        st = os.lstat(tracker.path)
+    except OSError:
+        return False
+    if st.st_ino != successor.inode or st.st_size != successor.size:
+        return False
+    cursor = tracker.cursor
+    cursor.dev, cursor.ino = st.st_dev, st.st_ino
+    cursor.offset, cursor.size, cursor.mtime = successor.size, st.st_size, st.st_mtime
+    tracker.ledger = SessionLedger.from_transcript(successor.transcript)
+    return True
+
+
 def limit_malloc_arenas() -> None:
     """One glibc malloc arena for the whole process (``M_ARENA_MAX``): the watcher and worker threads would
     otherwise each grow an arena of their own that is never given back; compactd is not allocation-bound."""
@@ -847,6 +957,36 @@ def run_service(config: Config, *, config_path: str | None = None) -> int:
     return anyio.run(Service(config, config_path=config_path).serve)
 
 
+def _waiting_outcome(service: Service, session: Session, now: float) -> Outcome:
+    """What ``once`` reports of a session it does not act on now: failed to read, skipped, backing off,
+    waiting for its agent (or its turn, or quiet), or fits."""
+    path = session.path
+    st = service.session_state(path)
+    if st.error_stage == "read" and st.last_error:
+        detail = {"stage": "read", "reason": st.last_error, "retry_in": round(st.backoff_remaining(now))}
+        return Outcome(path, "failed", detail=detail)
+    if st.skipped:
+        return Outcome(path, "skipped", detail={"reason": st.skipped})
+    decision = service.decide(session, now)
+    if session.due and st.in_backoff(now) and st.last_error:
+        detail = {
+            "retry_in": round(st.backoff_remaining(now)),
+            "stage": st.error_stage,
+            "reason": st.last_error,
+        }
+        return Outcome(path, "backoff", detail=detail)
+    if session.due and st.in_backoff(now):  # an agent held the lock or was writing: not a failure
+        return Outcome(
+            path,
+            "wait",
+            detail={"reason": "an agent was at work", "retry_in": round(st.backoff_remaining(now))},
+        )
+    if session.due:
+        reason = decision.wait if decision is not None else None
+        return Outcome(path, "wait", detail={"reason": reason or "not idle yet"})
+    return Outcome(path, "fits", detail={"tokens": st.planning_tokens, "threshold": st.compact_threshold})
+
+
 def run_once(
     config: Config,
     *,
@@ -859,64 +999,51 @@ def run_once(
 ) -> int:
     """One pass over every session: what ``run`` would do now, then exit (for cron and for trying it out).
 
+    It starts as ``run`` does (the instance lock, shared with other ``once`` runs; recovery, the archive
+    sweep, the recorded state; every transcript read and decided), then acts on each ready session once.
     Returns 0 when every session was handled (compacted, fits, skipped, waiting for its agent), 1 when at
-    least one failed or is backing off after a failure; those are listed as ``failed``/``backoff`` with the
-    stage and the reason, and every other session is still done.
+    least one failed or is backing off after a failure (those are listed as ``failed``/``backoff`` with the
+    stage and the reason, and every other session is still done), 3 when a ``run`` holds the state directory
+    (nothing is changed). ``dry_run`` reads only: no lock, no recovery, no state written.
     """
+    from compactd.commit.locks import AlreadyRunning
+
+    service = Service(config)
+    if sessions:
+        service.explicit_roots = [os.path.realpath(s) for s in sessions]
+    lock = None
+    if not dry_run:
+        try:
+            lock = service.lock_instance(shared=True)
+        except AlreadyRunning as exc:
+            err.write(f"compactd: {exc}; once changed nothing\n")
+            return EXIT_ALREADY_RUNNING
 
     async def go() -> list[Outcome]:
-        service = Service(config)
-        if sessions:
-            service.explicit_roots = [os.path.realpath(s) for s in sessions]
         if not dry_run:
-            service.store.ensure()
-            service.recover()
-            service.state = service.store.load_sessions()
+            service.prepare()
+        service.discover(seal=not dry_run)
         outcomes: list[Outcome] = []
-        service.rescan(seal=not dry_run)
         try:
             now = time.time()
             ready = {s.path for s in service.ready_sessions(now, force=force or dry_run)}
             for path, session in sorted(service.sessions.items()):
-                outcomes.append(await _once_outcome(service, path, session, path in ready, now))
+                if path in ready:
+                    outcomes.append(await service.act(session, force=force, dry_run=dry_run))
+                else:
+                    outcomes.append(_waiting_outcome(service, session, now))
         finally:
             if not dry_run:
-                service.write_state_unless_served()
+                service.write_state()  # under the shared lock: no run is there to own the state files
             if service._client is not None:
                 await service._client.close()
         return outcomes
 
-    async def _once_outcome(
-        service: Service, path: str, session: Session, ready: bool, now: float
-    ) -> Outcome:
-        st = service.session_state(path)
-        if ready:
-            return await service.act(session, force=force, dry_run=dry_run)
-        if st.error_stage == "read" and st.last_error:
-            detail = {"stage": "read", "reason": st.last_error, "retry_in": round(st.backoff_remaining(now))}
-            return Outcome(path, "failed", detail=detail)
-        if st.skipped:
-            return Outcome(path, "skipped", detail={"reason": st.skipped})
-        if session.due and st.in_backoff(now) and st.last_error:
-            detail = {
-                "retry_in": round(st.backoff_remaining(now)),
-                "stage": st.error_stage,
-                "reason": st.last_error,
-            }
-            return Outcome(path, "backoff", detail=detail)
-        if session.due and st.in_backoff(now):  # an agent held the lock or was writing: not a failure
-            return Outcome(
-                path,
-                "wait",
-                detail={"reason": "an agent was at work", "retry_in": round(st.backoff_remaining(now))},
-            )
-        if session.due:
-            return Outcome(
-                path, "wait", detail={"reason": service.readiness(session, now).reason or "not idle yet"}
-            )
-        return Outcome(path, "fits", detail={"tokens": st.planning_tokens, "threshold": st.compact_threshold})
-
-    outcomes = anyio.run(go)
+    try:
+        outcomes = anyio.run(go)
+    finally:
+        if lock is not None:
+            lock.release()
     if as_json:
         from compactd.state import dump_json
 

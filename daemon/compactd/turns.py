@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from compactd.timestamps import iso_seconds
 from compactd.transcript.context import entry_to_message, js_timestamp
 from compactd.transcript.messages import TOOL_CALL_BLOCK_TYPES, blocks_of, role_of
 from compactd.transcript.reader import Entry
@@ -41,7 +41,7 @@ class Turn:
         when = ""
         if self.since is not None:
             try:
-                when = " since " + datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                when = " since " + iso_seconds(self.since, zulu=True)
             except (OverflowError, ValueError, OSError):  # a timestamp JavaScript takes, datetime cannot
                 when = f" since {self.since:.0f} s after the epoch"
         if self.pending_tools:

@@ -20,10 +20,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from compactd.commit import CompactionEntries, commit
-from compactd.commit.atomic import CRASH_ENV, TEST_HOOKS, is_our_tmp
+from compactd.commit import CompactionEntries, atomic, commit
+from compactd.commit.atomic import is_our_tmp
 from compactd.transcript.context import entry_to_message
 from compactd.transcript.reader import Transcript, parse_line, read_transcript
+
+# The test side of the commit path's seam (``compactd.commit.atomic.step_hook``): step name -> callable run at
+# that step (to replace or delete the file mid-commit), and the step at which a forked child kills itself.
+TEST_HOOKS: dict[str, Callable[[], None]] = {}
+_crash_at: list[str | None] = [None]
+
+
+def _at_step(name: str) -> None:
+    if name == _crash_at[0]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    hook = TEST_HOOKS.get(name)
+    if hook is not None:
+        hook()
+
+
+atomic.step_hook = _at_step
 
 POST_TYPE = "compactd.post_compaction_context"
 SUMMARY = "## Decisions\n- keep going\n## Open TODOs\n- none\n## Constraints/Rules\n- none\n"
@@ -366,7 +382,7 @@ def run_child_commit(
     keep_count: int = 5,
     hooks: dict[str, Callable[[], None]] | None = None,
 ) -> CrashRun:
-    """Fork a child that commits (with ``COMPACTD_CRASH_AT=point``) while a thread appends; the parent kills
+    """Fork a child that commits (killing itself at the step ``point``) while a thread appends; the parent kills
     it with SIGKILL after ``kill_after`` seconds when given. Returns how the child ended."""
     leaf = entries.snapshot_leaf_id
     pid = fork()
@@ -374,10 +390,7 @@ def run_child_commit(
         code = 4
         try:
             TEST_HOOKS.update(hooks or {})
-            if point is not None:
-                os.environ[CRASH_ENV] = point
-            else:
-                os.environ.pop(CRASH_ENV, None)
+            _crash_at[0] = point
             if with_writer:
                 with ThreadAppender(str(path), leaf):
                     result = commit(

@@ -20,6 +20,7 @@ from compactd.commit.atomic import (
     Outcome,
     Snapshot,
     crash_point,
+    current_transcript,
     open_snapshot,
     os_reason,
     pread_all,
@@ -35,7 +36,7 @@ from compactd.commit.successor import (
     newest_tip,
     verify,
 )
-from compactd.transcript.reader import parse_line, parse_transcript
+from compactd.transcript.reader import Transcript, parse_line, parse_transcript
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,14 @@ def append_commit(
     snapshot_size: int,
     snapshot_leaf_id: str | None,
     journal: Journal,
+    planned: Transcript | None = None,
+    check: Callable[[Transcript], str | None] | None = None,
 ) -> Outcome:
     snap = _complete_snapshot(path)
     try:
         if snap.cut < snapshot_size:
             raise Abandon("file shrank since the plan was made")
-        transcript = parse_transcript(snap.data)
+        transcript = current_transcript(snap, planned, check)
 
         def note(entry_id: str) -> str:
             return entry_note(entry_id)
@@ -109,7 +112,7 @@ def append_commit(
         plan = build_append(
             transcript, compaction, post, replacements, snapshot_leaf_id=snapshot_leaf_id, note_for=note
         )
-        verify(snap.data + plan.data, plan, strict_structure=False)
+        loaded = verify(snap.data + plan.data, plan, strict_structure=False)
         tx = journal.intent(
             "append", path, dev=snap.st.st_dev, inode=snap.st.st_ino, size=snap.cut, ids=plan.new_ids
         )
@@ -137,6 +140,8 @@ def append_commit(
             raise
         journal.try_done(tx, "committed", corrections=outcome.corrections)
         crash_point("append_after_done")
+        if outcome.corrections == 0 and outcome.bytes_after == snap.cut + len(plan.data):
+            outcome.successor, outcome.inode = loaded, snap.st.st_ino
         return outcome
     finally:
         snap.close()

@@ -20,10 +20,10 @@ A kill at any instant leaves the path holding either the old or the new transcri
 atomic and the temp file is complete and synced before it. What a kill leaves behind (temp file, archive link,
 late lines in the old inode) is cleaned up or finished by :func:`compactd.commit.journal.recover`.
 
-Test hook: :func:`crash_point` kills the process with SIGKILL at a named step when the environment variable
-``COMPACTD_CRASH_AT`` equals that name (the kill tests cycle through :data:`CRASH_POINTS`); it costs one dict
-lookup when unset. :data:`TEST_HOOKS` lets an in-process test run a callable at a step (to replace or delete
-the file mid-commit). Neither is used in production.
+Test seam: the commit path calls :func:`crash_point` at each step of :data:`CRASH_POINTS`, which calls
+:data:`step_hook`, a no-op. Only a test replaces it (``tests/support/crash.py``: kill the process at a step,
+replace or delete the file mid-commit); no environment variable or other input of a production process
+reaches it.
 """
 
 from __future__ import annotations
@@ -32,21 +32,19 @@ import contextlib
 import errno
 import logging
 import os
-import signal
 import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
 from compactd.commit.successor import dumps_entry, fresh_id, leaf_pointer_entry, misplaced_leaf
-from compactd.transcript.reader import parse_line
+from compactd.timestamps import archive_stamp
+from compactd.transcript.reader import Transcript, parse_line, parse_transcript, same_reading
 
 log = logging.getLogger(__name__)
 
-CRASH_ENV = "COMPACTD_CRASH_AT"
 # Every step of the commit path where a kill test may kill the committing process, in the order they run.
 CRASH_POINTS: tuple[str, ...] = (
     "commit_after_lock",
@@ -72,8 +70,14 @@ CRASH_POINTS: tuple[str, ...] = (
     "append_after_correction",
     "append_after_done",
 )
-# In-process test hooks: step name -> callable run at that step (used to replace or delete a file mid-commit).
-TEST_HOOKS: dict[str, Callable[[], None]] = {}
+
+
+def _no_step_hook(name: str) -> None:
+    """Production's hook: nothing happens at a step."""
+
+
+# Called with the step's name at every crash point; replaced by tests only (see the module docstring).
+step_hook: Callable[[str], None] = _no_step_hook
 
 # The rescue loop polls the old inode this often during the grace period: cheap, and well under the time a
 # writer needs to notice nothing.
@@ -90,13 +94,8 @@ TMP_SUFFIX = ".tmp"
 
 
 def crash_point(name: str) -> None:
-    """Test hook: SIGKILL this process when ``COMPACTD_CRASH_AT`` names this step; run a registered hook."""
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if TEST_HOOKS:
-        hook = TEST_HOOKS.get(name)
-        if hook is not None:
-            hook()
+    """A named step of the commit path (one of :data:`CRASH_POINTS`): the test seam, a no-op in production."""
+    step_hook(name)
 
 
 class Abandon(Exception):
@@ -139,8 +138,7 @@ def checked_path(path: str | os.PathLike[str]) -> str:
 
 def utc_stamp(now: float) -> str:
     """OpenClaw's archive timestamp: ISO, UTC, milliseconds, ``:`` replaced by ``-``."""
-    when = datetime.fromtimestamp(now, UTC)
-    return when.strftime("%Y-%m-%dT%H-%M-%S.") + f"{when.microsecond // 1000:03d}Z"
+    return archive_stamp(now)
 
 
 def archive_path_for(path: str, now: float) -> str:
@@ -252,6 +250,22 @@ def open_snapshot(path: str) -> Snapshot:
         raise
     end = raw.rfind(b"\n") + 1
     return Snapshot(path, fd, st, raw[:end], size)
+
+
+def current_transcript(
+    snap: Snapshot, planned: Transcript | None, check: Callable[[Transcript], str | None] | None
+) -> Transcript:
+    """The snapshot parsed: the plan's own reading when the file is still the one it was made from (no second
+    parse of an unchanged file), else a fresh parse. Abandon with ``check``'s reason when it has one."""
+    if same_reading(planned, snap.data, (snap.st.st_dev, snap.st.st_ino)):
+        assert planned is not None
+        transcript = planned
+    else:
+        transcript = parse_transcript(snap.data)
+    reason = check(transcript) if check is not None else None
+    if reason is not None:
+        raise Abandon(reason)
+    return transcript
 
 
 # --- the rewrite --------------------------------------------------------------------------------------------
@@ -509,3 +523,6 @@ class Outcome:
     rescued_lines: int = 0
     corrections: int = 0
     leaf_pointer: str | None = None
+    # The file as left (its inode), as verification parsed it; None when other lines went in too.
+    successor: Transcript | None = None
+    inode: int | None = None

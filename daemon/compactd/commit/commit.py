@@ -7,7 +7,9 @@ Rules it enforces, whoever calls it:
 - a symlinked path, or one whose real location leaves its directory, is refused;
 - a torn last line of an idle file is sealed with a newline first;
 - every plan is re-checked against the file as it is now (the branch must still hold the cut point and the
-  leaf the plan was made from) and the result is checked by loading it before anything is written;
+  leaf the plan was made from) and the result is checked by loading it before anything is written; the file
+  is read once here, and parsed again only if it is no longer the reading the plan was made from
+  (``planned``, compared by inode, size and the bytes at the cut);
 - ordinary failures (ENOSPC, EACCES, EROFS, a file deleted or replaced mid-commit, a live lock, not idle) give
   ``committed=False`` with a ``reason``, the original untouched, and a log line; they never raise.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +32,7 @@ from compactd.commit.rotate import rotate_commit
 from compactd.commit.seal import seal_if_torn
 from compactd.commit.successor import PlanError
 from compactd.defaults import ARCHIVE_KEEP_COUNT, ARCHIVE_KEEP_DAYS, ROTATE_GRACE_SECONDS
+from compactd.transcript.reader import Transcript, read_transcript
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,16 @@ class CompactionEntries:
     replacements: dict[str, dict[str, Any]] = field(default_factory=dict)  # entry id -> pruned entry
 
 
+@dataclass(frozen=True)
+class Successor:
+    """The file as a commit left it, parsed by the commit's own check: the caller's next reading of it, so the
+    file just written is not read again (the inode and size say which file and how much of it)."""
+
+    transcript: Transcript
+    inode: int
+    size: int
+
+
 @dataclass
 class CommitResult:
     committed: bool
@@ -66,6 +80,7 @@ class CommitResult:
     corrections: int = 0
     sealed: bool = False
     archives_removed: list[str] = field(default_factory=list)
+    successor: Successor | None = field(default=None, repr=False)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -104,11 +119,16 @@ def commit(
     archive_keep_days: float = ARCHIVE_KEEP_DAYS,
     now: float | None = None,
     prune: dict[str, dict[str, Any]] | None = None,
+    planned: Transcript | None = None,
+    check: Callable[[Transcript], str | None] | None = None,
 ) -> CommitResult:
     """Commit a compaction (``entries``) and/or a pruning (``entries.replacements`` or ``prune``) to ``path``.
 
     ``prune`` alone (``entries`` None) is a pruning-only commit: the replaced tool results must still be on
     the current branch. ``now`` (epoch seconds) stands for the clock in the idle check and the archive name.
+    ``planned`` is the reading the plan was made from (reused when the file is unchanged); ``check`` is asked
+    about the file as it is now, under the lock, and its reason (when not None) abandons the commit; it is
+    asked first when the file is not idle, so its reason (a turn started meanwhile) is the one reported.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -128,7 +148,7 @@ def commit(
         st = os.lstat(absolute)
         result.bytes_before = result.bytes_after = st.st_size
         if not force and clock - st.st_mtime < idle_seconds:
-            raise Abandon("not idle")
+            raise _not_idle(absolute, check)
         journal = Journal(state_dir)
         journal.locking(absolute)
         with hold_session_lock(absolute):
@@ -136,10 +156,12 @@ def commit(
             st = os.lstat(absolute)
             idle = clock - st.st_mtime >= idle_seconds
             if not force and not idle:
-                raise Abandon("not idle")
+                raise _not_idle(absolute, check)
             if idle:
                 result.sealed = seal_if_torn(absolute, idle_seconds, clock)
-            outcome = _run(absolute, entries, replacements, mode, journal, grace_seconds, clock)
+            outcome = _run(
+                absolute, entries, replacements, mode, journal, grace_seconds, clock, planned, check
+            )
         result.committed = True
         result.archive = outcome.archive
         result.leaf_id = outcome.leaf_id
@@ -147,6 +169,8 @@ def commit(
         result.carried_lines = outcome.carried_lines
         result.rescued_lines = outcome.rescued_lines
         result.corrections = outcome.corrections
+        if outcome.successor is not None and outcome.inode is not None:
+            result.successor = Successor(outcome.successor, outcome.inode, outcome.bytes_after)
         if mode == "rotate":
             result.archives_removed = apply_retention(
                 absolute, journal, keep_count=archive_keep_count, keep_days=archive_keep_days, now=clock
@@ -182,6 +206,16 @@ def commit(
     return result
 
 
+def _not_idle(path: str, check: Callable[[Transcript], str | None] | None) -> Abandon:
+    """ "not idle", unless ``check`` has a reason about the file as it is now (the rare path: a read more)."""
+    if check is not None:
+        current = read_transcript(path, follow_symlinks=False)
+        reason = check(current) if current.usable else None
+        if reason is not None:
+            return Abandon(reason)
+    return Abandon("not idle")
+
+
 def _run(
     path: str,
     entries: CompactionEntries | None,
@@ -190,6 +224,8 @@ def _run(
     journal: Journal,
     grace_seconds: float,
     now: float,
+    planned: Transcript | None,
+    check: Callable[[Transcript], str | None] | None,
 ) -> Outcome:
     compaction = entries.compaction if entries is not None else None
     post = entries.post_message if entries is not None else None
@@ -204,6 +240,8 @@ def _run(
             snapshot_size=snapshot_size,
             snapshot_leaf_id=snapshot_leaf,
             journal=journal,
+            planned=planned,
+            check=check,
         )
     return rotate_commit(
         path,
@@ -215,4 +253,6 @@ def _run(
         journal=journal,
         grace_seconds=grace_seconds,
         now=now,
+        planned=planned,
+        check=check,
     )

@@ -257,15 +257,9 @@ class Journal:
                     keep.append(record)
             for path, archives in sorted(self.all_archives(records).items()):
                 keep.extend({"rec": "archive", "path": path, "archive": a} for a in archives)
-            tmp = self.path.with_name(f".{JOURNAL_NAME}.{os.getpid()}.tmp")
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                write_all(out, b"".join(dumps_entry(r) + b"\n" for r in keep))
-                os.fsync(out)
-            finally:
-                os.close(out)
-            os.replace(tmp, self.path)
-            fsync_dir(str(self.state_dir))
+            from compactd.durable import write_atomic
+
+            write_atomic(self.path, b"".join(dumps_entry(r) + b"\n" for r in keep), mode=0o600)
         finally:
             os.close(fd)
 
@@ -632,9 +626,4 @@ def _clean_directory(directory: str, report: RecoveryReport, journal: Journal) -
             report.errors.append(f"{full}: {os_reason(exc)}")
 
 
-def records_for(state_dir: str | os.PathLike[str]) -> list[Record]:
-    """Every journal record (for tests and ``compactd status``)."""
-    return Journal(state_dir).records()
-
-
-__all__ = ["JOURNAL_NAME", "Journal", "RecoveryReport", "records_for", "recover"]
+__all__ = ["JOURNAL_NAME", "Journal", "RecoveryReport", "recover"]

@@ -27,10 +27,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from compactd.defaults import LOCK_STALE_SECONDS
+from compactd.timestamps import js_iso, parse_iso
 
 log = logging.getLogger(__name__)
 
@@ -191,15 +191,9 @@ def _valid_int(value: object) -> int | None:
 
 
 def _parse_created_at(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    # Like JS Date.parse, a date-time without an offset is local time, which naive .timestamp() assumes.
-    seconds = when.timestamp()
-    return seconds if math.isfinite(seconds) else None
+    # Like JS Date.parse, a date-time without an offset is local time.
+    seconds = parse_iso(value, naive="local")
+    return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 def _parse_body(body: bytes) -> tuple[int | None, float | None, int | None]:
@@ -308,7 +302,7 @@ def remove_stale_lock(lock_path: str | os.PathLike[str], seen: LockInfo) -> bool
 
 def _iso_now() -> str:
     # JS toISOString() form, which OpenClaw writes and parses: millisecond precision, "Z".
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return js_iso()
 
 
 def _create_lock(lock_path: Path) -> tuple[int, bytes]:
@@ -405,13 +399,17 @@ def flocked(path: str | os.PathLike[str], *, exclusive: bool = True) -> Iterator
 class InstanceLock:
     """One compactd per state directory: ``flock`` on ``<state_dir>/compactd.lock``.
 
+    ``run`` holds it exclusively; ``once`` holds it ``shared`` (several may run together, their per-session
+    claims keep them apart), so a ``once`` and a ``run`` exclude each other.
+
     The file is never renamed or removed, so every instance locks the same inode (a lock on a file that is
     later replaced protects nothing, engineering.md §2.4). The holder's pid is written into it for humans and
     for the error message; the lock itself is the flock, dropped by the kernel when the process dies.
     """
 
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], *, shared: bool = False) -> None:
         self.state_dir = Path(state_dir)
+        self.shared = shared
         self.path = self.state_dir / INSTANCE_LOCK_NAME
         self._fd: int | None = None
 
@@ -426,13 +424,16 @@ class InstanceLock:
         # O_CLOEXEC (Python's default, stated here): a hook child outliving us must not keep the lock.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, _LOCK_MODE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
             holder = _read_pid(fd)
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise AlreadyRunning(self.state_dir, holder) from None
             raise
+        if self.shared:  # the pid in the file is the exclusive holder's; sharers leave it alone
+            self._fd = fd
+            return
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -444,6 +445,9 @@ class InstanceLock:
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is None:
+            return
+        if self.shared:
+            os.close(fd)
             return
         try:
             os.ftruncate(fd, 0)  # no stale pid for humans; the file itself stays

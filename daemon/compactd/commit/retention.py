@@ -19,10 +19,10 @@ import logging
 import os
 import re
 import stat
-from datetime import UTC, datetime
 
 from compactd.commit.atomic import crash_point, os_reason
 from compactd.commit.journal import Journal
+from compactd.timestamps import parse_archive_stamp
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +33,7 @@ _DAY = 86_400.0
 def archive_time(name: str) -> float | None:
     """Epoch seconds of the timestamp in an archive name, or None when it has none."""
     match = _STAMP.search(name)
-    if match is None:
-        return None
-    day, hours, minutes, seconds, millis = match.groups()
-    try:
-        when = datetime.fromisoformat(f"{day}T{hours}:{minutes}:{seconds}.{millis}+00:00")
-    except ValueError:
-        return None
-    return when.astimezone(UTC).timestamp()
+    return None if match is None else parse_archive_stamp(match.group(0))
 
 
 def expired(archives: list[str], *, keep_count: int, keep_days: float, now: float) -> list[str]:

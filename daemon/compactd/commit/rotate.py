@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from compactd.commit.atomic import (
     Abandon,
     Outcome,
     archive_path_for,
     crash_point,
+    current_transcript,
     open_snapshot,
     os_reason,
     replace_with_successor,
@@ -24,7 +25,7 @@ from compactd.commit.atomic import (
 )
 from compactd.commit.journal import Journal, successor_digest
 from compactd.commit.successor import Entry, PlanError, archive_note, build_successor, verify
-from compactd.transcript.reader import parse_line, parse_transcript
+from compactd.transcript.reader import Transcript, parse_line
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,14 @@ def rotate_commit(
     journal: Journal,
     grace_seconds: float,
     now: float,
+    planned: Transcript | None = None,
+    check: Callable[[Transcript], str | None] | None = None,
 ) -> Outcome:
     snap = open_snapshot(path)
     try:
         if snap.cut < snapshot_size:
             raise Abandon("file shrank since the plan was made")
-        transcript = parse_transcript(snap.data)
+        transcript = current_transcript(snap, planned, check)
         archive = archive_path_for(path, now)
         archive_name = os.path.basename(archive)
 
@@ -64,7 +67,7 @@ def rotate_commit(
             snapshot_leaf_id=snapshot_leaf_id,
             note_for=note,
         )
-        verify(plan.data, plan, strict_structure=True)
+        loaded = verify(plan.data, plan, strict_structure=True)
         tmp = tmp_path_for(path)
         tx = journal.intent(
             "rotate",
@@ -109,6 +112,7 @@ def rotate_commit(
             result.rescued_lines,
         )
         moved = result.carried_lines or result.rescued_lines or result.leaf_pointer
+        exact = not moved and result.size == len(plan.data)
         return Outcome(
             leaf_id=_last_id(path, plan.leaf_id) if moved else plan.leaf_id,
             bytes_after=result.size,
@@ -116,6 +120,8 @@ def rotate_commit(
             carried_lines=result.carried_lines,
             rescued_lines=result.rescued_lines,
             leaf_pointer=result.leaf_pointer,
+            successor=loaded if exact else None,
+            inode=result.new_inode,
         )
     finally:
         snap.close()

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from compactd.ids import fresh_id as fresh_id  # its home is compactd.ids; imported from here too
+from compactd.timestamps import js_iso
 from compactd.transcript.context import compaction_message, context_from_path, entry_to_message
 from compactd.transcript.jsjson import stringify
 from compactd.transcript.reader import Entry, Transcript, parse_line, parse_transcript
@@ -112,18 +112,8 @@ def _has_infinity(value: Any) -> bool:
     return False
 
 
-def fresh_id(taken: Iterable[str] | set[str]) -> str:
-    """An 8-hex id not in ``taken`` (pi's generateId form)."""
-    used = taken if isinstance(taken, set) else set(taken)
-    while True:
-        candidate = secrets.token_hex(4)
-        if candidate not in used:
-            return candidate
-
-
 def iso_timestamp(now: float | None = None) -> str:
-    when = datetime.now(UTC) if now is None else datetime.fromtimestamp(now, UTC)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return js_iso(now)
 
 
 def leaf_pointer_entry(entry_id: str, parent_id: str, now: float | None = None) -> Entry:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from compactd.defaults import KEEP_RECENT_TURNS, SUMMARY_MAX_CHARS
@@ -139,33 +139,45 @@ def status_of(message: Message) -> str | None:
 
 
 def is_tool_failure(message: Message) -> bool:
-    """An errored tool result, or one whose details report a failing status or a non-zero exit code."""
-    if role_of(message) != "toolResult":
+    """The one test of a failed call, for the augmentation and the digest alike: a tool result flagged
+    ``isError``, or whose details report a failing status, or whose exit code (details, else its text: "exit
+    code 2", "Command exited with code 1") is non-zero; or a user ``!`` command (``bashExecution``, not
+    excluded from the context) that exited non-zero."""
+    role = role_of(message)
+    if role == "bashExecution":
+        code = message.get("exitCode")
+        failed = isinstance(code, int) and not isinstance(code, bool) and code != 0
+        return failed and not message.get("excludeFromContext")
+    if role != "toolResult":
         return False
     if message.get("isError") is True:
         return True
     status = status_of(message)
     if status is not None and status.strip().lower() in _FAILED_STATUSES:
         return True
-    code = _details(message).get("exitCode")
-    return isinstance(code, int) and not isinstance(code, bool) and code != 0
+    code = exit_code_of(message)
+    return code is not None and code != 0
 
 
-def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
-    """Failed tool results in order, the first per ``toolCallId``. Pass the messages *with* their
-    ``details``: status and exit code live there."""
-    failures: list[Message] = []
+def first_per_call(messages: Iterable[Message]) -> list[Message]:
+    """``messages`` in order, keeping the first of each ``toolCallId`` (one failure per call, OpenClaw's dedup)."""
+    kept: list[Message] = []
     seen: set[str] = set()
     for message in messages:
-        if not is_tool_failure(message):
-            continue
         call_id = tool_call_id(message)
         if call_id is not None:
             if call_id in seen:
                 continue
             seen.add(call_id)
-        failures.append(message)
-    return failures
+        kept.append(message)
+    return kept
+
+
+def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
+    """Failed tool results in order, the first per ``toolCallId``. Pass the messages *with* their
+    ``details``: status and exit code live there. Tool results only (spec §11 step 3): a user's own command
+    is not a tool call the agent might retry."""
+    return first_per_call(m for m in messages if role_of(m) == "toolResult" and is_tool_failure(m))
 
 
 def render_tool_failure(message: Message) -> str:
@@ -184,15 +196,7 @@ def render_tool_failure(message: Message) -> str:
 
 
 def render_tool_failures(tool_failures: Sequence[Message]) -> str:
-    unique: list[Message] = []
-    seen: set[str] = set()
-    for message in tool_failures:
-        call_id = tool_call_id(message)
-        if call_id is not None:
-            if call_id in seen:
-                continue
-            seen.add(call_id)
-        unique.append(message)
+    unique = first_per_call(tool_failures)
     if not unique:
         return ""
     lines = [TOOL_FAILURES_HEADING, *(render_tool_failure(m) for m in unique[:TOOL_FAILURE_MAX_ITEMS])]
@@ -263,28 +267,3 @@ def cap_summary(body: str, suffix: str, max_chars: int = SUMMARY_MAX_CHARS) -> s
         return suffix[-max_chars:]
     keep = max(0, max_chars - len(suffix) - len(TRUNCATION_MARKER))
     return (body[:keep] + TRUNCATION_MARKER + suffix)[-max_chars:]
-
-
-def augment_summary(
-    summary: str,
-    *,
-    recent_turns: list[dict[str, Any]],
-    tool_failures: list[dict[str, Any]],
-    read_files: list[str],
-    modified_files: list[str],
-    split_turn_summary: str | None = None,
-    max_chars: int = SUMMARY_MAX_CHARS,
-) -> str:
-    """The committed summary: body, then split-turn context, the last summarized turns, tool failures and
-    file lists, capped at ``max_chars`` with the suffix kept."""
-    suffix = build_suffix(
-        recent_turns=recent_turns,
-        tool_failures=tool_failures,
-        read_files=read_files,
-        modified_files=modified_files,
-        split_turn_summary=split_turn_summary,
-    )
-    body = summary.rstrip()
-    if not body:
-        suffix = suffix.lstrip("\n")
-    return cap_summary(body, suffix, max_chars)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compactd.summarize.augment import TOOL_FAILURES_HEADING, exit_code_of, is_tool_failure
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.headings import (
     CONSTRAINTS,
@@ -86,7 +87,7 @@ FAILURE_COMMAND_MAX_CHARS = 80
 LATEST_ASK_LABEL = "- Latest ask (verbatim"
 ANSWERED = "answered"
 
-FAILURES_HEADING = "## Tool failures"
+FAILURES_HEADING = TOOL_FAILURES_HEADING  # the augmentation's, so both name the section alike
 FILES_HEADING = "## Files"
 # Tells the agent reading it how to take the digest; dropped when a later digest carries this one forward.
 _PREFACE_START = "_Mechanical digest of "
@@ -132,7 +133,6 @@ _RULE_FILLER = re.compile(
     r"^(?:(?:also|again|and|but|so|plus|please|remember|note|btw|ok|okay)\b[,:]?\s+|(?:另外|还有|同时|再次)[，,：:])+",
     re.IGNORECASE,
 )
-_EXIT_CODE = re.compile(r"\bexit(?:ed)?(?: with)?\s*(?:code|status)\s*[:=]?\s*(?P<code>-?\d+)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？；])")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 _SPACES = re.compile(r"\s+")
@@ -437,11 +437,10 @@ def tool_failures(messages: Sequence[Message], read: TextOf = _text) -> list[Fai
                         command_identifier(redact_secrets(command)), FAILURE_COMMAND_MAX_CHARS
                     )
         elif role == "toolResult":
-            text = read(message)
-            match = _EXIT_CODE.search(text)
-            code = int(match.group("code")) if match else None
-            if not message.get("isError") and not code:
+            if not is_tool_failure(message):
                 continue
+            text = read(message)
+            code = exit_code_of(message)
             call_id = tool_call_id(message)
             if call_id is not None:
                 if call_id in seen:
@@ -450,9 +449,9 @@ def tool_failures(messages: Sequence[Message], read: TextOf = _text) -> list[Fai
             tool = message.get("toolName") if isinstance(message.get("toolName"), str) else "tool"
             command = commands.get(call_id) if call_id else None
             failures.append(Failure(str(tool), code, _collapse(text, FAILURE_TEXT_MAX_CHARS), command))
-        elif role == "bashExecution" and not message.get("excludeFromContext"):
+        elif role == "bashExecution" and is_tool_failure(message):
             code = message.get("exitCode")
-            if isinstance(code, int) and code != 0:
+            if isinstance(code, int):
                 command = message.get("command") if isinstance(message.get("command"), str) else ""
                 output = message.get("output") if isinstance(message.get("output"), str) else ""
                 failures.append(

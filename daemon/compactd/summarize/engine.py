@@ -13,14 +13,15 @@ the cap (model text, a split-turn summary) and AGENTS.md before its post-compact
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from compactd.defaults import SUMMARY_MAX_CHARS
+from compactd.ids import fresh_id
 from compactd.summarize import augment, quality
 from compactd.summarize.cutpoint import CutPlan, plan_cut
 from compactd.summarize.digest import build_digest
@@ -44,6 +45,7 @@ from compactd.summarize.stages import (
     StageSettings,
     Summarizer,
 )
+from compactd.timestamps import js_iso
 from compactd.tokens import estimate_context_tokens, estimate_tokens
 from compactd.transcript.context import build_context, compaction_message
 from compactd.transcript.messages import llm_visible, role_of, text_of
@@ -66,7 +68,7 @@ class EngineSettings:
     identifier_cap: int = 64
     quality_guard: bool = True
     quality_retries: int = 1
-    summary_max_chars: int = 16_000
+    summary_max_chars: int = SUMMARY_MAX_CHARS
     redact: bool = True
     post_compaction_sections: tuple[str, ...] = ("Session Startup", "Red Lines")
     post_compaction_max_chars: int = 1_800
@@ -75,8 +77,10 @@ class EngineSettings:
     max_output_tokens: int | None = None
 
 
-@dataclass
+@dataclass(repr=False)
 class EngineResult:
+    """The engine's output. Its repr stays a line (the plan holds the whole branch; see ``JobResult``)."""
+
     plan: CutPlan
     summary: str
     level: str
@@ -91,6 +95,13 @@ class EngineResult:
     notes: list[str] = field(default_factory=list)
     calls: int = 0
     latency_s: float = 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"EngineResult(level={self.level!r}, first_kept_entry_id={self.first_kept_entry_id!r}, "
+            f"tokens_before={self.tokens_before}, tokens_after={self.tokens_after}, "
+            f"summary_chars={len(self.summary)}, calls={self.calls})"
+        )
 
     @property
     def first_kept_entry_id(self) -> str:
@@ -127,17 +138,12 @@ def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def new_entry_id(taken: set[str]) -> str:
-    """pi's id shape: 8 lowercase hex characters, unique within the file."""
-    while True:
-        candidate = secrets.token_hex(4)
-        if candidate not in taken:
-            taken.add(candidate)
-            return candidate
+    """pi's id shape: 8 lowercase hex characters, unique within the file (and added to ``taken``)."""
+    return fresh_id(taken, reserve=True)
 
 
 def iso_now(now: datetime | None = None) -> str:
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return js_iso(now)
 
 
 def latest_user_ask(messages: Sequence[dict[str, Any]]) -> str | None:
@@ -350,7 +356,7 @@ class CompactionEngine:
         """
         if not span or self.client is None:
             return self._digest(span, previous, ranked, latest_ask)
-        from compactd.summarize.llm import LLMError
+        from compactd.summarize.outcomes import LLMError
 
         s = self.settings
         stages = Stages(
@@ -431,7 +437,7 @@ class CompactionEngine:
 
     async def _split_turn(self, prefix: list[dict[str, Any]]) -> tuple[str, int]:
         if self.client is not None:
-            from compactd.summarize.llm import LLMError
+            from compactd.summarize.outcomes import LLMError
 
             s = self.settings
             stages = Stages(

@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from compactd.defaults import SAFETY_MARGIN
-from compactd.state import STATE_DIR_MODE, dump_json, load_json, write_atomic
+from compactd.durable import write_atomic
+from compactd.state import STATE_DIR_MODE, dump_json, load_json
+from compactd.timestamps import iso_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ def observe(previous: Speed | None, sample: Sample, *, now: datetime | None = No
     if prompt_tps == old.prompt_tps and output_tps == old.output_tps:
         return previous
     moment = (now or datetime.now(UTC)).astimezone(UTC)
-    return Speed(prompt_tps, output_tps, old.samples + 1, moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return Speed(prompt_tps, output_tps, old.samples + 1, iso_seconds(moment, zulu=True))
 
 
 # --- fitting a call into its timeout -------------------------------------------------------------------------
@@ -308,7 +309,7 @@ class SpeedMemory:
             "prompt_tps": round(speed.prompt_tps, 2) if speed.prompt_tps else None,
             "output_tps": round(speed.output_tps, 2) if speed.output_tps else None,
             "samples": speed.samples,
-            "updated": speed.updated or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "updated": speed.updated or iso_seconds(zulu=True),
         }
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=STATE_DIR_MODE)

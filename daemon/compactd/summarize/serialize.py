@@ -13,13 +13,10 @@ from typing import Any
 
 import orjson
 
+from compactd.defaults import SUMMARIZER_TOOL_RESULT_MAX_CHARS as SUMMARIZER_TOOL_RESULT_MAX_CHARS
 from compactd.summarize.redact import redact_secrets
 from compactd.transcript.messages import Message, blocks_of, llm_visible, role_of, text_of, tool_calls
 
-# pi truncates each tool result to this many characters in its summarization input (its TOOL_RESULT_MAX_CHARS).
-# Not the per-result cap of pruning (``compactd.prune.max_tool_result_chars``, 16,000): this is what a summarizer
-# reads of a result, that is what a result keeps in the agent's context.
-SUMMARIZER_TOOL_RESULT_MAX_CHARS = 2_000
 IMAGE_PLACEHOLDER = "[image]"
 # Separator between messages: pi joins its parts with a blank line.
 PART_SEPARATOR = "\n\n"

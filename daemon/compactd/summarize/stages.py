@@ -168,7 +168,7 @@ class Stages:
         return paced
 
     async def _call(self, system: str, user: str, *, wanted: int) -> str:
-        from compactd.summarize.llm import LLMError
+        from compactd.summarize.outcomes import LLMError
 
         self.stats.calls += 1
         max_tokens = self._max_tokens(system, user, wanted)
@@ -221,7 +221,7 @@ class Stages:
         self, chunk: Sequence[Message], previous: str | None, retry_reasons: list[str] | None, depth: int = 0
     ) -> str:
         """One chunk, folded onto the previous partial; halved and retried on a context overflow."""
-        from compactd.summarize.llm import LLMError
+        from compactd.summarize.outcomes import LLMError
 
         key = (tuple(id(m) for m in chunk), previous)
         if not retry_reasons and key in self._made:

@@ -26,6 +26,9 @@ CURRENT_VERSION = 3
 BOM = b"\xef\xbb\xbf"
 # pi's ``isValidSessionFile`` (used by ``pi -c``) parses only the first 512 bytes.
 HEADER_VISIBLE_BYTES = 512
+# The bytes just before the end of the last complete line kept with a reading, so that a commit can tell the file
+# it opens is still the one this reading was made from (with its identity and size) without parsing it again.
+EDGE_BYTES = 4096
 # The deepest nesting (objects and arrays, the entry itself counting 1) compactd writes back or sends on:
 # orjson serializes at most 254 levels, and a request body wraps a message in a few more.
 MAX_DEPTH = 200
@@ -98,6 +101,10 @@ class Transcript:
     size: int = 0
     # The last parsed line is JSON but not an object: pi takes it as the leaf and builds an empty context.
     junk_leaf: bool = False
+    # Bytes of complete lines, and the last EDGE_BYTES of them; (st_dev, st_ino) of the file read, if a file.
+    complete: int = 0
+    edge: bytes = field(default=b"", repr=False)
+    identity: tuple[int, int] | None = None
     _by_id: dict[str, Entry] | None = field(default=None, repr=False)
     _links: dict[Hashable, Entry] | None = field(default=None, repr=False)
 
@@ -364,6 +371,7 @@ def _parse(data: bytes, *, check: bool = True) -> Transcript:
             ):
                 message["role"] = "custom"
     leaf = entries[-1].get("id") if entries else None
+    complete = data.rfind(b"\n") + 1
     transcript = Transcript(
         header=header,
         version=version,
@@ -376,6 +384,8 @@ def _parse(data: bytes, *, check: bool = True) -> Transcript:
         header_line=scan.header_line,
         size=len(data),
         junk_leaf=junk_leaf,
+        complete=complete,
+        edge=data[max(0, complete - EDGE_BYTES) : complete],
     )
     if junk_leaf:
         transcript.problems.append(
@@ -618,9 +628,27 @@ def read_transcript(path: str | os.PathLike[str], *, follow_symlinks: bool = Tru
     ``follow_symlinks=False`` (the daemon's reads) refuses a file swapped for a symlink since it was found."""
     try:
         with open(path, "rb", opener=None if follow_symlinks else _open_nofollow) as handle:
+            st = os.fstat(handle.fileno())
             data = handle.read()
     except OSError as exc:
         return Transcript(
             None, CURRENT_VERSION, [], [Problem("unreadable", None, f"{exc.strerror}: {path}")], None
         )
-    return parse_transcript(data)
+    transcript = parse_transcript(data)
+    transcript.identity = (st.st_dev, st.st_ino)
+    return transcript
+
+
+def same_reading(transcript: Transcript | None, data: bytes, identity: tuple[int, int]) -> bool:
+    """Whether ``data`` (a file's complete lines, from the inode ``identity``) is what ``transcript`` was parsed
+    from: the same inode, the same size with nothing torn after it, and the same bytes at the cut.
+
+    pi only ever appends to a transcript or replaces it (a new inode); an in-place rewrite that kept the size
+    and the last 4 KB would fool this, and nothing writes one.
+    """
+    return (
+        transcript is not None
+        and transcript.identity == identity
+        and transcript.size == transcript.complete == len(data)
+        and data[len(data) - len(transcript.edge) :] == transcript.edge
+    )

@@ -1,0 +1,181 @@
+"""``compactd compact`` on one large session, model-free (the digest), against a bare read of the same file.
+
+Two cases: one bench-corpus session of ``--mb`` MB, and ``--orphans`` entries whose ``parentId`` chain does not
+reach the leaf (each points nowhere) around a short real branch. Each runs as a child process (imports, the
+read, the engine, the commit; ``rotate_grace_seconds`` at its least, 0.25 s, and CPU time is what is measured, not the wait): its CPU time (user + system, from
+``wait4``) as a multiple of a bare ``orjson.loads`` loop over the same file's lines in this process, and its
+peak RSS (``ru_maxrss``) as a multiple of the file size.
+
+    python -m bench.bench_compact [--mb 50] [--orphans 100000] [--smoke] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.corpus import EPOCH_MS, session_bytes
+
+REPO = Path(__file__).resolve().parents[1]
+# The targets (issue 11): CPU per 50 MB and RSS as a multiple of the file.
+TARGET_SECONDS_PER_50MB = 1.5
+TARGET_ORPHAN_SECONDS = 2.0
+TARGET_RSS_MULTIPLE = 4.0
+TARGET_ORPHAN_RSS_MB = 200.0
+
+
+def _message(entry_id: str, parent: str | None, role: str, text: str, ms: int) -> dict[str, Any]:
+    content = [{"type": "text", "text": text}]
+    return {
+        "type": "message",
+        "id": entry_id,
+        "parentId": parent,
+        "timestamp": "2025-12-01T00:00:01.000Z",
+        "message": {"role": role, "content": content, "timestamp": ms},
+    }
+
+
+def _orphan(index: int) -> dict[str, Any]:
+    return _message(f"o{index:07x}", f"gone{index:07x}", "user", "orphaned " * 4, EPOCH_MS)
+
+
+def orphan_session(orphans: int, turns: int = 60) -> bytes:
+    """A header, a real branch of ``turns`` turns, and ``orphans`` message entries under missing parents."""
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "0196a3b2-0000-7000-8000-0000000000aa",
+        "timestamp": "2025-12-01T00:00:00.000Z",
+        "cwd": "/nonexistent/orphans",
+    }
+    lines: list[dict[str, Any]] = [header]
+    parent: str | None = None
+    step = max(1, orphans // max(1, turns * 2))
+    orphan = 0
+    for turn in range(turns):
+        for role, text in (("user", f"question {turn} " * 20), ("assistant", f"answer {turn} " * 40)):
+            for _ in range(min(step, orphans - orphan)):
+                lines.append(_orphan(orphan))
+                orphan += 1
+            entry_id = f"b{len(lines):07x}"
+            lines.append(_message(entry_id, parent, role, text, EPOCH_MS + len(lines)))
+            parent = entry_id
+    last = lines.pop()  # the rest go before the last real entry, so the leaf stays on the branch
+    lines.extend(_orphan(i) for i in range(orphan, orphans))
+    lines.append(last)
+    return b"".join(orjson.dumps(x) + b"\n" for x in lines)
+
+
+def bare_read(path: Path) -> float:
+    """CPU seconds of reading the file and ``orjson.loads`` on every line (the floor), best of three."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        data = path.read_bytes()
+        for line in data.split(b"\n"):
+            if line:
+                orjson.loads(line)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def run_compact(path: Path, config: Path, pythonpath: str | None) -> dict[str, Any]:
+    """``compactd compact`` as a child; its CPU seconds and peak RSS (bytes), from ``wait4``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "COMPACTD_CONFIG")}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    cmd = [sys.executable, "-m", "compactd", "compact", str(path), "--json", "--config", str(config)]
+    start = time.monotonic()
+    child = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert child.stdout is not None
+    out = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    result = orjson.loads(out) if out.strip() else {}
+    return {
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "wall_s": time.monotonic() - start,
+        "rss_bytes": usage.ru_maxrss * 1024,
+        "exit": child.returncode,
+        "committed": result.get("committed"),
+        "reason": result.get("reason"),
+    }
+
+
+def measure(name: str, data: bytes, workdir: Path, pythonpath: str | None) -> dict[str, Any]:
+    sessions = workdir / name
+    sessions.mkdir(parents=True)
+    path = sessions / "session.jsonl"
+    path.write_bytes(data)
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    config = workdir / f"{name}.yaml"
+    config.write_text(
+        orjson.dumps(
+            {
+                "state_dir": str(workdir / f"{name}-state"),
+                "compaction": {"rotate_grace_seconds": 0.25},
+                "memory_flush": {"enabled": False},
+            }
+        ).decode()
+    )
+    floor = bare_read(path)
+    run = run_compact(path, config, pythonpath)
+    size = len(data)
+    return {
+        "case": name,
+        "bytes": size,
+        "bare_read_s": round(floor, 3),
+        **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in run.items()},
+        "cpu_per_50mb_s": round(run["cpu_s"] * 50_000_000 / size, 2),
+        "cpu_over_bare": round(run["cpu_s"] / floor, 1) if floor > 0 else None,
+        "rss_over_size": round(run["rss_bytes"] / size, 2),
+    }
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    head = "| case | MB | committed | bare read s | compact CPU s | ÷ bare | CPU s per 50 MB | peak RSS MB | RSS ÷ size |"
+    out = [head, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        out.append(
+            f"| {r['case']} | {r['bytes'] / 1e6:.1f} | {r['committed']} | {r['bare_read_s']:.3f} | {r['cpu_s']:.2f} | "
+            f"{r['cpu_over_bare']} | {r['cpu_per_50mb_s']:.2f} | {r['rss_bytes'] / 1e6:.0f} | "
+            f"{r['rss_over_size']:.2f} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.bench_compact", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--mb", type=float, default=50.0)
+    parser.add_argument("--orphans", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--pythonpath", help="run another tree's package in the child (a 'before' figure)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to prove the bench works")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    mb, orphans = (0.3, 2_000) if args.smoke else (args.mb, args.orphans)
+    with tempfile.TemporaryDirectory(prefix="bench-compact-") as tmp:
+        work = Path(tmp)
+        rows = [
+            measure("session", session_bytes(int(mb * 1_000_000), args.seed)[0], work, args.pythonpath),
+            measure("orphans", orphan_session(orphans), work, args.pythonpath),
+        ]
+    sys.stdout.write(
+        (orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() if args.json else report(rows)) + "\n"
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    main()
