@@ -324,7 +324,6 @@ class Service:
         failure at any stage is recorded in the session's state with a back-off and returned as ``failed``."""
         from compactd.commit.claim import flush_cycle
         from compactd.commit.locks import lock_holder
-        from compactd.job import compact_file
 
         path = session.path
         st = self.session_state(path)
@@ -387,6 +386,8 @@ class Service:
                 session.due = False
                 return Outcome(path, "flush" if decision.flush else decision.action, detail=detail)
             stage = "compact"
+            from compactd.job import compact_file  # the summarizer's modules load only when one acts
+
             result = await compact_file(
                 path, self.config, client=self.client(), force=force, route=budget.route
             )
