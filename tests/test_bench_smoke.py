@@ -13,7 +13,7 @@ import pytest
 from compactd.ledger import SessionLedger
 from compactd.transcript.reader import read_transcript
 
-from bench import bench_read, bench_service, bench_tail, corpus
+from bench import bench_cli, bench_read, bench_service, bench_tail, corpus
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -98,3 +98,14 @@ def test_bench_service_smoke() -> None:
     assert memory["sessions_loaded"] == 50
     assert memory["rss_mb"] > 0 and memory["peak_rss_mb"] >= memory["rss_mb"]
     assert isinstance(memory["per_session_bytes"], int)
+
+
+def test_bench_cli_smoke() -> None:
+    result = bench_cli.main(["--smoke"])
+    assert result["corpus_files"] == 3 and result["corpus_bytes"] > 0 and result["big_bytes"] > 0
+    assert set(result["measures"]) == {"once --dry-run", "inspect"}
+    for measure in result["measures"].values():
+        assert measure["ours_cpu_s"] > 0 and measure["bare_cpu_s"] > 0
+        assert measure["ratio"] == pytest.approx(measure["bare_cpu_s"] / measure["ours_cpu_s"], rel=0.02)
+        assert measure["meets_target"] == (measure["ratio"] >= bench_cli.TARGET_RATIO)
+    assert result["measures"]["inspect"]["command"].startswith("-m compactd inspect ")
