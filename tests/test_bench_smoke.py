@@ -59,6 +59,7 @@ def test_corpus_cli_writes_the_files_it_reports(tmp_path: Path) -> None:
     assert stats["lines"] == sum(f.read_bytes().count(b"\n") for f in files)
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_bench_read_smoke() -> None:
     result = bench_read.main(["--smoke", "--breakdown"])
     assert result["files"] == 3 and result["bytes"] > 0 and result["lines"] > 0
@@ -82,6 +83,7 @@ def test_bench_tail_smoke() -> None:
     assert result["full_reparse_big_ms"] > 0
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_bench_service_smoke() -> None:
     result = bench_service.main(["--smoke"])
     latency = result["latency"]
@@ -100,6 +102,7 @@ def test_bench_service_smoke() -> None:
     assert isinstance(memory["per_session_bytes"], int)
 
 
+@pytest.mark.slow  # eight compactd and python processes
 def test_bench_cli_smoke() -> None:
     result = bench_cli.main(["--smoke"])
     assert result["corpus_files"] == 3 and result["corpus_bytes"] > 0 and result["big_bytes"] > 0

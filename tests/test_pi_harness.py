@@ -14,9 +14,8 @@ import pytest
 
 from tests.support import messages as msgs
 
-pytestmark = (
-    pytest.mark.slow
-)  # pi's SessionManager in node, live sessions: the full run's, not the inner loop's
+# Pi's SessionManager in node, live sessions: the full run's, not the inner loop's.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi

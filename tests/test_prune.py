@@ -654,6 +654,7 @@ def test_truncation_never_grows_and_fits(text: str, max_chars: int, min_keep: in
     out.encode("utf-8")  # no lone surrogate
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @given(
     text=TEXT, ratio=RATIO, min_keep=st.integers(0, 3000), note=st.sampled_from([None, "full text in f / e"])
 )
@@ -673,6 +674,7 @@ def test_suffix_counts_the_characters_removed(
     assert n == length - js_len(head) - js_len(tail)
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @given(
     body=PLAIN,
     last=st.text(alphabet=st.sampled_from("abc 123:/"), max_size=60).map(lambda s: f"Error: {s}"),

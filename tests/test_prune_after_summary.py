@@ -26,9 +26,8 @@ from compactd.prune import MIDDLE_MARKER
 from tests.support import messages as msgs
 from tests.support.cli import compactd as run_compactd
 
-pytestmark = (
-    pytest.mark.slow
-)  # compactd once/compact as processes, judged by pi: the full run's, not the inner loop's
+# Compactd once/compact as processes, judged by pi: the full run's, not the inner loop's.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi
