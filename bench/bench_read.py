@@ -103,9 +103,8 @@ def breakdown(datas: list[bytes], lines: list[bytes], runs: int) -> dict[str, fl
 
     def fresh() -> None:
         for transcript in transcripts:
-            transcript._by_id = (
-                None  # the id index is cached on first use; each stage pays for it as a reload does
-            )
+            # The indexes and the branch are cached on first use; each stage pays for them as a reload does.
+            transcript._by_id = transcript._links = transcript._branch = None
 
     def each(fn: Callable[[Any], object], items: list[Any]) -> Callable[[], None]:
         def run() -> None:

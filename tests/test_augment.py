@@ -26,17 +26,18 @@ from compactd.summarize.augment import (
     select_recent_turns,
 )
 
+from tests.support import messages as msgs
+
 Msg = dict[str, Any]
 
 
 def user(text: str) -> Msg:
-    return {"role": "user", "content": text, "timestamp": 1}
+    return msgs.user(text, ts=1, bare=True)
 
 
 def assistant(text: str = "", calls: list[tuple[str, str]] = ()) -> Msg:  # type: ignore[assignment]
-    content: list[Msg] = [{"type": "text", "text": text}] if text else []
-    content += [{"type": "toolCall", "id": cid, "name": name, "arguments": {}} for cid, name in calls]
-    return {"role": "assistant", "content": content, "stopReason": "toolUse" if calls else "stop"}
+    blocks = [msgs.call(cid, name) for cid, name in calls]
+    return msgs.assistant(*([text] if text else []), *blocks, stop="toolUse" if calls else "stop")
 
 
 def result(

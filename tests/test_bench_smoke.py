@@ -13,7 +13,7 @@ import pytest
 from compactd.ledger import SessionLedger
 from compactd.transcript.reader import read_transcript
 
-from bench import bench_read, bench_service, bench_tail, corpus
+from bench import bench_cli, bench_read, bench_service, bench_tail, corpus
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,6 +59,7 @@ def test_corpus_cli_writes_the_files_it_reports(tmp_path: Path) -> None:
     assert stats["lines"] == sum(f.read_bytes().count(b"\n") for f in files)
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_bench_read_smoke() -> None:
     result = bench_read.main(["--smoke", "--breakdown"])
     assert result["files"] == 3 and result["bytes"] > 0 and result["lines"] > 0
@@ -82,6 +83,7 @@ def test_bench_tail_smoke() -> None:
     assert result["full_reparse_big_ms"] > 0
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_bench_service_smoke() -> None:
     result = bench_service.main(["--smoke"])
     latency = result["latency"]
@@ -98,3 +100,15 @@ def test_bench_service_smoke() -> None:
     assert memory["sessions_loaded"] == 50
     assert memory["rss_mb"] > 0 and memory["peak_rss_mb"] >= memory["rss_mb"]
     assert isinstance(memory["per_session_bytes"], int)
+
+
+@pytest.mark.slow  # eight compactd and python processes
+def test_bench_cli_smoke() -> None:
+    result = bench_cli.main(["--smoke"])
+    assert result["corpus_files"] == 3 and result["corpus_bytes"] > 0 and result["big_bytes"] > 0
+    assert set(result["measures"]) == {"once --dry-run", "inspect"}
+    for measure in result["measures"].values():
+        assert measure["ours_cpu_s"] > 0 and measure["bare_cpu_s"] > 0
+        assert measure["ratio"] == pytest.approx(measure["bare_cpu_s"] / measure["ours_cpu_s"], rel=0.02)
+        assert measure["meets_target"] == (measure["ratio"] >= bench_cli.TARGET_RATIO)
+    assert result["measures"]["inspect"]["command"].startswith("-m compactd inspect ")

@@ -286,6 +286,7 @@ def test_as_json_keys_are_fixed() -> None:
 ORDER = {"compact_only": 0, "compact_then_truncate": 1, "truncate_tool_results_only": 2}
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @settings(max_examples=400, deadline=None)
 @given(
     window=st.integers(1, 2_000_000),
@@ -309,6 +310,7 @@ def test_route_is_monotone_in_reducible_chars(
         )
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @settings(max_examples=400, deadline=None)
 @given(window=st.integers(1, 2_000_000), reserve=st.integers(0, 199_999), estimated=st.integers(0, 3_000_000))
 def test_budget_invariants(window: int, reserve: int, estimated: int) -> None:

@@ -9,10 +9,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 import yaml
 from compactd.transcript.reader import read_transcript
 
 from tests.support.cli import compactd
+
+# compactd once/compact/status/doctor as processes: the full run's, not the inner loop's.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.llm_server import StubLLMServer

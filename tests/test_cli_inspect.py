@@ -386,6 +386,7 @@ def test_validate_unreadable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert [p["kind"] for p in json.loads(out)["problems"]] == ["unreadable"]
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_validate_exit_codes_through_the_console_script(tmp_path: Path) -> None:
     good, torn, bad = tmp_path / "good.jsonl", tmp_path / "torn.jsonl", tmp_path / "bad.jsonl"
     good.write_bytes(session())

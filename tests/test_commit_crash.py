@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 from compactd.commit import CRASH_POINTS, CompactionEntries, Journal, commit, recover
 from compactd.commit.locks import lock_is_live, lock_path_for, read_lock
 from compactd.transcript.reader import read_transcript
@@ -36,6 +37,10 @@ from tests.support.crash import (
     session_ops,
     temp_files,
 )
+
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi

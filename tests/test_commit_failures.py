@@ -301,6 +301,7 @@ def _tear(path: Path, age: float) -> None:
     os.utime(path, (old, old))
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_torn_line_of_an_idle_file_is_sealed_not_truncated(pi: Pi, session: Path, tmp_path: Path) -> None:
     _tear(session, age=120)
     control = tmp_path / "control" / session.name

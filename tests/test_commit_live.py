@@ -23,6 +23,10 @@ from tests.support.crash import (
     unpaired,
 )
 
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from tests.support.pi import Pi
 

@@ -126,6 +126,7 @@ def test_commit_on_a_pi_written_session_loads_in_pi_with_the_expected_context(
     judge(pi, [commit_and_append(pi, Path(written["path"]), tmp_path / "state", mode)])
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @pytest.mark.parametrize("mode", MODES)
 def test_two_commits_in_a_row_keep_loading_in_pi(pi: Pi, tmp_path: Path, mode: str) -> None:
     path = Path(pi.write(tmp_path / "sessions", session_ops(10))["path"])
@@ -277,6 +278,7 @@ def test_pruning_only_commit(pi: Pi, tmp_path: Path, mode: str) -> None:
     assert _texts(appended["messages"][-2:]) == ["and now?", "now this"]
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @pytest.mark.parametrize("mode", MODES)
 def test_compaction_with_pruning_of_kept_results(pi: Pi, tmp_path: Path, mode: str) -> None:
     path = Path(pi.write(tmp_path / "s", session_ops(8, side_branch=False))["path"])
@@ -317,6 +319,7 @@ def test_branch_moved_abandons_the_plan(pi: Pi, tmp_path: Path) -> None:
         assert path.read_bytes() == before
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @pytest.mark.parametrize("mode", MODES)
 def test_lines_appended_after_the_plan_are_kept(pi: Pi, tmp_path: Path, mode: str) -> None:
     """The plan was made from a snapshot; the agent wrote more before the commit: those lines stay on the
@@ -372,6 +375,7 @@ def test_retention_keeps_count_and_age(pi: Pi, tmp_path: Path) -> None:
     assert Path(str(result.archive)).name.endswith(utc_stamp(now + 3 * 86_400))
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @pytest.mark.skipif(not REAL, reason="the real pi fixtures are not on this machine")
 @pytest.mark.parametrize("mode", MODES)
 def test_real_fixture_sessions(pi: Pi, tmp_path: Path, mode: str) -> None:

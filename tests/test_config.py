@@ -663,6 +663,7 @@ config_like = st.dictionaries(
 )
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=config_like)
 def test_from_mapping_only_ever_raises_config_error(data: dict[str, Any]) -> None:
@@ -672,6 +673,7 @@ def test_from_mapping_only_ever_raises_config_error(data: dict[str, Any]) -> Non
         assert str(exc).startswith("<file>")
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(max_size=200) | config_like.map(lambda m: yaml.safe_dump(m, allow_unicode=True)))
 def test_load_config_only_ever_raises_config_error(tmp_path: Path, text: str) -> None:

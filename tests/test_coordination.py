@@ -15,10 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import yaml
 from compactd.transcript.reader import read_transcript
 
 from tests.test_service_e2e import AGENTS_MD, MEMORY, SUMMARY, memory_blocks, turn_ops, wait_for
+
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer

@@ -23,6 +23,8 @@ from compactd.tokens import estimate_context_tokens, estimate_tokens
 from compactd.transcript.context import build_context
 from compactd.transcript.reader import read_transcript
 
+from tests.support import messages as msgs
+
 if TYPE_CHECKING:
     from tests.support.pi import Pi
 
@@ -75,8 +77,7 @@ def usage(total: int | None = None, *, input: int = 0, output: int = 0, cache_re
 
 
 def user(text: str | list[Json]) -> Json:
-    content = [{"type": "text", "text": text}] if isinstance(text, str) else text
-    return {"role": "user", "content": content, "timestamp": ts()}
+    return msgs.user(text, ts=ts())
 
 
 def user_str(text: str) -> Json:
@@ -92,36 +93,25 @@ def assistant(
     use: Json | None = None,
     **extra: Any,
 ) -> Json:
-    message: Json = {
-        "role": "assistant",
-        "content": [{"type": "text", "text": b} if isinstance(b, str) else b for b in blocks],
-        "api": "anthropic-messages",
-        "provider": provider,
-        "model": model,
-        "usage": use if use is not None else usage(total, input=(total or 0) - 50, output=50),
-        "stopReason": stop,
-        "timestamp": ts(),
-    }
-    message.update(extra)
-    return message
+    return msgs.assistant(
+        *blocks,
+        api="anthropic-messages",
+        provider=provider,
+        model=model,
+        usage=use if use is not None else usage(total, input=(total or 0) - 50, output=50),
+        stop=stop,
+        ts=ts(),
+        **extra,
+    )
 
 
 def call(call_id: str, name: str, arguments: Json) -> Json:
-    return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+    return msgs.call(call_id, name, arguments)
 
 
 def tool_result(call_id: str, text: str, *, name: str = "bash", error: bool = False, **extra: Any) -> Json:
-    content: list[Json] = [{"type": "text", "text": text}]
-    content.extend(extra.pop("more", []))
-    return {
-        "role": "toolResult",
-        "toolCallId": call_id,
-        "toolName": name,
-        "content": content,
-        "isError": error,
-        "timestamp": ts(),
-        **extra,
-    }
+    content = [msgs.text(text), *extra.pop("more", [])]
+    return msgs.tool_result(call_id, content, name=name, error=error, ts=ts(), **extra)
 
 
 IMAGE = {

@@ -36,6 +36,8 @@ from compactd.summarize.identifiers import extract_identifiers, missing_identifi
 from compactd.transcript.messages import text_of
 from compactd.transcript.reader import Transcript, read_transcript
 
+from tests.support import messages as msgs
+
 if TYPE_CHECKING:
     from tests.support.pi import Pi
 
@@ -43,16 +45,15 @@ Msg = dict[str, Any]
 
 
 def user(text: str) -> Msg:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+    return msgs.user(text, ts=1)
 
 
 def assistant(text: str = "", *calls: Msg, stop: str = "stop") -> Msg:
-    content: list[Msg] = [{"type": "text", "text": text}] if text else []
-    return {"role": "assistant", "content": [*content, *calls], "stopReason": stop, "timestamp": 2}
+    return msgs.assistant(*([text] if text else []), *calls, stop=stop, ts=2)
 
 
 def call(name: str, call_id: str = "c1", **arguments: Any) -> Msg:
-    return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+    return msgs.call(call_id, name, arguments)
 
 
 def result(text: str, call_id: str = "c1", *, name: str = "bash", error: bool = False, **extra: Any) -> Msg:
@@ -577,6 +578,7 @@ def _commit_and_load(pi: Pi, path: Path, result: EngineResult, tmp_path: Path, m
     return messages
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 def test_a_pi_session_digest_says_what_it_knows_once(pi: Pi, tmp_path: Path) -> None:
     path = Path(pi.write(tmp_path / "s", asks_session_ops())["path"])
     result = _engine_result(read_transcript(path))
@@ -613,6 +615,7 @@ def test_a_pi_session_digest_says_what_it_knows_once(pi: Pi, tmp_path: Path) -> 
 AGENTS_RULES = "## Red Lines\nNever run migrations against prod-db-01 without a ticket."
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 @pytest.mark.parametrize("mode", ["rotate", "append"])
 def test_agents_md_rules_are_written_once_in_pis_view(pi: Pi, tmp_path: Path, mode: CommitMode) -> None:
     path = Path(pi.write(tmp_path / "s", asks_session_ops())["path"])
@@ -637,6 +640,7 @@ def _bundled_example() -> Path:
     )
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 def test_the_bundled_example_digest() -> None:
     """The session the README runs: every ask was answered ("the fix is in place"), every ask restates one
     rule, and every turn opens with a plan ("I'll read X first")."""

@@ -49,9 +49,14 @@ from compactd.transcript.jsjson import JS_WHITESPACE, nesting, stringify
 from compactd.transcript.messages import llm_visible
 from compactd.transcript.reader import Transcript, link_key, parse_transcript, read_transcript
 
+from tests.support import messages as msgs
 from tests.support.cli import compactd
 from tests.support.pi import clip_deep
 from tests.test_differential import PI_SCENARIOS, REAL_DIR, REAL_NAMES, canon, short
+
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi
@@ -793,20 +798,18 @@ def _entry(entry_id: Any, parent: Any, message: Any, **extra: Any) -> Json:
 
 
 def _user(text: str) -> Json:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1_750_000_000_000}
+    return msgs.user(text, ts=1_750_000_000_000)
 
 
 def _assistant(usage: Json | None = None, **extra: Any) -> Json:
-    return {
-        "role": "assistant",
-        "content": [{"type": "text", "text": "ok"}],
-        "provider": "anthropic",
-        "model": "claude-sonnet-4-5",
-        "usage": usage or {"input": 90, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 100},
-        "stopReason": "stop",
-        "timestamp": 1_750_000_001_000,
+    return msgs.assistant(
+        "ok",
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        usage=usage or msgs.usage(100, input=90, output=10),
+        ts=1_750_000_001_000,
         **extra,
-    }
+    )
 
 
 HEADER = _line(

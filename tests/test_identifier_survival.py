@@ -22,6 +22,10 @@ import yaml
 from tests.support.cli import compactd
 from tests.support.crash import BASE_MS, assistant, tool_result, user
 
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer
     from tests.support.pi import Pi

@@ -25,20 +25,21 @@ from compactd.summarize.identifiers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import messages as msgs
+
 Msg = dict[str, Any]
 
 
 def user(text: str) -> Msg:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+    return msgs.user(text, ts=1)
 
 
 def assistant(text: str = "", *calls: Msg) -> Msg:
-    content: list[Msg] = [{"type": "text", "text": text}] if text else []
-    return {"role": "assistant", "content": [*content, *calls], "stopReason": "stop", "timestamp": 2}
+    return msgs.assistant(*([text] if text else []), *calls, ts=2)
 
 
 def call(name: str, call_id: str = "c1", **arguments: Any) -> Msg:
-    return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+    return msgs.call(call_id, name, arguments)
 
 
 def result(text: str, call_id: str = "c1", **extra: Any) -> Msg:
@@ -593,6 +594,7 @@ identifier_texts = st.one_of(
 )
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 @settings(max_examples=150, deadline=None)
 @given(
     body=st.text(max_size=200),

@@ -31,6 +31,10 @@ from tests.test_cli_commands import EXAMPLES, LONG, SHORT
 from tests.test_commit_failures import tmpfs
 from tests.test_service_e2e import MODEL, Daemon, has_compaction, turn_ops, wait_for
 
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from tests.support.pi import Pi
 

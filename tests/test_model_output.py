@@ -13,10 +13,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import yaml
 from compactd.agents_md import HEADER
 
 from tests.support.cli import compactd
+
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.llm_server import StubLLMServer

@@ -356,6 +356,7 @@ def _endless(prefix: str, *, interval: float = 0.05) -> Reply:
     )
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @pytest.mark.timeout(60)
 def test_a_good_prefix_cut_off_by_the_deadline_is_committed_as_llm_partial(
     llm_server: StubLLMServer, pi: Pi, tmp_path: Path
@@ -414,6 +415,7 @@ def test_a_chunk_cut_off_by_the_first_deadline_is_folded_on_and_the_next_calls_a
         assert room is not None and max_tokens(call) <= max(room, MIN_PACED_OUTPUT_TOKENS)
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @pytest.mark.timeout(60)
 def test_a_bad_prefix_cut_off_by_the_deadline_gives_the_digest_and_still_teaches_the_speed(
     llm_server: StubLLMServer, pi: Pi, tmp_path: Path, caplog: pytest.LogCaptureFixture

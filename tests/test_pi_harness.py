@@ -12,6 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.support import messages as msgs
+
+# Pi's SessionManager in node, live sessions: the full run's, not the inner loop's.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from tests.support.pi import Pi
 
@@ -21,22 +26,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def user(text: str, ts: int) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": ts}
+    return msgs.user(text, ts=ts)
 
 
 def assistant(
     text: str, ts: int, total: int = 500, blocks: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": blocks if blocks is not None else [{"type": "text", "text": text}],
-        "api": "anthropic-messages",
-        "provider": "anthropic",
-        "model": "claude-sonnet-4-5",
-        "usage": {"input": total - 10, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": total},
-        "stopReason": "stop",
-        "timestamp": ts,
-    }
+    return msgs.assistant(
+        *(blocks if blocks is not None else [text]),
+        api="anthropic-messages",
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        usage=msgs.usage(total, input=total - 10, output=10),
+        ts=ts,
+    )
 
 
 def file_entries(path: str | Path) -> list[dict[str, Any]]:

@@ -637,6 +637,7 @@ def test_truncation_never_grows_and_fits(text: str, max_chars: int, min_keep: in
     out.encode("utf-8")  # no lone surrogate
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @given(
     text=TEXT, ratio=RATIO, min_keep=st.integers(0, 3000), note=st.sampled_from([None, "full text in f / e"])
 )
@@ -656,6 +657,7 @@ def test_suffix_counts_the_characters_removed(
     assert n == length - js_len(head) - js_len(tail)
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @given(
     body=PLAIN,
     last=st.text(alphabet=st.sampled_from("abc 123:/"), max_size=60).map(lambda s: f"Error: {s}"),
@@ -730,3 +732,65 @@ def test_plan_frees_what_is_asked_oldest_first(
     else:
         # Text without newlines is cut to the character: at most one token more than asked.
         assert need <= plan.tokens_saved <= need + 1
+
+
+def _reducible_by_rebuilding(items: list[tuple[str, dict[str, Any]]], max_chars: int) -> int:
+    """The routing figure the way it was first written: every cut built as a message and measured again."""
+    from compactd import prune
+
+    suffix_len = len(prune.truncation_suffix(1))
+    chars_before: list[int] = []
+    current: list[tuple[dict[str, Any], int]] = []
+    for _, message in items:
+        if message.get("role") != "toolResult":
+            continue
+        chars = tool_result_text_chars(message)
+        chars_before.append(chars)
+        if chars > max_chars:
+            message = prune._truncate_message(message, max_chars, 0, None, compat=True)
+            chars = tool_result_text_chars(message)
+        current.append((message, chars))
+    live = [i for i, (_, chars) in enumerate(current) if chars > 0]
+    remaining = sum(current[i][1] for i in live) - max_chars
+    if len(live) >= 2 and remaining > 0:
+        for i in sorted(live, key=lambda i: (-i, -current[i][1])):
+            if remaining <= 0:
+                break
+            message, chars = current[i]
+            if chars - suffix_len <= 0:
+                continue
+            target = max(suffix_len, chars - min(chars - suffix_len, remaining))
+            cut_chars = tool_result_text_chars(prune._truncate_message(message, target, 0, None, compat=True))
+            if chars - cut_chars > 0:
+                remaining -= chars - cut_chars
+                current[i] = (message, cut_chars)
+    return sum(chars_before) - sum(chars for _, chars in current)
+
+
+_PIECES = st.sampled_from(["a", "b ", "\n", "é", "你", "😀", "error", "}", "done", "x" * 700, "\n" * 3])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    results=st.lists(
+        st.lists(st.lists(_PIECES, max_size=40).map("".join), min_size=1, max_size=3), min_size=1, max_size=6
+    ),
+    max_chars=st.sampled_from([1, 40, 300, 2_000, 16_000]),
+)
+def test_reducible_chars_measured_without_building_equals_the_rebuilt_cuts(
+    results: list[list[str]], max_chars: int
+) -> None:
+    """Lengths only, first cuts built lazily, second cuts never: the figure stays OpenClaw's to the character
+    (multi-block results, astral characters, important tails, newlines near every cut)."""
+    items = [
+        (
+            f"e{i}",
+            {
+                "role": "toolResult",
+                "toolCallId": f"c{i}",
+                "content": [{"type": "text", "text": t} for t in texts],
+            },
+        )
+        for i, texts in enumerate(results)
+    ]
+    assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)

@@ -23,7 +23,11 @@ from compactd.config import load_config
 from compactd.job import compact_file
 from compactd.prune import MIDDLE_MARKER
 
+from tests.support import messages as msgs
 from tests.support.cli import compactd as run_compactd
+
+# Compactd once/compact as processes, judged by pi: the full run's, not the inner loop's.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.pi import Pi
@@ -38,23 +42,20 @@ SUFFIX_END = " more characters truncated; full text in "
 
 
 def user(text: str, ts: int) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": ts}
+    return msgs.user(text, ts=ts)
 
 
 def assistant(text: str, ts: int, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    blocks.extend(calls or [])
-    zero = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
-    return {
-        "role": "assistant",
-        "content": blocks,
-        "api": "openai-completions",
-        "provider": "openai",
-        "model": "small-model",
-        "usage": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0, "cost": zero},
-        "stopReason": "toolUse" if calls else "stop",
-        "timestamp": ts,
-    }
+    return msgs.assistant(
+        *([text] if text else []),
+        *(calls or []),
+        api="openai-completions",
+        provider="openai",
+        model="small-model",
+        usage=msgs.usage(0, cost=True),
+        stop="toolUse" if calls else "stop",
+        ts=ts,
+    )
 
 
 def source_file(turn: int, size: int) -> str:

@@ -26,6 +26,8 @@ from compactd.transcript.reader import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import messages as msgs
+
 Json = dict[str, Any]
 
 REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
@@ -79,23 +81,22 @@ def jsonl(*items: Json | bytes) -> bytes:
 
 
 def user(text: str) -> Json:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1_750_000_000_000}
+    return msgs.user(text, ts=1_750_000_000_000)
 
 
 def assistant(*blocks: Json | str, stop: str = "stop", total: int = 1000) -> Json:
-    return {
-        "role": "assistant",
-        "content": [{"type": "text", "text": b} if isinstance(b, str) else b for b in blocks],
-        "provider": "anthropic",
-        "model": "claude-sonnet-4-5",
-        "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": total},
-        "stopReason": stop,
-        "timestamp": 1_750_000_001_000,
-    }
+    return msgs.assistant(
+        *blocks,
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        usage=msgs.usage(total, input=10, output=5),
+        stop=stop,
+        ts=1_750_000_001_000,
+    )
 
 
 def call(call_id: str, name: str = "bash", **arguments: Any) -> Json:
-    return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+    return msgs.call(call_id, name, arguments)
 
 
 def result(call_id: str, text: str) -> Json:
@@ -667,12 +668,14 @@ def _check_shape(t: Transcript) -> None:
     build_context(t)
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=2000))
 def test_parse_never_raises_on_arbitrary_bytes(data: bytes) -> None:
     _check_shape(parse_transcript(data))
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=400))
 def test_parse_never_raises_on_arbitrary_bytes_after_a_header(data: bytes) -> None:
@@ -751,6 +754,7 @@ _LINE = st.one_of(
 )
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(_LINE, max_size=12),
@@ -891,6 +895,7 @@ _JSON_PIECES = st.sampled_from(
 )  # fmt: skip
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_JSON_PIECES, max_size=16).map("".join) | st.text(max_size=30))
 def test_the_iterative_parser_accepts_and_builds_exactly_what_the_json_module_does(text: str) -> None:

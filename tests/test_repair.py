@@ -13,15 +13,17 @@ from compactd.transcript.repair import SYNTHETIC_RESULT_TEXT, RepairReport, repa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import messages as msgs
+
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 
 
 def user(text: str = "hi") -> Message:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+    return msgs.user(text, ts=1)
 
 
 def call(call_id: str, name: str = "bash", kind: str = "toolCall") -> dict[str, Any]:
-    return {"type": kind, "id": call_id, "name": name, "arguments": {"command": "ls"}}
+    return msgs.call(call_id, name, {"command": "ls"}, kind=kind)
 
 
 def asst(*calls: dict[str, Any], stop: str = "toolUse", ts: int = 100) -> Message:
@@ -342,6 +344,7 @@ OTHER = st.sampled_from(
 MESSAGES = st.lists(st.one_of(ASSISTANT, RESULT, RESULT, OTHER), max_size=14)
 
 
+@pytest.mark.slow  # hypothesis-heavy or runs pi: left to the full run
 @given(messages=MESSAGES, policy=st.sampled_from(["preserve", "drop"]))
 @settings(max_examples=500, deadline=None)
 def test_repaired_pairing_is_valid_and_idempotent(messages: list[Message], policy: Any) -> None:

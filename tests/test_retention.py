@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 import yaml
 from compactd.commit import Journal, commit
 from compactd.commit.retention import expired
@@ -33,6 +34,7 @@ def compactd(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     return run_compactd(*args, env=env, timeout=120)
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_thirty_compactions_under_a_live_appender_keep_every_line_with_the_default_retention(
     pi: Pi, tmp_path: Path
 ) -> None:
@@ -108,6 +110,7 @@ def test_archives_of_sessions_never_compacted_again_age_out_at_start(pi: Pi, tmp
     assert Journal(state).all_archives() == {str(fresh): [recent.archive]}
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_status_shows_and_doctor_checks_the_archives_disk_use(pi: Pi, tmp_path: Path) -> None:
     root = tmp_path / "sessions"
     path = Path(pi.write(root, session_ops(6, side_branch=False))["path"])

@@ -193,6 +193,7 @@ def test_the_journal_is_never_taken_for_a_session(tmp_path: Path) -> None:
 # --- the service ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_once_never_rotates_a_file_behind_a_symlinked_directory(tmp_path: Path) -> None:
     base = tmp_path / "sessions"
     own = idle_copy(LONG, base / "own" / LONG.name)
@@ -213,6 +214,7 @@ def test_once_never_rotates_a_file_behind_a_symlinked_directory(tmp_path: Path) 
     assert f"{base / 'evil'} (from {base}/*) is not used as a sessions root" in doctor.stdout
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_a_directory_swapped_for_a_symlink_during_the_model_call_is_not_committed(
     tmp_path: Path, llm_server: StubLLMServer
 ) -> None:
@@ -261,6 +263,7 @@ def test_a_directory_swapped_for_a_symlink_during_the_model_call_is_not_committe
     assert not has_compaction(tmp_path / "moved" / LONG.name)
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_a_file_swapped_for_a_symlink_after_discovery_is_never_read(
     tmp_path: Path, pi: Pi, llm_server: StubLLMServer
 ) -> None:

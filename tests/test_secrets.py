@@ -23,6 +23,9 @@ from compactd.transcript.reader import read_transcript
 from tests.support.cli import compactd
 from tests.support.llm_server import Reply
 
+# Every command as a process, over two compactions: the full run's, not the inner loop's.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer
     from tests.support.pi import Pi

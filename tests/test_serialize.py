@@ -7,27 +7,25 @@ from typing import Any
 import pytest
 from compactd.summarize.serialize import format_tool_call, serialize_transcript, truncate_for_summary
 
+from tests.support import messages as msgs
+
 Msg = dict[str, Any]
 SECRET = "sk-" + "proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv"
 
 
 def user(text: str | list[Any]) -> Msg:
-    return {"role": "user", "content": text, "timestamp": 1}
+    return msgs.user(text, ts=1, bare=True)
 
 
 def assistant(*blocks: Msg, stop: str = "stop", error: str | None = None) -> Msg:
-    msg: Msg = {"role": "assistant", "content": list(blocks), "stopReason": stop, "timestamp": 2}
-    if error:
-        msg["errorMessage"] = error
-    return msg
+    return msgs.assistant(*blocks, stop=stop, ts=2, **({"errorMessage": error} if error else {}))
 
 
-def text(t: str) -> Msg:
-    return {"type": "text", "text": t}
+text = msgs.text
 
 
 def call(name: str, call_id: str = "c1", **arguments: Any) -> Msg:
-    return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+    return msgs.call(call_id, name, arguments)
 
 
 def result(t: str, *, name: str = "bash", call_id: str = "c1", error: bool = False, **extra: Any) -> Msg:

@@ -20,6 +20,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from compactd.transcript.reader import read_transcript
 
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer
     from tests.support.pi import Pi

@@ -27,12 +27,13 @@ from compactd.tokens import (
     usage_tokens,
 )
 
+from tests.support import messages as msgs
+
 Json = dict[str, Any]
 IMAGE = {"type": "image", "data": "aGVsbG8=" * 1000, "mimeType": "image/png"}
 
 
-def text(t: str) -> Json:
-    return {"type": "text", "text": t}
+text = msgs.text
 
 
 def usage(total: int | None = None, **parts: int) -> Json:
@@ -43,10 +44,7 @@ def usage(total: int | None = None, **parts: int) -> Json:
 
 
 def assistant(*blocks: Json, use: Json | None = None, stop: str = "stop", ts: int = 2_000) -> Json:
-    message: Json = {"role": "assistant", "content": list(blocks), "stopReason": stop, "timestamp": ts}
-    if use is not None:
-        message["usage"] = use
-    return message
+    return msgs.assistant(*blocks, usage=use, stop=stop, ts=ts)
 
 
 # ------------------------------------------------------------------------------------------------------------

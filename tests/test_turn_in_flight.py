@@ -22,6 +22,7 @@ import yaml
 from compactd.transcript.context import js_timestamp
 from compactd.transcript.reader import read_transcript
 
+from tests.support import messages as msgs
 from tests.support.cli import compactd
 from tests.test_service_e2e import (
     MODEL,
@@ -32,6 +33,10 @@ from tests.test_service_e2e import (
     turn_ops,
     wait_for,
 )
+
+# The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
+# leaves them to the full run and CI.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from tests.support.llm_server import StubLLMServer
@@ -45,19 +50,13 @@ USAGE = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens"
 
 
 def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
+    return msgs.user(text)
 
 
 def assistant(blocks: list[dict[str, Any]], stop: str) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": blocks,
-        "api": "anthropic-messages",
-        "provider": "anthropic",
-        "model": MODEL,
-        "usage": USAGE,
-        "stopReason": stop,
-    }
+    return msgs.assistant(
+        *blocks, api="anthropic-messages", provider="anthropic", model=MODEL, usage=USAGE, stop=stop
+    )
 
 
 CALL = {"type": "toolCall", "id": "call_big_1", "name": "read", "arguments": {"path": "/srv/app/big.txt"}}

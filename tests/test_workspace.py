@@ -109,6 +109,7 @@ def bodies(llm: StubLLMServer) -> list[str]:
 # --- end to end, as root --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @needs_root
 def test_a_cwd_naming_another_users_private_directory_is_not_a_workspace(
     tree: Path, pi: Pi, llm_server: StubLLMServer
@@ -140,6 +141,7 @@ def test_a_cwd_naming_another_users_private_directory_is_not_a_workspace(
     assert str(vouched) not in doctor.stdout
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 def test_cwd_slash_or_etc_creates_nothing(tree: Path, pi: Pi, llm_server: StubLLMServer) -> None:
     llm_server.responder = responder
     made = [Path("/memory"), Path("/etc/memory")]
@@ -159,6 +161,7 @@ def test_cwd_slash_or_etc_creates_nothing(tree: Path, pi: Pi, llm_server: StubLL
                 shutil.rmtree(p)
 
 
+@pytest.mark.slow  # processes, pi or many examples: left to the full run
 @needs_root
 def test_the_session_owners_workspace_is_used_with_their_identity(
     tree: Path, pi: Pi, llm_server: StubLLMServer

@@ -16,27 +16,33 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_UNUSABLE = 0, 1, 2
 
 
 def inspect_transcript(path: str | os.PathLike[str], transcript: Transcript | None = None) -> dict[str, Any]:
+    """The figures of one read: the branch is walked once (the transcript caches it) and each message of the
+    context is estimated and measured in the same pass."""
     transcript = transcript if transcript is not None else read_transcript(path)
     ledger = SessionLedger.from_transcript(transcript)
     figures = ledger.figures()
-    messages = [m for m in llm_visible(build_context(transcript).messages)]
     by_role: dict[str, int] = {}
-    for message in messages:
-        by_role[role_of(message)] = by_role.get(role_of(message), 0) + estimate_tokens(message)
+    tool_chars = count = 0
+    for message in llm_visible(build_context(transcript).messages):
+        count += 1
+        role = role_of(message)
+        by_role[role] = by_role.get(role, 0) + estimate_tokens(message)
+        if role == "toolResult":
+            tool_chars += tool_result_text_chars(message)
     return {
         "path": os.fspath(path),
         "session_id": transcript.session_id,
         "version": transcript.version,
         "entries": len(transcript.entries),
         "leaf_id": transcript.leaf_id,
-        "context_messages": len(messages),
+        "context_messages": count,
         "context_tokens": figures["tokens"],
         "estimated_with_margin": ledger.estimate.with_margin,
         "tokens_source": figures["tokens_source"],
         "usage_tokens": figures["usage_tokens"],
         "trailing_tokens": figures["trailing_tokens"],
         "by_role": dict(sorted(by_role.items())),
-        "tool_result_chars": sum(tool_result_text_chars(m) for m in messages),
+        "tool_result_chars": tool_chars,
         "provider": figures["provider"],
         "model": figures["model"],
         "bytes": transcript.size,

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from compactd.defaults import (
     CHARS_PER_TOKEN,
@@ -118,10 +118,14 @@ def truncation_suffix(omitted: int, note: str | None = None) -> str:
 
 
 def _suffix_factory(note: str | None) -> Suffix:
+    if note is None or note.isascii():  # already in code units: no conversion per call
+        return lambda omitted: truncation_suffix(omitted, note)
     return lambda omitted: _to_units(truncation_suffix(omitted, note))
 
 
 def _effective_min_keep(max_chars: int, min_keep: int, suffix: Suffix) -> int:
+    if min_keep <= 0:  # the recovery cuts' minimum: no suffix to build
+        return 0
     return max(0, min(min_keep, max(0, max_chars - len(suffix(1)))))
 
 
@@ -157,44 +161,117 @@ def _truncate(text: str, max_chars: int, min_keep: int, note: str | None, *, com
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     if js_len(text) <= max_chars:
         return text
-    suffix = _suffix_factory(note)
-    units = _to_units(text)
+    return _from_units(_cut_units(_to_units(text), max_chars, min_keep, _suffix_factory(note), compat=compat))
+
+
+def _cut_units(units: str, max_chars: int, min_keep: int, suffix: Suffix, *, compat: bool) -> str:
+    """``_truncate`` on a text already in code units, the result in code units (its length is its JS length)."""
+    if len(units) <= max_chars:
+        return units
+    head_end, tail_start = _cut_points(units, max_chars, min_keep, suffix, compat=compat)
+    head = units[:head_end]
+    tail = units[tail_start:] if tail_start is not None else ""
+    marker = MIDDLE_MARKER if tail_start is not None else ""
+    if compat:
+        return _bounded_openclaw(head + marker + tail, len(units), max_chars, suffix)
+    return _bounded(head, marker, tail, len(units), max_chars, suffix)
+
+
+def _cut_len(units: _Units, max_chars: int, min_keep: int, suffix: Suffix) -> int:
+    """The length of ``_cut_units(..., compat=True)``, without building it (the routing figure needs no text)."""
     length = len(units)
-    safe_end = _keep if compat else _safe_end
-    safe_start = _keep if compat else _safe_start
+    if length <= max_chars:
+        return length
+    head_end, tail_start = _cut_points(units, max_chars, min_keep, suffix, compat=True)
+    kept = head_end if tail_start is None else head_end + len(MIDDLE_MARKER) + length - tail_start
+    return _openclaw_fit(kept, length, max_chars, suffix)[1]
+
+
+class _Units(Protocol):
+    """What a cut reads of a text in code units: a ``str``, or a ``_PendingCut``."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: slice, /) -> str: ...
+    def rfind(self, sub: str, start: int, end: int, /) -> int: ...
+    def find(self, sub: str, start: int, /) -> int: ...
+
+
+class _PendingCut:
+    """OpenClaw's cut of a text, built only if a second cut reads past the part it shares with the original.
+
+    The routing figure cuts each result twice (to the cap, then to the aggregate budget, mostly down to the
+    bare suffix): the second cut of a short budget reads only the first few characters, which are the
+    original's, so the first cut's text is never built.
+    """
+
+    __slots__ = ("_built", "_cut", "_length", "_original", "_shared")
+
+    def __init__(self, units: str, max_chars: int, min_keep: int, suffix: Suffix) -> None:
+        head_end, tail_start = _cut_points(units, max_chars, min_keep, suffix, compat=True)
+        kept = head_end if tail_start is None else head_end + len(MIDDLE_MARKER) + len(units) - tail_start
+        keep, self._length = _openclaw_fit(kept, len(units), max_chars, suffix)
+        self._original = units
+        self._shared = min(keep, head_end, self._length)  # the cut starts with this much of the original
+        self._cut = (max_chars, min_keep, suffix)
+        self._built: str | None = None
+
+    def text(self) -> str:
+        if self._built is None:
+            max_chars, min_keep, suffix = self._cut
+            self._built = _cut_units(self._original, max_chars, min_keep, suffix, compat=True)
+        return self._built
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: slice, /) -> str:
+        return self.text()[index]
+
+    def rfind(self, sub: str, start: int, end: int, /) -> int:
+        if start >= 0 and end <= self._shared:
+            return self._original.rfind(sub, start, end)
+        return self.text().rfind(sub, start, end)
+
+    def find(self, sub: str, start: int, /) -> int:
+        return self.text().find(sub, start)
+
+
+def _cut_points(
+    units: _Units, max_chars: int, min_keep: int, suffix: Suffix, *, compat: bool
+) -> tuple[int, int | None]:
+    """Where a text longer than ``max_chars`` is cut: the head's end and the tail's start (None: head only).
+
+    ``compat`` (OpenClaw's cut) takes the positions as they fall, even inside a surrogate pair; ours moves
+    them off a pair, which needs the text itself (a ``str``).
+    """
+    length = len(units)
     eff_min_keep = _effective_min_keep(max_chars, min_keep, suffix)
     budget = max(eff_min_keep, max_chars - len(suffix(max(1, length - max_chars))))
 
-    if _important_tail(units) and budget > eff_min_keep * 2:
+    head_end: int
+    tail_start: int | None = None
+    if budget > eff_min_keep * 2:
         tail_budget = min(math.floor(budget * TAIL_SHARE), TAIL_MAX_CHARS)
         head_budget = budget - tail_budget - len(MIDDLE_MARKER)
-        if head_budget > eff_min_keep:
-            head_cut = head_budget
+        # The tail is searched only when a head-and-tail cut could follow (most second cuts are too short).
+        if head_budget > eff_min_keep and _important_tail(units[-IMPORTANT_TAIL_WINDOW:]):
+            head_end = head_budget
             newline = units.rfind("\n", 0, head_budget + 1)
             if newline > head_budget * HEAD_NEWLINE_SHARE:
-                head_cut = newline
+                head_end = newline
             tail_start = length - tail_budget
             newline = units.find("\n", tail_start)
             if newline != -1 and newline < tail_start + tail_budget * TAIL_NEWLINE_SHARE:
                 tail_start = newline + 1
-            head = units[: safe_end(units, head_cut)]
-            tail = units[safe_start(units, tail_start) :]
-            if compat:
-                return _from_units(_bounded_openclaw(head + MIDDLE_MARKER + tail, length, max_chars, suffix))
-            return _from_units(_bounded(head, MIDDLE_MARKER, tail, length, max_chars, suffix))
-
-    cut = budget
-    newline = units.rfind("\n", 0, budget + 1)
-    if newline > budget * HEAD_NEWLINE_SHARE:
-        cut = newline
-    head = units[: safe_end(units, cut)]
+    if tail_start is None:
+        head_end = budget
+        newline = units.rfind("\n", 0, budget + 1)
+        if newline > budget * HEAD_NEWLINE_SHARE:
+            head_end = newline
     if compat:
-        return _from_units(_bounded_openclaw(head, length, max_chars, suffix))
-    return _from_units(_bounded(head, "", "", length, max_chars, suffix))
-
-
-def _keep(_units: str, index: int) -> int:
-    return index
+        return head_end, tail_start
+    assert isinstance(units, str)
+    return _safe_end(units, head_end), None if tail_start is None else _safe_start(units, tail_start)
 
 
 def _bounded(head: str, marker: str, tail: str, length: int, max_chars: int, suffix: Suffix) -> str:
@@ -218,13 +295,20 @@ def _bounded(head: str, marker: str, tail: str, length: int, max_chars: int, suf
 
 def _bounded_openclaw(kept: str, length: int, max_chars: int, suffix: Suffix) -> str:
     """OpenClaw's ``appendBoundedTruncationSuffix``: counts the marker as kept and trims the end."""
+    keep, total = _openclaw_fit(len(kept), length, max_chars, suffix)
+    final = kept[:keep] + suffix(max(1, length - keep))
+    return final[:total]
+
+
+def _openclaw_fit(kept: int, length: int, max_chars: int, suffix: Suffix) -> tuple[int, int]:
+    """``appendBoundedTruncationSuffix`` on lengths: (characters of the kept text left, length of the result)."""
     while True:
-        final = kept + suffix(max(1, length - len(kept)))
-        if len(final) <= max_chars:
-            return final
+        final = kept + len(suffix(max(1, length - kept)))
+        if final <= max_chars:
+            return kept, final
         if not kept:
-            return final[:max_chars]
-        kept = kept[: max(0, len(kept) - (len(final) - max_chars))]
+            return 0, max_chars
+        kept = max(0, kept - (final - max_chars))
 
 
 # --- one tool result ----------------------------------------------------------------------------------------
@@ -458,21 +542,31 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
     together must fit the same budget, the newest cut first (larger first on ties). The route compares this
     with OpenClaw's thresholds, so it follows OpenClaw's own cuts; our plan is ``plan_pruning``, which takes
     only what the target needs, oldest first, and has no aggregate cap.
+
+    Only lengths matter here, so the texts stay in code units from start to end (each converted once, never
+    back, never re-measured) and no message is rebuilt: ``inspect`` and every decision pay for this figure.
     """
     if max_chars < 1:
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     suffix = _suffix_factory(None)
     chars_before: list[int] = []
-    current: list[tuple[Message, int]] = []
+    current: list[tuple[list[_Units], int]] = []
     for _, message in items:
         if role_of(message) != "toolResult":
             continue
-        chars = tool_result_text_chars(message)
+        texts = [_to_units(block["text"]) for block in _text_blocks(message)]
+        chars = sum(map(len, texts))
         chars_before.append(chars)
+        blocks: list[_Units] = list(texts)
         if chars > max_chars:
-            message = _truncate_message(message, max_chars, RECOVERY_MIN_KEEP_CHARS, None, compat=True)
-            chars = tool_result_text_chars(message)
-        current.append((message, chars))
+            blocks = [
+                _PendingCut(units, budget, keep, suffix) if len(units) > budget else units
+                for units, (budget, keep) in zip(
+                    texts, _block_budgets(texts, chars, max_chars, suffix), strict=True
+                )
+            ]
+            chars = sum(map(len, blocks))
+        current.append((blocks, chars))
     live = [i for i, (_, chars) in enumerate(current) if chars > 0]
     total = sum(current[i][1] for i in live)
     if len(live) >= 2 and total > max_chars:
@@ -482,15 +576,34 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
         for i in sorted(live, key=lambda i: (-i, -current[i][1])):
             if remaining <= 0:
                 break
-            message, chars = current[i]
+            blocks, chars = current[i]
             reducible = max(0, chars - floor_chars)
             if reducible <= 0:
                 continue
             target = max(floor_chars, chars - min(reducible, remaining))
-            cut = _truncate_message(message, target, RECOVERY_MIN_KEEP_CHARS, None, compat=True)
-            cut_chars = tool_result_text_chars(cut)
+            cut_chars = _cut_blocks_len(blocks, chars, target, suffix)
             if chars - cut_chars <= 0:
                 continue
             remaining -= chars - cut_chars
-            current[i] = (cut, cut_chars)
+            current[i] = (blocks, cut_chars)
     return sum(chars_before) - sum(chars for _, chars in current)
+
+
+def _block_budgets(
+    blocks: Sequence[_Units], total: int, max_chars: int, suffix: Suffix
+) -> Iterator[tuple[int, int]]:
+    """OpenClaw's ``truncateToolResultMessage`` (recovery minimum 0): each block's budget and minimum kept."""
+    eff_min_keep = _effective_min_keep(max_chars, RECOVERY_MIN_KEEP_CHARS, suffix)
+    for units in blocks:
+        length = len(units)
+        proportional = math.floor(max_chars * (length / total))
+        floor_chars = eff_min_keep + len(suffix(max(1, length - proportional)))
+        yield max(1, min(max_chars, max(floor_chars, proportional))), eff_min_keep
+
+
+def _cut_blocks_len(blocks: Sequence[_Units], total: int, max_chars: int, suffix: Suffix) -> int:
+    """The length of a result's text blocks once OpenClaw's recovery cuts them, without building them."""
+    if total <= max_chars:
+        return total
+    budgets = _block_budgets(blocks, total, max_chars, suffix)
+    return sum(_cut_len(u, budget, keep, suffix) for u, (budget, keep) in zip(blocks, budgets, strict=True))

@@ -12,9 +12,12 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
-from watchfiles import Change, awatch
+
+if TYPE_CHECKING:
+    from watchfiles import Change
 
 from compactd.config import expand_user
 from compactd.roots import forbidden_root, literal_base, resolve_links, untrusted_link, within
@@ -149,6 +152,8 @@ async def watch_root(
     root: str, stop: anyio.Event, *, debounce_ms: int, step_ms: int, rust_timeout_ms: int = 1000
 ) -> AsyncIterator[set[str]]:
     """Batches of transcript paths that may have changed under ``root`` (an empty batch is a heartbeat)."""
+    from watchfiles import awatch  # imported here: only ``run`` watches, and watchfiles loads multiprocessing
+
     async for changes in awatch(
         root,
         watch_filter=_filter,

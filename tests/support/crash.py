@@ -25,6 +25,8 @@ from compactd.commit.atomic import is_our_tmp
 from compactd.transcript.context import entry_to_message
 from compactd.transcript.reader import Transcript, parse_line, read_transcript
 
+from tests.support import messages as msgs
+
 # The test side of the commit path's seam (``compactd.commit.atomic.step_hook``): step name -> callable run at
 # that step (to replace or delete the file mid-commit), and the step at which a forked child kills itself.
 TEST_HOOKS: dict[str, Callable[[], None]] = {}
@@ -57,44 +59,28 @@ def iso_ms(ms: int) -> str:
 
 
 def user(text: str, ts: int) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": ts}
+    return msgs.user(text, ts=ts)
 
 
 def assistant(text: str, ts: int, calls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    blocks.extend(calls)
-    return {
-        "role": "assistant",
-        "content": blocks,
-        "api": "anthropic-messages",
-        "provider": "anthropic",
-        "model": "claude-sonnet-4-5",
-        "usage": {
-            "input": 900,
-            "output": 50,
-            "cacheRead": 0,
-            "cacheWrite": 0,
-            "totalTokens": 950,
-            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
-        },
-        "stopReason": "toolUse" if calls else "stop",
-        "timestamp": ts,
-    }
+    return msgs.assistant(
+        *([text] if text else []),
+        *calls,
+        api="anthropic-messages",
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        usage=msgs.usage(950, input=900, output=50, cost=True),
+        stop="toolUse" if calls else "stop",
+        ts=ts,
+    )
 
 
 def tool_call(call_id: str, path: str) -> dict[str, Any]:
-    return {"type": "toolCall", "id": call_id, "name": "read", "arguments": {"path": path}}
+    return msgs.call(call_id, "read", {"path": path})
 
 
 def tool_result(call_id: str, text: str, ts: int) -> dict[str, Any]:
-    return {
-        "role": "toolResult",
-        "toolCallId": call_id,
-        "toolName": "read",
-        "content": [{"type": "text", "text": text}],
-        "isError": False,
-        "timestamp": ts,
-    }
+    return msgs.tool_result(call_id, text, name="read", ts=ts)
 
 
 def session_ops(turns: int = 8, *, side_branch: bool = True, result_chars: int = 600) -> list[dict[str, Any]]:

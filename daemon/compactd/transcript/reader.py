@@ -107,6 +107,8 @@ class Transcript:
     identity: tuple[int, int] | None = None
     _by_id: dict[str, Entry] | None = field(default=None, repr=False)
     _links: dict[Hashable, Entry] | None = field(default=None, repr=False)
+    # The current branch and whether its walk ended at a cycle: computed once, as the indexes above.
+    _branch: tuple[list[Entry], bool] | None = field(default=None, repr=False)
 
     @property
     def usable(self) -> bool:
@@ -158,7 +160,34 @@ class Transcript:
         return entry
 
     def branch(self, leaf_id: str | None = None) -> list[Entry]:
-        """Root → leaf path, stopping silently at a missing parent (like pi) and at a cycle (pi would hang)."""
+        """Root → leaf path, stopping silently at a missing parent (like pi) and at a cycle (pi would hang).
+
+        The current branch (no ``leaf_id``) is walked once per transcript: validation, the context, the ledger
+        and the budget all start from it. Callers get a copy, so one caller's edit never reaches another.
+        """
+        if leaf_id is None:
+            if self._branch is None:
+                path = self._walk(None)
+                self._branch = (path, self._ends_at_cycle(path))
+            return list(self._branch[0])
+        return self._walk(leaf_id)
+
+    def has_cycle(self) -> bool:
+        """The current branch's parent links loop back on themselves (pi would hang on load)."""
+        if self._branch is None:
+            self.branch()
+        assert self._branch is not None
+        return self._branch[1]
+
+    def _ends_at_cycle(self, path: list[Entry]) -> bool:
+        # The walk stops at a missing parent or at an entry already on the path: a root whose parent still
+        # resolves was reached twice.
+        if not path:
+            return False
+        key = link_key(path[0].get("parentId"))
+        return key is not None and key in self.links()
+
+    def _walk(self, leaf_id: str | None) -> list[Entry]:
         index = self.links()
         path: list[Entry] = []
         seen: set[int] = set()
@@ -477,7 +506,7 @@ def validate(transcript: Transcript) -> list[Problem]:
                 )
             )
     branch = transcript.branch()
-    if _has_cycle(transcript):
+    if transcript.has_cycle():
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
     line_of = {id(e): ln for e, ln in zip(transcript.entries, transcript.lines, strict=False)}
     branch_ids = {e["id"] for e in branch if isinstance(e.get("id"), str)}
@@ -559,19 +588,6 @@ def _depth_problems(transcript: Transcript) -> list[Problem]:
                 )
             )
     return problems
-
-
-def _has_cycle(transcript: Transcript) -> bool:
-    index = transcript.links()
-    current = transcript.leaf()
-    seen: set[int] = set()
-    while current is not None:
-        if id(current) in seen:
-            return True
-        seen.add(id(current))
-        key = link_key(current.get("parentId"))
-        current = index.get(key) if key is not None else None
-    return False
 
 
 def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Problem]:

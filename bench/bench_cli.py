@@ -1,0 +1,204 @@
+"""The command line, whole process: ``compactd once --dry-run`` over a corpus and ``compactd inspect`` of one big
+transcript, each against a bare ``orjson.loads`` loop over the same bytes, in the same run.
+
+Every side is a fresh ``python`` process (interpreter start, imports, reading the files, the work, exit), timed
+by its CPU seconds (user + system, ``getrusage(RUSAGE_CHILDREN)``), so time the scheduler gave to other
+processes does not count. The variants run in a shuffled order in every round; the ratio is
+``bare CPU ÷ ours`` (1.0: as fast as parsing the lines and nothing else). Target: ≥ 0.5 for both.
+
+    python -m bench.bench_cli [--corpus DIR] [--big FILE] [--runs K] [--code DIR] [--json] [--smoke]
+
+``--code DIR`` runs the ``compactd`` package found in ``DIR`` (e.g. an old version exported with
+``git archive <rev> daemon | tar -x -C /tmp/old``, then ``--code /tmp/old/daemon``): the "before" figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.corpus import generate_corpus
+
+TARGET_RATIO = 0.5
+DEFAULT_FILES = 200
+DEFAULT_MB = 100.0
+DEFAULT_BIG_MB = 200.0
+DEFAULT_RUNS = 3
+
+# The floor: the same files read and every line parsed, nothing kept (the interpreter's start included, as ours).
+BARE_LOOP = """
+import sys, orjson
+loads = orjson.loads
+for name in sys.argv[1:]:
+    with open(name, "rb") as f:
+        data = f.read()
+    for line in data.split(b"\\n"):
+        if line.strip():
+            loads(line)
+"""
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_process(argv: list[str], env: dict[str, str]) -> float:
+    """CPU seconds of one child process run to its end; a failure is an error, not a figure."""
+    start = _child_cpu()
+    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    elapsed = _child_cpu() - start
+    if done.returncode not in (0, 1):  # once exits 1 when a session failed: still a full pass
+        raise RuntimeError(f"{argv} exited {done.returncode}: {done.stderr.decode(errors='replace')[-2000:]}")
+    return elapsed
+
+
+def write_config(directory: Path, roots: list[Path]) -> Path:
+    config = directory / "config.yaml"
+    (directory / "state").mkdir(exist_ok=True)
+    roots_yaml = ", ".join(orjson.dumps(str(r)).decode() for r in roots)
+    config.write_text(f"sessions:\n  roots: [{roots_yaml}]\nstate_dir: {directory / 'state'}\n")
+    return config
+
+
+def measure(
+    commands: dict[str, tuple[list[str], list[str]]], env: dict[str, str], runs: int, seed: int = 0
+) -> dict[str, dict[str, Any]]:
+    """For each measure (ours, bare): CPU seconds per run, the order of all processes shuffled per round."""
+    rng = random.Random(seed)
+    times: dict[tuple[str, str], list[float]] = {}
+    jobs = [(name, side) for name in commands for side in ("ours", "bare")]
+    for name, side in jobs:  # warm-up: bytecode compiled and cached, files in the page cache
+        timed_process(commands[name][0 if side == "ours" else 1], env)
+    for _ in range(runs):
+        rng.shuffle(jobs)
+        for name, side in jobs:
+            ours, bare = commands[name]
+            times.setdefault((name, side), []).append(timed_process(ours if side == "ours" else bare, env))
+    result: dict[str, dict[str, Any]] = {}
+    for name in commands:
+        ours_t, bare_t = times[(name, "ours")], times[(name, "bare")]
+        result[name] = {
+            "ours_cpu_s": round(min(ours_t), 3),
+            "bare_cpu_s": round(min(bare_t), 3),
+            "ratio": round(min(bare_t) / min(ours_t), 3),
+            "ratio_median": round(statistics.median(b / o for b, o in zip(bare_t, ours_t, strict=True)), 3),
+            "command": " ".join(commands[name][0][1:]),
+        }
+        result[name]["meets_target"] = result[name]["ratio"] >= TARGET_RATIO
+    return result
+
+
+def run(
+    corpus: Path | None = None,
+    big: Path | None = None,
+    *,
+    files: int = DEFAULT_FILES,
+    mb: float = DEFAULT_MB,
+    big_mb: float = DEFAULT_BIG_MB,
+    seed: int = 1,
+    runs: int = DEFAULT_RUNS,
+    code: Path | None = None,
+    only: list[str] | None = None,
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="compactd-bench-cli-") as tmp_name:
+        tmp = Path(tmp_name)
+        if corpus is None:
+            corpus = tmp / "corpus"
+            generate_corpus(corpus, files, int(mb * 1_000_000), seed)
+        if big is None:
+            generate_corpus(tmp / "big", 1, int(big_mb * 1_000_000), seed)
+            big = next((tmp / "big").glob("*.jsonl"))
+        config = write_config(tmp, [corpus])
+        corpus_files = [str(p) for p in sorted(corpus.glob("*.jsonl"))]
+        env = dict(os.environ)
+        # Bytecode as an installed package has it: compiled once (the warm-up below), then read from a cache.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        if code is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        py = sys.executable
+        commands = {
+            "once --dry-run": (
+                [py, "-m", "compactd", "once", "--dry-run", "--config", str(config)],
+                [py, "-c", BARE_LOOP, *corpus_files],
+            ),
+            "inspect": (
+                [py, "-m", "compactd", "inspect", str(big), "--config", str(config)],
+                [py, "-c", BARE_LOOP, str(big)],
+            ),
+        }
+        if only:
+            commands = {name: commands[name] for name in only}
+        measures = measure(commands, env, runs)
+        return {
+            "corpus_files": len(corpus_files),
+            "corpus_bytes": sum(os.path.getsize(p) for p in corpus_files),
+            "big_bytes": big.stat().st_size,
+            "runs": runs,
+            "code": str(code) if code is not None else None,
+            "target_ratio": TARGET_RATIO,
+            "measures": measures,
+        }
+
+
+def report(result: dict[str, Any]) -> str:
+    out = [
+        f"corpus: {result['corpus_files']} files, {result['corpus_bytes'] / 1e6:.1f} MB; "
+        f"inspect: one {result['big_bytes'] / 1e6:.1f} MB file; best of {result['runs']}, CPU seconds"
+        + (f"; code from {result['code']}" if result["code"] else ""),
+        f"{'command':<16} {'compactd':>9} {'bare loop':>10} {'ratio':>7} {'median':>7}  target >= {result['target_ratio']}",
+    ]
+    for name, m in result["measures"].items():
+        out.append(
+            f"{name:<16} {m['ours_cpu_s']:9.3f} {m['bare_cpu_s']:10.3f} {m['ratio']:7.3f} "
+            f"{m['ratio_median']:7.3f}  {'met' if m['meets_target'] else 'NOT met'}"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_cli", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, help="an existing corpus directory (else one is generated)")
+    parser.add_argument("--big", type=Path, help="an existing transcript for inspect (else one is generated)")
+    parser.add_argument("--files", type=int, default=DEFAULT_FILES)
+    parser.add_argument("--mb", type=float, default=DEFAULT_MB)
+    parser.add_argument("--big-mb", type=float, default=DEFAULT_BIG_MB)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    parser.add_argument("--code", type=Path, help="run the compactd package in this directory (before/after)")
+    parser.add_argument(
+        "--only", action="append", choices=("once --dry-run", "inspect"), help="measure only this command"
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to prove the bench works")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.files, args.mb, args.big_mb, args.runs = 3, 0.3, 0.3, 1
+    result = run(
+        args.corpus,
+        args.big,
+        files=args.files,
+        mb=args.mb,
+        big_mb=args.big_mb,
+        seed=args.seed,
+        runs=args.runs,
+        code=args.code,
+        only=args.only,
+    )
+    sys.stdout.write((orjson.dumps(result).decode() if args.json else report(result)) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

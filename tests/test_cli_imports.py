@@ -1,0 +1,50 @@
+"""What a command loads: ``once --dry-run`` reads and decides, so the summarizer, the compaction path and the
+watcher (watchfiles pulls in multiprocessing) stay unloaded; they cost a third of its time when they did."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.corpus import generate_session
+
+REPO = Path(__file__).resolve().parents[1]
+LOADED = """
+import json, sys
+from compactd.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+NOT_FOR_A_DRY_RUN = (
+    "compactd.job",
+    "compactd.summarize.engine",
+    "compactd.summarize.llm",
+    "watchfiles",
+    "openai",
+)
+
+
+def loaded_by(*argv: str) -> tuple[int, str, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED, *argv], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    return report["code"], done.stdout, set(report["modules"])
+
+
+def test_once_dry_run_over_a_due_session_loads_no_summarizer_and_no_watcher(tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    generate_session(
+        sessions / "big.jsonl", 900_000, seed=3
+    )  # about 225,000 tokens: over the 180,000 threshold
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sessions:\n  roots: [{sessions}]\nstate_dir: {tmp_path / 'state'}\n")
+
+    code, out, modules = loaded_by("once", "--dry-run", "--config", str(config))
+
+    assert code == 0, out
+    assert "big.jsonl" in out and "route=truncate_tool_results_only" in out  # due, and a route was planned
+    assert not modules & set(NOT_FOR_A_DRY_RUN), sorted(modules & set(NOT_FOR_A_DRY_RUN))
