@@ -718,6 +718,16 @@ class Service:
                 self.notifier.status(self.status_line())
             await anyio.sleep(self.config.service.status_refresh_seconds)
 
+    def write_status(self) -> None:
+        """status.json alone (the start-up's: it shows the daemon serving); everything is still dirty."""
+        from compactd.state import write_status
+
+        try:
+            write_status(self.config.state_dir, self.status())
+        except Exception as exc:  # as write_state: the sessions are still served
+            log.warning("action=state_write_failed error=%s", describe_error(exc))
+        self.dirty = True
+
     def write_state(self) -> None:
         from compactd.state import write_status
 
@@ -893,12 +903,13 @@ class Service:
                 tg.start_soon(self.watch_roots, tg)
                 for _ in range(self.config.summarizer.max_concurrency):
                     tg.start_soon(self.worker)
-                tg.start_soon(self.status_loop)
                 tg.start_soon(self.watchdog_loop)
-                await anyio.sleep(0)
-                self.write_state()
+                self.write_status()
                 self.notifier.ready(self.status_line())
                 log.info("action=ready sessions=%d state_dir=%s", len(self.sessions), self.config.state_dir)
+                # sessions.json, the snapshots and metrics.prom follow at once, after READY: serving needs
+                # none of them, and with 10,000 sessions they are megabytes
+                tg.start_soon(self.status_loop)
         finally:
             self.task_group = None
             with anyio.CancelScope(shield=True):
