@@ -209,21 +209,23 @@ class SessionState:
         """Tolerant: unknown keys are ignored and a value of the wrong type falls back to the default, so
         one odd field (a newer version's, a hand edit) does not cost the session its back-off."""
         state = cls(path=path)
-        for name, annotation, is_float in _persisted_fields():
-            if name not in data:
+        for name, annotation, is_float, default in _persisted_fields():
+            value = data.get(name, default)
+            if (
+                value is default
+            ):  # absent, or None where None is the default: nothing to set (the common case)
                 continue
-            value = data[name]
             if _fits(annotation, value):
                 setattr(state, name, float(value) if is_float and value is not None else value)
         return state
 
 
 @functools.cache
-def _persisted_fields() -> tuple[tuple[str, str, bool], ...]:
-    """SessionState's saved fields with their annotations, worked out once (``from_json`` runs per session:
-    10,000 of them at a start)."""
+def _persisted_fields() -> tuple[tuple[str, str, bool, object], ...]:
+    """SessionState's saved fields with their annotations and defaults, worked out once (``from_json`` runs
+    per session: 10,000 of them at a start)."""
     return tuple(
-        (f.name, str(f.type).replace(" ", ""), _is_float_field(f.type))
+        (f.name, str(f.type).replace(" ", ""), _is_float_field(f.type), f.default)
         for f in fields(SessionState)
         if f.name != "path"
     )
