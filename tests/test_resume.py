@@ -494,3 +494,52 @@ def test_load_removes_the_temp_files_of_a_dead_writer_only(tmp_path: Path) -> No
     live.write_bytes(b"{")
     SnapshotStore(tmp_path / "state").load()
     assert not dead.exists() and live.exists()
+
+
+def test_start_up_reads_each_file_once_and_still_sees_one_created_right_after(tmp_path: Path) -> None:
+    """The start-up scans each root once (its watcher is in place before the read, not started after it to
+    scan again), and a file created between that read and the first rescan is reported by the watcher."""
+    import anyio
+    from compactd.config import load_config
+    from compactd.service import Service
+
+    root, state = tmp_path / "sessions", tmp_path / "state"
+    root.mkdir()
+    for i in range(3):
+        (root / f"s{i}.jsonl").write_bytes(transcript(2))
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(
+        yaml.safe_dump(
+            {
+                "sessions": {"roots": [str(root)]},
+                "state_dir": str(state),
+                "memory_flush": {"enabled": False},
+                "service": {"rescan_seconds": 3600},
+            }
+        )
+    )
+    service = Service(load_config(str(config_path)))
+    refreshed: list[str] = []
+    refresh, discover = service.refresh, service.discover
+    late = root / "late.jsonl"
+
+    def counted(path: str, **kwargs: Any) -> None:
+        refreshed.append(path)
+        refresh(path, **kwargs)
+
+    def discover_then_create(**kwargs: Any) -> set[str]:
+        seen = discover(**kwargs)
+        late.write_bytes(transcript(2))  # after the start-up read: only the watcher can report it
+        return seen
+
+    service.refresh = counted  # type: ignore[method-assign]
+    service.discover = discover_then_create  # type: ignore[method-assign]
+
+    async def until_late_is_watched() -> None:
+        with anyio.fail_after(30):
+            while str(late) not in service.sessions:
+                await anyio.sleep(0.01)  # polling the condition, bounded by the deadline
+
+    assert anyio.run(service.serve, until_late_is_watched) == 0
+    early = [p for p in refreshed if p != str(late)]
+    assert sorted(early) == [str(root / f"s{i}.jsonl") for i in range(3)]  # each exactly once

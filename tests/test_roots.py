@@ -301,3 +301,21 @@ def test_a_file_swapped_for_a_symlink_after_discovery_is_never_read(
         assert d.stop() == 0
     finally:
         d.kill()
+
+
+def test_a_directory_swapped_for_a_symlink_after_its_check_is_refused(tmp_path: Path) -> None:
+    """realpath is paid once per directory (IntactDirs), yet a root replaced by a symlink leading elsewhere
+    is caught at the next file: its path now leads to another directory."""
+    from compactd.roots import IntactDirs
+
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    for d in (root, elsewhere):
+        (d / "a.jsonl").write_text("{}\n")
+    dirs, path = IntactDirs(), str(root / "a.jsonl")
+    assert dirs.is_session_path(path, os.lstat(path))
+    root.rename(tmp_path / "moved")
+    root.symlink_to(elsewhere)
+    assert not dirs.is_session_path(path, os.lstat(path))
+    assert not dirs.is_session_path(str(root), os.lstat(root))  # the symlink itself

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "FORBIDDEN_ROOT_TREES",
+    "IntactDirs",
     "forbidden_root",
     "is_session_path",
     "literal_base",
@@ -134,3 +135,34 @@ def is_session_path(path: str) -> bool:
     except OSError:
         return False
     return stat.S_ISREG(info.st_mode) and os.path.realpath(path) == path
+
+
+class IntactDirs:
+    """Whether directories still resolve to themselves, with ``realpath`` paid once per directory instead of
+    once per file: a directory found intact is remembered with the identity ``stat`` gave it just before the
+    check, and checked in full again as soon as its path leads to another directory (a component swapped for
+    a symlink that leads elsewhere). A symlink swapped in that leads back to the very same directory changes
+    nothing of what is reached through it."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[int, int]] = {}
+
+    def intact(self, directory: str) -> bool:
+        try:
+            st = os.stat(directory)
+        except OSError:
+            return False
+        identity = (st.st_dev, st.st_ino)
+        if self._known.get(directory) == identity:
+            return True
+        if os.path.realpath(directory) != directory:
+            self._known.pop(directory, None)
+            return False
+        self._known[directory] = identity
+        return True
+
+    def is_session_path(self, path: str, info: os.stat_result) -> bool:
+        """:func:`is_session_path` for ``path`` whose ``lstat`` is ``info``."""
+        return stat.S_ISREG(info.st_mode) and self.intact(os.path.dirname(path))

@@ -26,7 +26,7 @@ from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.ledger import SessionLedger
 from compactd.planning import figures_of
-from compactd.roots import is_session_path
+from compactd.roots import IntactDirs, is_session_path
 from compactd.state import Backoff, SessionState, describe_error
 from compactd.tail import Change
 from compactd.tracker import SessionTracker
@@ -135,6 +135,7 @@ class Service:
         self._reported: dict[str, str] = {}
         self._state_write_error: str | None = None
         self._unreadable: dict[str, tuple[int, ...] | None] = {}  # path -> its stat when reading it failed
+        self._dirs = IntactDirs()  # realpath once per directory, not once per file
 
     # --- sessions -------------------------------------------------------------------------------------------
     def session_state(self, path: str) -> SessionState:
@@ -183,9 +184,10 @@ class Service:
 
     def _refresh(self, path: str, *, seeded: bool = False) -> None:
         try:
-            mode = os.lstat(path).st_mode
+            info: os.stat_result | None = os.lstat(path)
         except FileNotFoundError:
-            mode = stat.S_IFREG  # gone: the tracker reports it missing and it is forgotten below
+            info = None  # gone: the tracker reports it missing and it is forgotten below
+        mode = stat.S_IFREG if info is None else info.st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
             # Not a transcript (scan_root never lists one); opening a FIFO would block the whole service.
             self.sessions.pop(path, None)
@@ -193,7 +195,7 @@ class Service:
             kind = file_kind(mode)
             self._report_once(path, kind, logging.WARNING, f"action=ignored reason=not a transcript: {kind}")
             return
-        if os.path.lexists(path) and not is_session_path(path):
+        if info is not None and not self._dirs.is_session_path(path, info):
             # Swapped for a symlink, or its directory was: what it leads to is not under a root.
             if self.sessions.pop(path, None) is not None or path not in self.refused:
                 log.warning(
@@ -648,17 +650,28 @@ class Service:
         waits = [d.wait_seconds for d in decisions if d is not None]
         return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
 
+    async def watch_new_roots(self, tg: Any) -> list[str]:
+        """Start a watcher for every root not watched yet and return (those roots) once each is in place, so
+        that a scan of them made now misses nothing: what changes after it is reported by its watcher."""
+        started: list[tuple[str, anyio.Event]] = []
+        for root in self.root_paths():
+            if root not in self.roots:
+                stop, armed = anyio.Event(), anyio.Event()
+                self.roots[root] = stop
+                tg.start_soon(self._watch_one, root, stop, armed)
+                started.append((root, armed))
+        for root, armed in started:
+            await armed.wait()
+            log.info("root=%s action=watching", root)
+        return [root for root, _ in started]
+
     async def watch_roots(self, tg: Any) -> None:
-        """Start a watcher for every root, now and whenever a new one appears; rescan periodically."""
+        """Watch every root that appears (the start-up's are watched before :meth:`discover` reads them, so
+        each is scanned once); rescan periodically."""
         while not self.stopping:
-            for root in self.root_paths():
-                if root not in self.roots:
-                    stop = anyio.Event()
-                    self.roots[root] = stop
-                    tg.start_soon(self._watch_one, root, stop)
-                    for path in scan_root(root):
-                        self.refresh(path)
-                    log.info("root=%s action=watching", root)
+            for root in await self.watch_new_roots(tg):
+                for path in scan_root(root):  # a root that appeared since the last scan
+                    self.refresh(path)
             with anyio.move_on_after(self.config.service.rescan_seconds):
                 await self.rescan_due.wait()
             self.rescan_due = anyio.Event()
@@ -666,11 +679,21 @@ class Service:
             if time.monotonic() - self.last_sweep >= RETENTION_SWEEP_SECONDS:
                 await anyio.to_thread.run_sync(self.sweep_archives)
 
-    async def _watch_one(self, root: str, stop: anyio.Event) -> None:
+    async def _watch_one(self, root: str, stop: anyio.Event, armed: anyio.Event) -> None:
+        """Follow one root's events; ``armed`` is set once its watch is in place (or it failed to start)."""
         s = self.config.service
+
+        def on_armed() -> None:  # called in watchfiles' thread
+            anyio.from_thread.run_sync(armed.set)
+
         try:
             async for paths in watch_root(
-                root, stop, debounce_ms=s.debounce_ms, step_ms=s.step_ms, rust_timeout_ms=WATCH_HEARTBEAT_MS
+                root,
+                stop,
+                debounce_ms=s.debounce_ms,
+                step_ms=s.step_ms,
+                rust_timeout_ms=WATCH_HEARTBEAT_MS,
+                armed=on_armed,
             ):
                 self.heartbeat = time.monotonic()
                 for path in paths:
@@ -682,6 +705,8 @@ class Service:
                 root,
                 describe_error(exc),
             )
+        finally:
+            armed.set()  # a watcher that never started must not hold up the start-up
         self.roots.pop(root, None)
 
     async def status_loop(self) -> None:
@@ -692,6 +717,16 @@ class Service:
                 await anyio.to_thread.run_sync(self.write_state)
                 self.notifier.status(self.status_line())
             await anyio.sleep(self.config.service.status_refresh_seconds)
+
+    def write_status(self) -> None:
+        """status.json alone (the start-up's: it shows the daemon serving); everything is still dirty."""
+        from compactd.state import write_status
+
+        try:
+            write_status(self.config.state_dir, self.status())
+        except Exception as exc:  # as write_state: the sessions are still served
+            log.warning("action=state_write_failed error=%s", describe_error(exc))
+        self.dirty = True
 
     def write_state(self) -> None:
         from compactd.state import write_status
@@ -862,17 +897,19 @@ class Service:
                         self.shutdown(tg.cancel_scope)
 
                     tg.start_soon(trigger)
+                await self.watch_new_roots(tg)  # before the read: a file changed during it is reported
                 self.discover()
                 release_free_memory()  # the start-up read of every transcript leaves freed heap behind
                 tg.start_soon(self.watch_roots, tg)
                 for _ in range(self.config.summarizer.max_concurrency):
                     tg.start_soon(self.worker)
-                tg.start_soon(self.status_loop)
                 tg.start_soon(self.watchdog_loop)
-                await anyio.sleep(0)
-                self.write_state()
+                self.write_status()
                 self.notifier.ready(self.status_line())
                 log.info("action=ready sessions=%d state_dir=%s", len(self.sessions), self.config.state_dir)
+                # sessions.json, the snapshots and metrics.prom follow at once, after READY: serving needs
+                # none of them, and with 10,000 sessions they are megabytes
+                tg.start_soon(self.status_loop)
         finally:
             self.task_group = None
             with anyio.CancelScope(shield=True):

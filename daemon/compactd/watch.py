@@ -9,10 +9,10 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
@@ -148,10 +148,40 @@ def _filter(change: Change, path: str) -> bool:
     return is_transcript_name(os.path.basename(path))
 
 
+class _ArmedStop:
+    """The stop event handed to watchfiles. Its watch thread polls ``is_set`` only once the inotify watch is in
+    place, so the first poll tells ``armed`` that every change from then on will be reported: a scan made after
+    that misses nothing (the start-up reads each file once, after the watch, instead of once before and once
+    after)."""
+
+    __slots__ = ("_armed", "_stop")
+
+    def __init__(self, stop: anyio.Event, armed: Callable[[], None]) -> None:
+        self._stop = stop
+        self._armed: Callable[[], None] | None = armed
+
+    def is_set(self) -> bool:
+        armed, self._armed = self._armed, None
+        if armed is not None:
+            armed()
+        return self._stop.is_set()
+
+    def set(self) -> None:
+        self._stop.set()
+
+
 async def watch_root(
-    root: str, stop: anyio.Event, *, debounce_ms: int, step_ms: int, rust_timeout_ms: int = 1000
+    root: str,
+    stop: anyio.Event,
+    *,
+    debounce_ms: int,
+    step_ms: int,
+    rust_timeout_ms: int = 1000,
+    armed: Callable[[], None] | None = None,
 ) -> AsyncIterator[set[str]]:
-    """Batches of transcript paths that may have changed under ``root`` (an empty batch is a heartbeat)."""
+    """Batches of transcript paths that may have changed under ``root`` (an empty batch is a heartbeat).
+
+    ``armed`` is called (from watchfiles' thread) once the watch is in place."""
     from watchfiles import awatch  # imported here: only ``run`` watches, and watchfiles loads multiprocessing
 
     async for changes in awatch(
@@ -159,7 +189,8 @@ async def watch_root(
         watch_filter=_filter,
         debounce=debounce_ms,
         step=step_ms,
-        stop_event=stop,
+        # watchfiles calls nothing but is_set() and set() on it
+        stop_event=stop if armed is None else cast(anyio.Event, _ArmedStop(stop, armed)),
         recursive=False,
         rust_timeout=rust_timeout_ms,
         yield_on_timeout=True,

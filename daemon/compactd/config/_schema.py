@@ -66,7 +66,9 @@ class SessionsConfig:
 
     def is_ignored(self, path: str | os.PathLike[str]) -> bool:
         """Whether a transcript's base name matches one of the ``ignore`` globs."""
-        name = Path(path).name
+        if not self.ignore:
+            return False  # the common case, once per file per scan: kept cheap
+        name = os.path.basename(os.fspath(path))
         return any(fnmatchcase(name, pattern) for pattern in self.ignore)
 
 

@@ -7,6 +7,7 @@ the daemon was restarted. Every file is replaced whole by :func:`compactd.durabl
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -208,23 +209,39 @@ class SessionState:
         """Tolerant: unknown keys are ignored and a value of the wrong type falls back to the default, so
         one odd field (a newer version's, a hand edit) does not cost the session its back-off."""
         state = cls(path=path)
-        for f in fields(cls):
-            if f.name == "path" or f.name not in data:
+        for name, annotation, is_float, default in _persisted_fields():
+            value = data.get(name, default)
+            if (
+                value is default
+            ):  # absent, or None where None is the default: nothing to set (the common case)
                 continue
-            value = data[f.name]
-            if _fits(f.type, value):
-                setattr(
-                    state, f.name, float(value) if _is_float_field(f.type) and value is not None else value
-                )
+            if _fits(annotation, value):
+                setattr(state, name, float(value) if is_float and value is not None else value)
         return state
+
+
+@functools.cache
+def _persisted_fields() -> tuple[tuple[str, str, bool, object], ...]:
+    """SessionState's saved fields with their annotations and defaults, worked out once (``from_json`` runs
+    per session: 10,000 of them at a start)."""
+    return tuple(
+        (f.name, str(f.type).replace(" ", ""), _is_float_field(f.type), f.default)
+        for f in fields(SessionState)
+        if f.name != "path"
+    )
 
 
 def _is_float_field(annotation: object) -> bool:
     return str(annotation).startswith("float")
 
 
+@functools.cache
+def _kinds(annotation: str) -> frozenset[str]:
+    return frozenset(annotation.replace(" ", "").split("|"))
+
+
 def _fits(annotation: object, value: object) -> bool:
-    kinds = str(annotation).replace(" ", "").split("|")
+    kinds = _kinds(str(annotation))
     if value is None:
         return "None" in kinds
     if isinstance(value, bool):
