@@ -1,4 +1,4 @@
-"""A session's token budget: window, prompt budget and thresholds (spec-openclaw §§3-5).
+"""A session's token budget: window, prompt budget and thresholds (design.md §§6.2-6.4).
 
 Pure arithmetic over the configuration and two figures from the ledger: the raw pi-style token estimate and
 the tool-result characters pruning could remove. It reproduces OpenClaw's precheck figures exactly, float
@@ -40,7 +40,7 @@ __all__ = [
 Guard = Literal["ok", "warn", "block"]
 WindowSource = Literal["models_config", "agent_cap", "default"]
 
-# Truncation alone must free the overflow plus this slack (spec §5 step 5): a route that only just fits would
+# Truncation alone must free the overflow plus this slack (design.md §6.4): a route that only just fits would
 # overflow again on the next reply.
 TRUNCATE_ONLY_SLACK_CHARS = 2_048
 # ... and at least this multiple of the overflow, since a truncated result keeps a marker and a suffix.
@@ -73,7 +73,7 @@ def guard(window: int) -> Guard:
 
 
 def min_prompt_budget(window: int) -> int:
-    """Tokens the prompt always keeps: min(8,000, max(1, ⌊window × 0.5⌋)) (spec §4)."""
+    """Tokens the prompt always keeps: min(8,000, max(1, ⌊window × 0.5⌋)) (design.md §6.3)."""
     return min(MIN_PROMPT_BUDGET_TOKENS, max(1, math.floor(window * MIN_PROMPT_BUDGET_RATIO)))
 
 
@@ -88,7 +88,7 @@ def max_tokens_within(threshold: int) -> int:
 
 
 def tool_result_max_chars(config: Config, window: int) -> int:
-    """The most characters one tool result may keep: min(⌊window × share⌋ × 4, hard cap) (spec §6.1)."""
+    """The most characters one tool result may keep: min(⌊window × share⌋ × 4, hard cap) (design.md §6.5)."""
     c = config.compaction
     return max_tool_result_chars(window, c.tool_result_max_chars, c.tool_result_share)
 
@@ -136,7 +136,7 @@ def budget_for_window(
     estimated_tokens: int,
     reducible_chars: int,
 ) -> Budget:
-    """The budget for a known window: OpenClaw's ``shouldPreemptivelyCompactBeforePrompt`` (spec §5)."""
+    """The budget for a known window: OpenClaw's ``shouldPreemptivelyCompactBeforePrompt`` (design.md §6.4)."""
     if estimated_tokens < 0:
         raise ValueError(f"estimated_tokens must be >= 0, got {estimated_tokens}")
     # A figure past what we count (the reader reports it as figure_overflow) is clamped, never an

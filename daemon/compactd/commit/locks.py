@@ -1,6 +1,6 @@
 """OpenClaw's per-session write lock, and compactd's single-instance lock.
 
-Session locks follow OpenClaw's ``session-write-lock.ts`` (spec-pi-session-format.md §11): ``<realpath of
+Session locks follow OpenClaw's ``session-write-lock.ts`` (design.md §6.12): ``<realpath of
 dir>/<file>.jsonl.lock``, created exclusively, body ``{"pid", "createdAt", "starttime"}``. A lock is stale
 when its pid is dead or recycled or it is older than 30 minutes; a lock lacking pid/createdAt (a garbage body,
 or one caught between create and write) is stale only once its mtime is 30 minutes old. We apply these rules
@@ -403,7 +403,7 @@ class InstanceLock:
     claims keep them apart), so a ``once`` and a ``run`` exclude each other.
 
     The file is never renamed or removed, so every instance locks the same inode (a lock on a file that is
-    later replaced protects nothing, engineering.md §2.4). The holder's pid is written into it for humans and
+    later replaced protects nothing, design.md §7.2). The holder's pid is written into it for humans and
     for the error message; the lock itself is the flock, dropped by the kernel when the process dies.
     """
 

@@ -1,4 +1,4 @@
-"""What is appended after the model's summary (spec-openclaw §11 steps 3, 9 and 13), as pure functions.
+"""What is appended after the model's summary (design.md §6.8), as pure functions.
 
 The suffix carries what a summary most often loses and an agent most needs to go on: the last summarized turns
 (clipped; the kept turns themselves follow the summary whole), the tool calls that failed (so they are not
@@ -24,7 +24,7 @@ from typing import Any
 from compactd.defaults import KEEP_RECENT_TURNS, SUMMARY_MAX_CHARS
 from compactd.transcript.messages import Message, blocks_of, role_of, text_of, tool_call_id, tool_calls
 
-# Caps from OpenClaw's compaction safeguard (spec §11): enough to recognise a turn or an error, small enough
+# Caps from OpenClaw's compaction safeguard (design.md §6.8): enough to recognise a turn or an error, small enough
 # that the suffix stays a fraction of the 16,000-character summary budget.
 RECENT_TURN_MAX_CHARS = 600
 TOOL_FAILURE_MAX_ITEMS = 8
@@ -58,7 +58,7 @@ def _cap(text: str, limit: int) -> str:
 
 # --- recent turns -------------------------------------------------------------------------------------------
 def select_recent_turns(messages: Sequence[Message], turns: int = KEEP_RECENT_TURNS) -> list[Message]:
-    """The last turns of ``messages`` (spec §11 step 9): user/assistant messages from the ``turns``-th last
+    """The last turns of ``messages`` (design.md §6.8): user/assistant messages from the ``turns``-th last
     user message on; with fewer user messages, every user message plus the newest 2×``turns`` user/assistant
     messages; plus the tool results that answer a kept assistant's calls. Original order."""
     if turns <= 0:
@@ -175,7 +175,7 @@ def first_per_call(messages: Iterable[Message]) -> list[Message]:
 
 def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
     """Failed tool results in order, the first per ``toolCallId``. Pass the messages *with* their
-    ``details``: status and exit code live there. Tool results only (spec §11 step 3): a user's own command
+    ``details``: status and exit code live there. Tool results only (design.md §6.8): a user's own command
     is not a tool call the agent might retry."""
     return first_per_call(m for m in messages if role_of(m) == "toolResult" and is_tool_failure(m))
 

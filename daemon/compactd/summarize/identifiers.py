@@ -1,7 +1,7 @@
 """Identifiers a summary must keep, guaranteed by extraction and repair rather than hoped for from a prompt.
 
 Summaries lose specifics: an independent count found 9.8 % of file paths, 0.2 % of commands and 1.9 % of
-numbers surviving peers' compactions (peers.md §(c) 3). Here every identifier in the summarized span is
+numbers surviving peers' compactions (design.md §7.8). Here every identifier in the summarized span is
 extracted, ranked, checked against the summary and — when the model dropped it — appended verbatim under
 ``## Exact identifiers``, with no further model call.
 

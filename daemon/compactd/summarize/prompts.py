@@ -1,6 +1,6 @@
 """Every instruction text compactd sends to a model, in one place.
 
-The wording follows the intent of OpenClaw's compaction prompts (spec-openclaw §§10-11, 14) in our own words.
+The wording follows the intent of OpenClaw's compaction prompts (design.md §§6.7, 6.8 and 6.10) in our own words.
 Two ideas run through all of it: the transcript is *data* (wrapped in tags the model is told never to obey,
 and any fake closing tag inside it is defused), and operator-supplied text is fenced as untrusted so it can
 steer emphasis but not break the structure the checks in ``quality.py`` rely on.
@@ -22,7 +22,7 @@ IDENTIFIER_INSTRUCTIONS_MAX_CHARS = 4_000
 
 IDENTIFIER_POLICIES = ("strict", "off", "custom")
 
-# The memory flush's "nothing to store" answer (spec §14); ``memory.py`` writes nothing when it sees it.
+# The memory flush's "nothing to store" answer (design.md §6.10); ``memory.py`` writes nothing when it sees it.
 NO_REPLY = "NO_REPLY"
 
 # Tags that delimit data in our prompts. Any of them appearing inside fenced text is defused, so a transcript
