@@ -23,6 +23,7 @@ from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
 from compactd.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
+from compactd.openclaw import refusal as openclaw_refusal
 from compactd.planning import budget_for, prune_plan, readiness
 from compactd.roots import is_session_path
 from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
@@ -243,6 +244,9 @@ async def compact_file(
     """
     if not is_session_path(path):
         return JobResult(path, "none", reason="refusing: not a regular file reached without symlinks")
+    sqlite_refusal = openclaw_refusal(path)
+    if sqlite_refusal is not None:
+        return JobResult(path, "none", reason=f"refusing: {sqlite_refusal}")
     transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,17 +141,25 @@ def scan_root(root: str) -> list[str]:
     return sorted(paths)
 
 
-def _filter(change: Change, path: str) -> bool:
-    return is_transcript_name(os.path.basename(path))
-
-
 async def watch_root(
-    root: str, stop: anyio.Event, *, debounce_ms: int, step_ms: int, rust_timeout_ms: int = 1000
+    root: str,
+    stop: anyio.Event,
+    *,
+    debounce_ms: int,
+    step_ms: int,
+    rust_timeout_ms: int = 1000,
+    names: Callable[[str], bool] = is_transcript_name,
 ) -> AsyncIterator[set[str]]:
-    """Batches of transcript paths that may have changed under ``root`` (an empty batch is a heartbeat)."""
+    """Batches of paths directly under ``root`` whose file name ``names`` accepts (transcripts by default;
+    an OpenClaw database's ``-wal`` for the SQLite source) that may have changed (an empty batch is a
+    heartbeat)."""
+
+    def wanted(change: Change, path: str) -> bool:
+        return names(os.path.basename(path))
+
     async for changes in awatch(
         root,
-        watch_filter=_filter,
+        watch_filter=wanted,
         debounce=debounce_ms,
         step=step_ms,
         stop_event=stop,
