@@ -44,9 +44,7 @@ def two_agents(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
     database.parent.mkdir()
     sqlite3.connect(database).close()  # a database, as OpenClaw 2026.9 creates one per agent
     config = tmp_path / "config.yaml"
-    config.write_text(
-        yaml.safe_dump({"sessions": {"roots": [str(state / "agents" / "*" / "sessions")]}})
-    )
+    config.write_text(yaml.safe_dump({"sessions": {"roots": [str(state / "agents" / "*" / "sessions")]}}))
     env = {
         "STATE_DIRECTORY": str(tmp_path / "state"),
         "XDG_CONFIG_HOME": str(tmp_path / "no-config"),

@@ -280,7 +280,7 @@ class OpenClawSource:
             return self._back_off(st, f"gateway {exc.kind}", str(exc))
         except RpcError as exc:
             self.gateway_problem = None
-            if "active run" in exc.message.lower():
+            if "retry after it finishes" in exc.message.lower():  # an active run or queued work: busy
                 return self._retry_later(st, exc.message)
             return self._back_off(st, "gateway", str(exc))
         self.gateway_problem = None

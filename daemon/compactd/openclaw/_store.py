@@ -43,9 +43,12 @@ class Node:
 
     @property
     def active_run(self) -> str | None:
-        """The run writing this session now (``activeWriterRunId``), if any."""
+        """The run writing this session now, if any: ``activeWriterRunId`` while the entry's ``status`` is
+        ``running`` (the id stays behind once the run is ``done``)."""
         value = self.entry.get("activeWriterRunId")
-        return value if isinstance(value, str) and value else None
+        if self.entry.get("status") != "running":
+            return None
+        return value if isinstance(value, str) and value else "unknown"
 
     @property
     def updated_at(self) -> float | None:
