@@ -6,6 +6,7 @@ agent), :class:`OpenClawSource` (the service's second session source), :func:`di
 """
 
 from compactd.openclaw._discovery import Agent, Install, discover
+from compactd.openclaw._doctor import check_openclaw
 from compactd.openclaw._guard import refusal, sqlite_agent_of
 from compactd.openclaw._source import OpenClawSource
 from compactd.openclaw._thresholds import Thresholds, openclaw_budget, thresholds
@@ -15,6 +16,7 @@ __all__ = [
     "Install",
     "OpenClawSource",
     "Thresholds",
+    "check_openclaw",
     "discover",
     "openclaw_budget",
     "refusal",

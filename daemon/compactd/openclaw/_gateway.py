@@ -56,8 +56,9 @@ def _error_of(frame: dict[str, Any]) -> RpcError:
     )
 
 
-def call(url: str, token: str | None, method: str, params: dict[str, Any], *, timeout: float) -> Any:
-    """Connect, authenticate, call ``method`` once and return its payload (blocking: run it in a thread).
+def call(url: str, token: str | None, method: str | None, params: dict[str, Any], *, timeout: float) -> Any:
+    """Connect, authenticate, call ``method`` once and return its payload (blocking: run it in a thread);
+    with ``method`` None, only connect (``doctor``'s probe) and return the gateway's hello.
 
     Raises :class:`GatewayError` when the gateway cannot be asked and :class:`RpcError` when it answers no.
     """
@@ -91,10 +92,10 @@ def call(url: str, token: str | None, method: str, params: dict[str, Any], *, ti
 
         _await_challenge(ws, deadline)
         try:
-            request("connect", connect_params(token))
+            hello = request("connect", connect_params(token))
         except RpcError as exc:
             raise GatewayError("refused", f"the gateway refused the connection: {exc}", exc.code) from None
-        return request(method, params)
+        return hello if method is None else request(method, params)
     except TimeoutError:
         raise GatewayError("down", f"no answer from {url} within {timeout:.0f}s") from None
     except WebSocketException as exc:
