@@ -11,6 +11,7 @@ its RPC and verified in the database before it counts.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,19 @@ _WATCHED_NAMES = frozenset({DATABASE_NAME, DATABASE_NAME + "-wal"})
 
 def _watched(name: str) -> bool:
     return name in _WATCHED_NAMES
+
+
+def _signature(database: str) -> tuple[int, ...]:
+    """What a write by the gateway changes: the database's and its ``-wal``'s size and mtime."""
+    out: list[int] = []
+    for path in (database, database + "-wal"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.extend((-1, -1))
+        else:
+            out.extend((st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 @dataclass(slots=True)
@@ -421,6 +435,7 @@ class OpenClawSource:
         from compactd.watch import watch_root
 
         s = self.config.service
+        last = _signature(agent.database)
         try:
             async for paths in watch_root(
                 directory,
@@ -430,7 +445,10 @@ class OpenClawSource:
                 rust_timeout_ms=5_000,
                 names=_watched,
             ):
-                if paths:
+                # Our own read opens the -wal, which the watcher may report: only a new size or mtime counts.
+                signature = _signature(agent.database)
+                if paths and signature != last:
+                    last = signature
                     await anyio.to_thread.run_sync(lambda: self.refresh(agent))
         except Exception as exc:
             log.warning(
