@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -99,6 +100,7 @@ class OpenClawSource:
     watching: dict[str, anyio.Event] = field(default_factory=dict)
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- discover / refresh -------------------------------------------------------------------------------
     @property
@@ -129,6 +131,10 @@ class OpenClawSource:
 
         A database that cannot be read fails its sessions' reading (logged once), never the service.
         """
+        with self._lock:  # the watcher's thread and the worker's may both refresh an agent
+            self._refresh(agent)
+
+    def _refresh(self, agent: Agent) -> None:
         store = self.stores.setdefault(agent.database, Store(agent.database))
         now = time.time()
         try:
