@@ -226,6 +226,19 @@ def cmd_doctor(args: argparse.Namespace, out: TextIO) -> int:
     return run_doctor(args.config, out)
 
 
+def cmd_summarize(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.provider import RequestError, run_summarize
+
+    config = _load_config(args)
+    try:
+        answer = run_summarize(config, sys.stdin.buffer.read(), workspace=args.workspace, agent=args.agent)
+    except RequestError as exc:
+        sys.stderr.write(f"compactd summarize: {exc}\n")
+        return 2
+    out.write(answer + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compactd", description=__doc__)
     parser.add_argument("--version", action="version", version=f"compactd {__version__}")
@@ -265,6 +278,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p = add("status", cmd_status, "Show the sessions and the daemon's health from the state directory.")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--config")
+    p = add(
+        "summarize",
+        cmd_summarize,
+        "Summarize messages given as JSON on stdin (OpenClaw's compaction provider).",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="the only format: {messages, previousSummary} in, {summary} out"
+    )
+    p.add_argument(
+        "--workspace", metavar="DIR", help="the workspace whose AGENTS.md rules the summary carries"
+    )
+    p.add_argument("--agent", default="main", help="the OpenClaw agent id, for the config's workspaces")
     p.add_argument("--config")
     p = add("doctor", cmd_doctor, "Check the config, roots, permissions and the summarizer endpoint.")
     p.add_argument("--config")

@@ -1,0 +1,187 @@
+"""``compactd summarize --json``: compactd's summary of a span another agent cut (OpenClaw's compaction provider).
+
+OpenClaw 2026.9 chooses the cut, persists and accounts itself, and asks a compaction-provider plugin only for
+the summary text of ``{messages, previousSummary, customInstructions}`` (pi message objects). The plugin in
+``integrations/openclaw/compactd/`` pipes that JSON here. The span goes through the same engine as a
+transcript: it is laid out as a pi branch (header, the previous summary as a compaction entry, the messages,
+then one stand-in user message the cut keeps), so the engine's cut puts every given message in the span, and
+redaction, ``toolResult.details`` and runtime-context stripping, chunking to the summarizer's window, the
+headings, identifier repair and the digest fallback are the ones every compaction uses. The workspace's
+critical rules (AGENTS.md) are appended to the text, since OpenClaw stores only the summary.
+
+Bad input is an error (exit 2, a message on stderr, nothing on stdout), so the plugin falls back to OpenClaw's
+own summarizer; a failing model is not an error: the digest answers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from compactd.config import Config
+from compactd.summarize.engine import CompactionEngine, iso_now
+from compactd.transcript.reader import Transcript, parse_transcript
+
+log = logging.getLogger(__name__)
+
+# The stand-in for what follows the span: the cut keeps it, so every given message is summarized.
+CONTINUATION_TEXT = "(the conversation continues after this point)"
+INPUT_MAX_BYTES = 256 * 1024 * 1024
+
+
+class RequestError(ValueError):
+    """The input is not a summary request; nothing was summarized."""
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    messages: list[dict[str, Any]]
+    previous_summary: str | None = None
+    custom_instructions: str | None = None
+
+
+def _optional_text(payload: dict[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RequestError(f"{key} must be a string or null, got {type(value).__name__}")
+    return value or None
+
+
+def parse_request(data: bytes) -> SummaryRequest:
+    """The request in ``data``; raises :class:`RequestError` with what is wrong."""
+    if not data.strip():
+        raise RequestError(
+            "no input: expected a JSON object {messages, previousSummary?, customInstructions?}"
+        )
+    try:
+        payload = json.loads(data)  # the standard module: a transcript's lone surrogates must not be refused
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(f"input is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise RequestError(f"expected a JSON object, got {type(payload).__name__}")
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        raise RequestError("messages must be a list of message objects")
+    if not messages:
+        raise RequestError("messages is empty: nothing to summarize")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not message["role"]:
+            raise RequestError(f"messages[{index}] is not a message object with a role")
+    return SummaryRequest(
+        messages=messages,
+        previous_summary=_optional_text(payload, "previousSummary"),
+        custom_instructions=_optional_text(payload, "customInstructions"),
+    )
+
+
+def span_transcript(request: SummaryRequest, *, cwd: str = "/") -> Transcript:
+    """The request as a pi branch whose cut (keeping nothing but the stand-in) summarizes every message."""
+    stamp = iso_now()
+    entries: list[dict[str, Any]] = [
+        {"type": "session", "version": 3, "id": "compactd-provider", "timestamp": stamp, "cwd": cwd}
+    ]
+    ids = [f"{index + 1:08x}" for index in range(len(request.messages) + 2)]
+    parent: str | None = None
+    if request.previous_summary:
+        entries.append(
+            {
+                "type": "compaction",
+                "id": ids[-2],
+                "parentId": None,
+                "timestamp": stamp,
+                "summary": request.previous_summary,
+                "firstKeptEntryId": ids[0],
+                "tokensBefore": 0,
+            }
+        )
+        parent = ids[-2]
+    for entry_id, message in zip(ids, request.messages, strict=False):
+        entries.append(
+            {"type": "message", "id": entry_id, "parentId": parent, "timestamp": stamp, "message": message}
+        )
+        parent = entry_id
+    continuation = {"role": "user", "content": CONTINUATION_TEXT, "timestamp": 0}
+    entries.append(
+        {"type": "message", "id": ids[-1], "parentId": parent, "timestamp": stamp, "message": continuation}
+    )
+    data = b"\n".join(json.dumps(e, ensure_ascii=True).encode() for e in entries) + b"\n"
+    return parse_transcript(data, check=False)
+
+
+async def summarize_request(
+    request: SummaryRequest, config: Config, *, client: Any, agents_md: str | None = None
+) -> dict[str, Any]:
+    """``{"summary", "level"}``: the engine's summary of the request's span, with the rules appended."""
+    from compactd.job import engine_settings
+
+    settings = replace(
+        engine_settings(config),
+        keep_recent_turns=0,  # OpenClaw appends its own verbatim recent turns after the returned text
+        keep_recent_tokens=0,
+        custom_instructions=request.custom_instructions,
+    )
+    if agents_md:  # room for the rules under the same cap as the whole summary
+        settings = replace(
+            settings,
+            summary_max_chars=max(1_000, settings.summary_max_chars - settings.post_compaction_max_chars - 2),
+        )
+    engine = CompactionEngine(settings, client)
+    result = await engine.compact(span_transcript(request), agents_md=agents_md)
+    if result is None:
+        raise RequestError("nothing to summarize in messages")
+    summary = result.summary
+    if result.post_message is not None and isinstance(result.post_message.get("content"), str):
+        summary = summary.rstrip() + "\n\n" + result.post_message["content"]
+    return {"summary": summary, "level": result.level}
+
+
+def _workspace_path(config: Config, workspace: str | None, agent: str) -> Path | None:
+    """``--workspace``, else the compactd config's workspace for the OpenClaw agent (its sessions dir under
+    ``$OPENCLAW_STATE_DIR``, as for the agent's files)."""
+    if workspace:
+        return Path(workspace).expanduser()
+    state = Path(os.environ.get("OPENCLAW_STATE_DIR") or Path.home() / ".openclaw")
+    return config.agents.workspace_for(
+        state / "agents" / agent / "sessions" / "session.jsonl", agent_id=agent
+    )
+
+
+def dump_answer(answer: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(answer).decode()
+    except TypeError:  # lone surrogates: JSON carries them escaped
+        return json.dumps(answer, ensure_ascii=True)
+
+
+def run_summarize(config: Config, data: bytes, *, workspace: str | None = None, agent: str = "main") -> str:
+    """The JSON answer for the request in ``data``; raises :class:`RequestError` on bad input."""
+    import anyio
+
+    from compactd.job import make_client
+    from compactd.workspace import configured_workspace, read_agents_md
+
+    if len(data) > INPUT_MAX_BYTES:
+        raise RequestError(f"input is larger than {INPUT_MAX_BYTES} bytes")
+    request = parse_request(data)
+    path = _workspace_path(config, workspace, agent)
+    rules = read_agents_md(configured_workspace(path)) if path is not None else None
+
+    async def go() -> dict[str, Any]:
+        client = make_client(config)
+        try:
+            return await summarize_request(request, config, client=client, agents_md=rules)
+        finally:
+            if client is not None:
+                await client.close()
+
+    answer = anyio.run(go)
+    log.info("summarized %d messages at level %s", len(request.messages), answer["level"])
+    return dump_answer(answer)
