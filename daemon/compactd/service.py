@@ -123,7 +123,10 @@ class Service:
         self._state_write_error: str | None = None
         self._unreadable: dict[str, tuple[int, ...] | None] = {}  # path -> its stat when reading it failed
         # The second session source: OpenClaw 2026.9+ agents, followed in their databases.
-        self.openclaw = OpenClawSource(config, self.env, client=self.client)
+        self.openclaw = OpenClawSource(config, self.env, client=self.client, changed=self._mark_dirty)
+
+    def _mark_dirty(self) -> None:
+        self.dirty = True
 
     # --- sessions -------------------------------------------------------------------------------------------
     def session_state(self, path: str) -> SessionState:

@@ -93,6 +93,7 @@ class OpenClawSource:
     env: Mapping[str, str]
     client: Callable[[], Any] = lambda: None  # the summarizer client for the memory flush (None: digest only)
     task_group: Any = None  # where fire-and-forget hooks run (the service's)
+    changed: Callable[[], None] = lambda: None  # tells the service its status files are stale
     install: Install | None = None
     sessions: dict[str, OpenClawSession] = field(default_factory=dict)
     stores: dict[str, Store] = field(default_factory=dict)
@@ -178,6 +179,7 @@ class OpenClawSource:
         st.flush_threshold = budget.flush_threshold or None
         decision = decide(self.config, budget, transcript_bytes=0, flushed_this_cycle=self._flushed(session))
         session.decision = decision
+        self.changed()
         session.due = decision.action in ("flush", "compact")
         if not session.due:
             st.next_action = None
@@ -237,6 +239,7 @@ class OpenClawSource:
     def _retry_later(self, st: SessionState, reason: str) -> dict[str, Any]:
         st.backoff_until = time.time() + max(BUSY_RETRY_SECONDS, self.config.sessions.idle_seconds)
         st.next_action = f"retry: {reason}"
+        self.changed()
         log.info("session=%s action=busy reason=%s", st.path, reason)
         return {"action": "busy", "reason": reason}
 
@@ -246,6 +249,7 @@ class OpenClawSource:
             st, time.time(), s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
         )
         st.next_action = f"retry in {delay:.0f}s"
+        self.changed()
         log.warning(
             "session=%s action=failed stage=%s reason=%s retry_in=%.0fs", st.path, stage, reason, delay
         )
@@ -315,6 +319,7 @@ class OpenClawSource:
         elapsed = time.monotonic() - started
         st.mark_compacted(time.time(), level="gateway", route="compact_only")
         Backoff.record_success(st)
+        self.changed()
         result = payload.get("result")
         if isinstance(result, dict):
             detail.update(
