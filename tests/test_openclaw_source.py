@@ -29,8 +29,8 @@ from tests.support.cli import INHERITED_NOT, REPO, compactd
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
 from tests.support.openclaw import (
     Gateway,
-    echo_summary,
     is_summary_request,
+    plain_summary,
 )
 
 pytestmark = [pytest.mark.openclaw, pytest.mark.slow]
@@ -85,7 +85,8 @@ class Refusing:
             # 400: refused at once, not retried (a 5xx is retried with back-off and holds the session's lane)
             if self.hold is not None:
                 return dataclasses.replace(Reply.error(400, "the summarizer refuses"), hold=self.hold)
-            return Reply.error(400, "the summarizer refuses") if self.refuse else echo_summary(request)
+            # no ask in it: the retained turn holds the latest ask (OpenClaw's guard rejects it marked pending)
+            return Reply.error(400, "the summarizer refuses") if self.refuse else plain_summary()
         text = f"Noted. {len(request.raw)} bytes."
         return Reply.completion(text, prompt_tokens=self.tokens, completion_tokens=20)
 
@@ -96,6 +97,7 @@ def model(openclaw_llm: StubLLMServer) -> Refusing:
 
 
 def compactd_env(gateway: Gateway, base: Path, idle: float = 1) -> tuple[Path, dict[str, str]]:
+    base.mkdir(parents=True, exist_ok=True)
     config = base / "compactd.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -251,11 +253,17 @@ def test_an_idle_session_over_its_threshold_is_compacted_through_the_gateway(
     model.refuse = False
     idle_since = time.time()
     proc, base = daemon()
-    wait_for(
-        lambda: compaction_count(openclaw_gateway, KEY) == 1 or proc.poll() is not None,
-        120,
-        "compactd to compact",
-    )
+    try:
+        wait_for(
+            lambda: compaction_count(openclaw_gateway, KEY) == 1 or proc.poll() is not None,
+            120,
+            "compactd to compact",
+        )
+    except AssertionError:
+        logged = [
+            line for line in (base / "compactd.log").read_text().splitlines() if "watchfiles" not in line
+        ]
+        raise AssertionError("\n".join(logged[-15:]) + "\n" + openclaw_gateway.log_text()[-3000:]) from None
     elapsed = time.time() - idle_since
     assert proc.poll() is None, (base / "compactd.log").read_text()
     row = wait_for(
