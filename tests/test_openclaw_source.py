@@ -283,7 +283,7 @@ def test_an_idle_session_over_its_threshold_is_compacted_through_the_gateway(
 
 
 def test_compactd_writes_nothing_under_the_agent_directory(
-    openclaw_gateway: Gateway, model: Refusing, tmp_path: Path
+    openclaw_gateway: Gateway, model: Refusing, work: dict[str, Any], tmp_path: Path
 ) -> None:
     agent_dir = openclaw_gateway.state_dir / "agents" / "main"
     config, env = compactd_env(openclaw_gateway, tmp_path, idle=3600)  # nothing is acted on: reading only

@@ -1,9 +1,10 @@
 """Read-only access to one agent's ``openclaw-agent.sqlite`` (schema version 23, OpenClaw 2026.9).
 
 Every read opens the file with ``mode=ro`` for that read only: no write lock, no file descriptor held across
-the gateway's checkpoints. When the database has no ``-wal`` beside it (the gateway stopped and checkpointed
-it away) it is opened ``immutable`` as well, since a read-only connection to a WAL database would otherwise
-create the ``-wal``/``-shm`` files, a write under the agent's directory. ``event_zstd`` rows hold one standard
+the gateway's checkpoints. When the database has no ``-wal`` beside it or an empty one (the gateway stopped
+and checkpointed it) it is opened ``immutable`` as well: a read-only connection to a WAL database would
+otherwise create the ``-wal``/``-shm`` files or rebuild the ``-shm`` (seen on a real gateway's stopped
+database), a write under the agent's directory. ``event_zstd`` rows hold one standard
 zstd frame; the ``zstandard`` package decodes it (the standard library has zstd only from Python 3.14).
 """
 
@@ -91,7 +92,11 @@ class Store:
         if not os.path.isfile(self.path):
             raise StoreError(f"{self.path} does not exist")
         uri = f"file:{quote(self.path)}?mode=ro"
-        if not os.path.exists(self.path + "-wal"):
+        try:
+            wal_bytes = os.stat(self.path + "-wal").st_size
+        except FileNotFoundError:
+            wal_bytes = 0
+        if wal_bytes == 0:  # everything is in the main file; a WAL reader would rebuild the -shm (a write)
             uri += "&immutable=1"
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
