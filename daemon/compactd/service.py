@@ -25,6 +25,8 @@ from compactd import __version__
 from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.ledger import SessionLedger
+from compactd.openclaw import OpenClawSource
+from compactd.openclaw import refusal as openclaw_refusal
 from compactd.planning import figures_of
 from compactd.roots import IntactDirs, is_session_path
 from compactd.state import Backoff, SessionState, describe_error
@@ -136,6 +138,11 @@ class Service:
         self._state_write_error: str | None = None
         self._unreadable: dict[str, tuple[int, ...] | None] = {}  # path -> its stat when reading it failed
         self._dirs = IntactDirs()  # realpath once per directory, not once per file
+        # The second session source: OpenClaw 2026.9+ agents, followed in their databases.
+        self.openclaw = OpenClawSource(config, self.env, client=self.client, changed=self._mark_dirty)
+
+    def _mark_dirty(self) -> None:
+        self.dirty = True
 
     # --- sessions -------------------------------------------------------------------------------------------
     def session_state(self, path: str) -> SessionState:
@@ -183,6 +190,12 @@ class Service:
             self._unreadable.pop(path, None)
 
     def _refresh(self, path: str, *, seeded: bool = False) -> None:
+        sqlite_refusal = openclaw_refusal(path)
+        if sqlite_refusal is not None:  # never a session to act on (compactd writes nothing there)
+            self.sessions.pop(path, None)
+            self.metrics.forget_session(path)
+            self._report_once(path, "sqlite-agent", logging.INFO, f"action=ignored reason={sqlite_refusal}")
+            return
         try:
             info: os.stat_result | None = os.lstat(path)
         except FileNotFoundError:
@@ -404,6 +417,11 @@ class Service:
         if not is_session_path(path):
             session.due = False
             st.skipped = "not a regular file reached without symlinks"
+            return Outcome(path, "skipped", detail={"reason": st.skipped})
+        sqlite_refusal = openclaw_refusal(path)  # its database may have appeared since the last read
+        if sqlite_refusal is not None:
+            session.due = False
+            st.skipped = sqlite_refusal
             return Outcome(path, "skipped", detail={"reason": st.skipped})
         transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
         blocked = blocked_reason(transcript)
@@ -773,7 +791,8 @@ class Service:
         from compactd.state import build_status
 
         tracked = {p: self.session_state(p) for p in self.sessions}
-        return build_status(
+        tracked.update(self.openclaw.states())
+        doc = build_status(
             tracked,
             now=time.time(),
             started_at=self.started_at,
@@ -782,6 +801,8 @@ class Service:
             state_dir=self.config.state_dir,
             extra={"roots": sorted(self.roots)},
         )
+        self.openclaw.annotate(doc)
+        return doc
 
     async def signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:
@@ -796,6 +817,7 @@ class Service:
     def shutdown(self, scope: anyio.CancelScope) -> None:
         self.stopping = True
         self.notifier.stopping()
+        self.openclaw.stop()
         for stop in self.roots.values():
             stop.set()
         scope.cancel()
@@ -810,6 +832,7 @@ class Service:
             self.notifier.ready(f"config reload rejected: {exc.key}")
             return
         self.config = config
+        self.openclaw.config = config
         self._client = None
         log.info("action=reloaded config=%s", config.source)
         self.notifier.ready("config reloaded")
@@ -901,6 +924,8 @@ class Service:
                 self.discover()
                 release_free_memory()  # the start-up read of every transcript leaves freed heap behind
                 tg.start_soon(self.watch_roots, tg)
+                self.openclaw.task_group = tg
+                tg.start_soon(self.openclaw.run)
                 for _ in range(self.config.summarizer.max_concurrency):
                     tg.start_soon(self.worker)
                 tg.start_soon(self.watchdog_loop)
@@ -1069,6 +1094,14 @@ def run_once(
                     outcomes.append(await service.act(session, force=force, dry_run=dry_run))
                 else:
                     outcomes.append(_waiting_outcome(service, session, now))
+            if not sessions and not dry_run:  # named files only: no OpenClaw database is looked at
+                for row in await service.openclaw.once(force=force):
+                    path, action, committed = (
+                        row.pop("path"),
+                        row.pop("action"),
+                        bool(row.pop("committed", False)),
+                    )
+                    outcomes.append(Outcome(path, action, committed, row))
         finally:
             if not dry_run:
                 service.write_state()  # under the shared lock: no run is there to own the state files
