@@ -212,3 +212,19 @@ def test_the_needle_prefilter_never_skips_a_secret(parts: list[str]) -> None:
     )
     for secret in _SECRET_SAMPLES:
         assert redact_secrets(secret) != secret  # each sample is one the rules redact
+
+
+def test_redact_value_copies_only_what_holds_a_secret() -> None:
+    """A span's messages are redacted as values: one without a secret is returned itself (no copy of the
+    span), one with a secret is a new value whose clean parts are shared, and the original is unchanged."""
+    clean_block = {"type": "text", "text": "nothing to hide here: src/app.py"}
+    secret_block = {"type": "text", "text": "export OPENAI_API_KEY=sk-proj-abc123def456ghi789jkl0"}
+    clean = {"role": "user", "content": [clean_block], "timestamp": 1}
+    dirty = {"role": "user", "content": [clean_block, secret_block], "timestamp": 2}
+    before = repr(dirty)
+    assert redact_value(clean) is clean
+    out = redact_value(dirty)
+    assert out is not dirty and out["content"][1] is not secret_block
+    assert "sk-proj" not in repr(out) and "[REDACTED:" in out["content"][1]["text"]
+    assert out["content"][0] is clean_block
+    assert repr(dirty) == before

@@ -314,12 +314,18 @@ _LINK_KEYS = frozenset({"id", "parentId", "toolCallId"})
 
 
 def redact_value(value: Any) -> Any:
-    """A copy of a JSON value (a message, its content blocks, tool-call arguments) with every string redacted,
-    so whatever later renders, caps or cuts it can never cut a secret into a fragment no pattern recognises."""
+    """A JSON value (a message, its content blocks, tool-call arguments) with every string redacted, so whatever
+    later renders, caps or cuts it can never cut a secret into a fragment no pattern recognises.
+
+    Copy on write: a list or dict with nothing redacted in it is returned itself, not copied (a whole span's
+    copy was as large as its part of the parsed transcript); one holding a secret is a new value, and the
+    given one is never changed."""
     if isinstance(value, str):
         return redact_secrets(value)
     if isinstance(value, list):
-        return [redact_value(v) for v in value]
+        items = [redact_value(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     if isinstance(value, dict):
-        return {k: v if k in _LINK_KEYS else redact_value(v) for k, v in value.items()}
+        fields = {k: v if k in _LINK_KEYS else redact_value(v) for k, v in value.items()}
+        return value if all(fields[k] is v for k, v in value.items()) else fields
     return value
