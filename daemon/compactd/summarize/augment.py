@@ -43,6 +43,10 @@ ELLIPSIS = "…"
 _SPACE = re.compile(r"\s+")
 # "Command exited with code 1" (pi's bash), "exit code: 2", "exit status 127", "Process exited with code 3".
 _EXIT_CODE = re.compile(r"\bexit(?:ed)?(?:\s+with)?[\s_-]*(?:code|status)\b\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
+# What every match of _EXIT_CODE holds ("xit" in any case; with IGNORECASE an "i" also matches "ı" and "İ"),
+# found by a fast scan where the case-insensitive pattern, which starts with a word boundary, is tried at
+# every position of every tool result.
+_EXIT_HINT = re.compile("[xX][iIıİ][tT]")
 # ``details`` never reach a model, and the summary reaches the next one: of them only the exit code and one of
 # these status words are shown, never a tool's own details text.
 _FAILED_STATUSES = frozenset({"error", "failed", "failure", "timeout", "timed_out", "killed", "cancelled"})
@@ -129,7 +133,10 @@ def exit_code_of(message: Message) -> int | None:
     for value in (_details(message).get("exitCode"), message.get("exitCode")):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    matches = _EXIT_CODE.findall(text_of(message))
+    text = text_of(message)
+    if _EXIT_HINT.search(text) is None:  # no "exit" in any case: the full pattern cannot match
+        return None
+    matches = _EXIT_CODE.findall(text)
     return int(matches[-1]) if matches else None
 
 
