@@ -144,27 +144,27 @@ def lock_path_for(transcript: str | os.PathLike[str]) -> Path:
 
 def process_starttime(pid: int) -> int | None:
     """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), the pid-recycling discriminator."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def _process_state(pid: int) -> bytes | None:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (state) on; None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return None
     # comm (field 2) is in parentheses and may contain spaces or ")": split after the last ")".
-    fields = raw[raw.rfind(b")") + 1 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _process_state(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 1 :].split()
-    return fields[0] if fields else None
+    return raw[raw.rfind(b")") + 1 :].split()
 
 
 def pid_alive(pid: int) -> bool:
