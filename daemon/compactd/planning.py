@@ -8,17 +8,20 @@ and then these figures (with the reducible tool-result characters) decide the ro
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactd.budget import Budget, resolve_window, tool_result_max_chars
 from compactd.config import Config
-from compactd.decision import Figures
+from compactd.decision import Figures, decide
 from compactd.prune import PrunePlan, plan_pruning, reducible_chars
 from compactd.tokens import estimate_for_planning
 from compactd.transcript.context import build_context, context_entries, entry_to_message
 from compactd.transcript.messages import llm_visible, role_of, strip_for_llm
 from compactd.transcript.reader import Transcript
 from compactd.turns import turn_of_branch
+
+if TYPE_CHECKING:
+    from compactd.ledger import SessionLedger
 
 
 def tool_result_items(transcript: Transcript) -> list[tuple[str, dict[str, Any]]]:
@@ -77,3 +80,21 @@ def prune_plan(
         note_for=(lambda _id: note) if note else None,
         committed_note_chars=committed_note_chars,
     )
+
+
+def tool_result_cap(config: Config, provider: str | None, model: str | None) -> int:
+    """The per-result cap of a session with this provider and model (the window's share, at most the cap)."""
+    return tool_result_max_chars(config, resolve_window(config, provider, model)[0])
+
+
+def route_cap(config: Config) -> Callable[[SessionLedger], int | None]:
+    """What the ledger counts the route's reducible characters at (``SessionLedger.reducible``), so that a due
+    session's route needs no second read: its cap, or None when its ledger figures need no route (it fits
+    or is skipped), which spares the count for most sessions."""
+
+    def cap(ledger: SessionLedger) -> int | None:
+        if decide(config, Figures.of_ledger(ledger, size=0, mtime=0.0), now=0.0).exact:
+            return None
+        return tool_result_cap(config, ledger.provider, ledger.model)
+
+    return cap
