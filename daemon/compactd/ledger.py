@@ -23,6 +23,7 @@ from compactd.prune import reducible_chars
 from compactd.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, js_len, usage_tokens
 from compactd.transcript.context import (
     UNDEFINED,
+    SessionContext,
     build_context,
     compaction_message,
     context_entries,
@@ -108,9 +109,12 @@ class SessionLedger:
                 gc.enable()
 
     @classmethod
-    def from_transcript(cls, transcript: Transcript, *, cap_for: CapFor | None = None) -> SessionLedger:
+    def from_transcript(
+        cls, transcript: Transcript, *, cap_for: CapFor | None = None, context: SessionContext | None = None
+    ) -> SessionLedger:
         """The ledger of a parsed transcript; pass ``cap_for`` only for one parsed with its checks (a
-        ``check=False`` reading cannot say whether a compaction may be built from it: no ``reducible``)."""
+        ``check=False`` reading cannot say whether a compaction may be built from it: no ``reducible``).
+        ``context``: ``build_context(transcript)`` when the caller has it already (``inspect``)."""
         ledger = cls(
             session_id=transcript.session_id,
             version=transcript.version,
@@ -120,7 +124,7 @@ class SessionLedger:
             reload_on_append=_trims_tail(transcript.problems),
         )
         ledger.turn = turn_of_branch(reversed(transcript.branch()))
-        context = build_context(transcript)
+        context = context if context is not None else build_context(transcript)
         model = context.model or {}
         ledger.provider = _str_or_none(model.get("provider"))
         ledger.model = _str_or_none(model.get("modelId"))

@@ -15,7 +15,7 @@ from compactd.config import Config
 from compactd.decision import Figures, decide
 from compactd.prune import PrunePlan, plan_pruning, reducible_chars
 from compactd.tokens import estimate_for_planning
-from compactd.transcript.context import build_context, context_entries, entry_to_message
+from compactd.transcript.context import SessionContext, build_context, context_entries, entry_to_message
 from compactd.transcript.messages import llm_visible, role_of, strip_for_llm
 from compactd.transcript.reader import Transcript
 from compactd.turns import turn_of_branch
@@ -24,21 +24,25 @@ if TYPE_CHECKING:
     from compactd.ledger import SessionLedger
 
 
-def tool_result_items(transcript: Transcript) -> list[tuple[str, dict[str, Any]]]:
-    """(entry id, message) of every tool result in the current context, oldest first."""
+def tool_result_items(transcript: Transcript, *, strip: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """(entry id, message) of every tool result in the current context, oldest first; ``strip=False`` leaves
+    ``details`` in (no copy of each message) for a caller that reads lengths only and sends nothing on."""
     items: list[tuple[str, dict[str, Any]]] = []
     for entry in context_entries(transcript.branch()):
         message = entry_to_message(entry)
         entry_id = entry.get("id")
         if message is not None and role_of(message) == "toolResult" and isinstance(entry_id, str):
-            items.append((entry_id, strip_for_llm(message)))
+            items.append((entry_id, strip_for_llm(message) if strip else message))
     return items
 
 
-def figures_of(config: Config, transcript: Transcript, *, mtime: float = 0.0) -> Figures:
+def figures_of(
+    config: Config, transcript: Transcript, *, mtime: float = 0.0, context: SessionContext | None = None
+) -> Figures:
     """The exact figures of a loaded transcript, reducible tool-result characters counted (what ``inspect``
-    prints and a compaction acts on); ``mtime`` is when the file was last written, for the idle rule."""
-    context = build_context(transcript)
+    prints and a compaction acts on); ``mtime`` is when the file was last written, for the idle rule.
+    ``context``: ``build_context(transcript)`` when the caller has it already (``inspect``)."""
+    context = context if context is not None else build_context(transcript)
     model = context.model or {}
     provider = model.get("provider") if isinstance(model.get("provider"), str) else None
     model_id = model.get("modelId") if isinstance(model.get("modelId"), str) else None
@@ -51,7 +55,9 @@ def figures_of(config: Config, transcript: Transcript, *, mtime: float = 0.0) ->
         size=transcript.size,
         mtime=mtime,
         turn=turn_of_branch(reversed(transcript.branch())),
-        reducible_chars=reducible_chars(tool_result_items(transcript), tool_result_max_chars(config, window)),
+        reducible_chars=reducible_chars(
+            tool_result_items(transcript, strip=False), tool_result_max_chars(config, window)
+        ),
     )
 
 
