@@ -70,8 +70,11 @@ class Figures:
     window: int | None = None
 
     @classmethod
-    def of_ledger(cls, ledger: SessionLedger, *, size: int, mtime: float) -> Figures:
-        return cls(ledger.provider, ledger.model, ledger.planning_tokens, size, mtime, ledger.turn)
+    def of_ledger(
+        cls, ledger: SessionLedger, *, size: int, mtime: float, reducible: int | None = None
+    ) -> Figures:
+        """``reducible``: the ledger's count at this session's cap (``SessionLedger.reducible``), if known."""
+        return cls(ledger.provider, ledger.model, ledger.planning_tokens, size, mtime, ledger.turn, reducible)
 
 
 @dataclass(frozen=True, slots=True)

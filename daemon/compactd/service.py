@@ -27,7 +27,7 @@ from compactd.decision import Decision, Figures, Recorded, blocked_reason, decid
 from compactd.ledger import SessionLedger
 from compactd.openclaw import OpenClawSource
 from compactd.openclaw import refusal as openclaw_refusal
-from compactd.planning import figures_of
+from compactd.planning import figures_of, route_cap, tool_result_cap
 from compactd.roots import IntactDirs, is_session_path
 from compactd.state import Backoff, SessionState, describe_error
 from compactd.tail import Change
@@ -220,7 +220,9 @@ class Service:
         self.refused.discard(path)
         session = self.sessions.get(path)
         if session is None:
-            session = self.sessions[path] = Session(SessionTracker(path, resume=self.resume.take(path)))
+            session = self.sessions[path] = Session(
+                SessionTracker(path, resume=self.resume.take(path), cap_for=route_cap(self.config))
+            )
         update = session.tracker.refresh()
         if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
@@ -261,8 +263,20 @@ class Service:
         return decide(self.config, figures, recorded, now=now, force=force)
 
     def _exact_decision(self, session: Session, provisional: Decision) -> Decision:
-        """The decision from a full read (the route between the three compaction routes needs the reducible
-        tool-result characters, which the ledger does not count); the ledger's when the read cannot say."""
+        """The decision with the route's reducible tool-result characters: from the ledger when it counted
+        them at this session's cap, else from a full read; the provisional one when the read cannot say."""
+        ledger = session.tracker.ledger
+        known = ledger.reducible if ledger is not None else None
+        if (
+            ledger is not None
+            and known is not None
+            and known[0] == tool_result_cap(self.config, ledger.provider, ledger.model)
+        ):
+            cursor = session.tracker.cursor
+            figures = Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime, reducible=known[1])
+            return decide(
+                self.config, figures, Recorded.of_state(self.session_state(session.path)), now=time.time()
+            )
         try:
             transcript = read_transcript(session.path, follow_symlinks=False)
         except OSError as exc:
