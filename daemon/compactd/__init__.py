@@ -14,7 +14,16 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigError", "Service", "__version__", "load_config", "main", "run_once", "run_service"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Service",
+    "__version__",
+    "load_config",
+    "main",
+    "run_once",
+    "run_service",
+]
 
 _PUBLIC = {
     "Config": "compactd.config",

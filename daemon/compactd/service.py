@@ -384,6 +384,11 @@ class Service:
         session.in_flight = True
         stage = "read"  # where an exception stopped this session, for its state and the log
         try:
+            if dry_run:
+                unchanged = self._unchanged_exact_decision(session, force=force)
+                if unchanged is not None:  # decided from the ledger on these very bytes: no read needed
+                    detail = {**unchanged.figures(), "flush": unchanged.flush, "route": unchanged.route}
+                    return self._refused(session) or Outcome(path, unchanged.action, detail=detail)
             read = await self._read_step(session)
             if isinstance(read, Outcome):
                 return read
@@ -419,6 +424,22 @@ class Service:
     async def _read_step(self, session: Session) -> Transcript | Outcome:
         """The one read the decision and the action are made from; an Outcome when there is nothing to act on
         (an agent holds the lock, or the file is not one compactd may touch or read as pi does)."""
+        path = session.path
+        st = self.session_state(path)
+        refused = self._refused(session)
+        if refused is not None:
+            return refused
+        transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+        blocked = blocked_reason(transcript)
+        if blocked is not None:
+            session.due = False
+            st.skipped = blocked
+            return Outcome(path, "skipped", detail={"reason": blocked})
+        return transcript
+
+    def _refused(self, session: Session) -> Outcome | None:
+        """An Outcome when the file is not to be touched now: an agent holds its lock, it is not a regular file
+        reached without symlinks, or it lies under a SQLite-backed OpenClaw agent."""
         from compactd.commit.locks import lock_holder
 
         path = session.path
@@ -437,13 +458,28 @@ class Service:
             session.due = False
             st.skipped = sqlite_refusal
             return Outcome(path, "skipped", detail={"reason": st.skipped})
-        transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
-        blocked = blocked_reason(transcript)
-        if blocked is not None:
-            session.due = False
-            st.skipped = blocked
-            return Outcome(path, "skipped", detail={"reason": blocked})
-        return transcript
+        return None
+
+    def _unchanged_exact_decision(self, session: Session, *, force: bool) -> Decision | None:
+        """For a dry run: the ledger's decision when it is exact (the route's reducible characters counted at
+        this session's cap) and the file is still the bytes the ledger read; None means read it."""
+        ledger, cursor = session.tracker.ledger, session.tracker.cursor
+        known = ledger.reducible if ledger is not None else None
+        if (
+            ledger is None
+            or known is None
+            or known[0] != tool_result_cap(self.config, ledger.provider, ledger.model)
+        ):
+            return None
+        try:
+            info = os.lstat(session.path)
+        except OSError:
+            return None
+        if (info.st_ino, info.st_size, info.st_mtime) != (cursor.ino, cursor.offset, cursor.mtime):
+            return None
+        figures = Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime, reducible=known[1])
+        recorded = Recorded.of_state(self.session_state(session.path))
+        return decide(self.config, figures, recorded, now=time.time(), force=force)
 
     def _decide_step(
         self, session: Session, transcript: Transcript, claim: SessionClaim | None, *, force: bool
