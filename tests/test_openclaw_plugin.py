@@ -23,6 +23,7 @@ from tests.support.openclaw import (
     OpenClawInstall,
     is_builtin_summary_request,
     is_compactd_request,
+    is_summary_request,
 )
 
 pytestmark = [pytest.mark.openclaw, pytest.mark.slow]
@@ -93,6 +94,26 @@ def grow(gateway: Gateway, key: str) -> None:
 
 def compactions(gateway: Gateway, key: str) -> list[dict[str, object]]:
     return [e for e in gateway.session_events(key) if e.get("type") == "compaction"]
+
+
+# The harness itself (one gateway for the module: a gateway start is most of this file's time): a real 2026.9.6
+# gateway runs a turn against the stub model and stores it in its SQLite database.
+def test_gateway_runs_a_turn_into_its_database(plugin_gateway: Gateway) -> None:
+    answer = plugin_gateway.agent("agent:main:smoke", "Remember the ticket ZX-4411, please.")
+
+    assert isinstance(answer, dict)
+    events = plugin_gateway.transcript_events()
+    assert events, "the gateway stored no transcript_events rows"
+    kinds = [e["event"].get("type") for e in events]
+    assert kinds[0] == "session" and events[0]["event"].get("version") == 4
+    texts = [
+        str(e["event"].get("message", {}).get("content"))
+        for e in events
+        if e["event"].get("type") == "message"
+    ]
+    assert any("ZX-4411" in text for text in texts)
+    turns = [r for r in plugin_gateway.llm.completions if not is_summary_request(r)]
+    assert turns and all(r.streaming for r in turns), "OpenClaw asks the model with stream: true"
 
 
 def test_plugin_summary_carries_the_identifiers_compactd_repaired(plugin_gateway: Gateway) -> None:
