@@ -334,6 +334,7 @@ def test_lines_appended_after_the_plan_are_kept(pi: Pi, tmp_path: Path, mode: st
     assert pi.load(path)["messages"] == expected
 
 
+@pytest.mark.slow  # waits for archives to age; test_retention keeps retention in the inner loop
 def test_retention_keeps_count_and_age(pi: Pi, tmp_path: Path) -> None:
     path = Path(pi.write(tmp_path / "s", session_ops(12, side_branch=False))["path"])
     state = tmp_path / "state"

@@ -145,6 +145,7 @@ def user_cuts(data: bytes) -> list[str]:
     return [e["id"] for e in transcript.branch() if e["type"] == "message" and e["message"]["role"] == "user"]
 
 
+@pytest.mark.slow  # hypothesis-heavy; the append plan's property stays
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops_strategy, pick=st.integers(0, 1000), with_post=st.booleans())
 def test_successor_of_any_tree_passes_its_check_and_keeps_what_it_must(

@@ -81,7 +81,7 @@ def config_file(tmp_path: Path, sessions: Path, mode: str, **extra: Any) -> Path
     return path
 
 
-@pytest.mark.parametrize("mode", ["rotate", "append"])
+@pytest.mark.parametrize("mode", [pytest.param("rotate", marks=pytest.mark.slow), "append"])
 def test_a_compaction_reads_the_transcript_twice_and_the_next_refresh_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
@@ -110,6 +110,7 @@ def test_a_compaction_reads_the_transcript_twice_and_the_next_refresh_not_at_all
     assert session.tracker.ledger == SessionLedger.from_bytes(path.read_bytes())
 
 
+@pytest.mark.slow  # a big session compacted; the read-count test keeps the path fast
 def test_a_finished_jobs_repr_does_not_grow_with_the_transcript(tmp_path: Path) -> None:
     """asyncio formats the main task, its result included, when the runner looks its SIGINT handler up:
     the result's repr must be a line, not every entry of the session."""
@@ -121,6 +122,7 @@ def test_a_finished_jobs_repr_does_not_grow_with_the_transcript(tmp_path: Path) 
     assert len(repr(result)) < 1_000, len(repr(result))
 
 
+@pytest.mark.slow  # a compactd process, a 50 MB-class session, SIGINT
 def test_ctrl_c_during_the_model_call_exits_cleanly_and_changes_nothing(
     tmp_path: Path, llm_server: StubLLMServer
 ) -> None:
@@ -157,6 +159,7 @@ def test_ctrl_c_during_the_model_call_exits_cleanly_and_changes_nothing(
     assert not list(sessions.glob("*.bak.*")) and not list(sessions.glob(".*.tmp"))
 
 
+@pytest.mark.slow  # a compactd process over a big session
 def test_the_crash_points_are_not_reachable_from_a_production_process(tmp_path: Path) -> None:
     """The commit path's crash points are a seam only tests/support/crash.py replaces: the variable the kill
     tests once used does nothing to a real ``compactd compact``."""

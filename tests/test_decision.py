@@ -57,6 +57,7 @@ def figures(tokens: int, reducible: int | None = 0, **kw: Any) -> Figures:
     return Figures("ollama", "tiny", tokens, reducible_chars=reducible, **kw)
 
 
+@pytest.mark.slow  # hypothesis-heavy
 @settings(max_examples=200, deadline=None)
 @given(
     window=st.integers(1_000, 400_000),
@@ -267,6 +268,7 @@ def test_run_once_compact_and_inspect_show_the_same_route(tmp_path: Path) -> Non
         assert taken == route or (route, taken) == ("compact_then_truncate", "compact_only"), compacted[name]
 
 
+@pytest.mark.slow  # a daemon and a once; test_locks keeps the lock in the inner loop
 def test_once_while_run_holds_the_state_directory_exits_3_and_changes_nothing(tmp_path: Path) -> None:
     d = _daemon(tmp_path)
     _write_sessions(d.root)

@@ -375,7 +375,10 @@ def _real_dir() -> Path:
     return base / "real" if (base / "real").is_dir() else base
 
 
-@pytest.mark.parametrize("name", ["pi-before-compaction.v3.jsonl", "pi-large-session.v3.jsonl"])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param("pi-before-compaction.v3.jsonl", marks=pytest.mark.slow), "pi-large-session.v3.jsonl"],
+)
 def test_real_sessions(name: str) -> None:
     path = _real_dir() / name
     if not path.is_file():

@@ -360,7 +360,9 @@ def real_session(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Pat
 
 
 @pytest.mark.parametrize(
-    "real_session", ["pi-before-compaction.v3.jsonl", "pi-large-session.v3.jsonl"], indirect=True
+    "real_session",
+    [pytest.param("pi-before-compaction.v3.jsonl", marks=pytest.mark.slow), "pi-large-session.v3.jsonl"],
+    indirect=True,
 )
 def test_real_sessions_keep_every_ranked_identifier_with_a_poor_summarizer(
     llm_server: StubLLMServer, real_session: Path, pi: Pi
@@ -380,6 +382,7 @@ def test_real_sessions_keep_every_ranked_identifier_with_a_poor_summarizer(
 # --- bounded model calls and model text that is data (issue 9 item 5) --------------------------------------
 
 
+@pytest.mark.slow  # waits out a deadline; test_llm's trickling case keeps the deadline in the inner loop
 @pytest.mark.timeout(60)  # the bound: a read timeout alone never ends a call to a server that trickles
 def test_a_trickling_summarizer_falls_back_to_the_digest(
     llm_server: StubLLMServer, transcript: Transcript

@@ -482,6 +482,7 @@ def _check_tracker_against_one_go(
     assert tracker.ledger.figures() == one_go(path).figures()
 
 
+@pytest.mark.slow  # hypothesis-heavy, files on disk
 @settings(
     max_examples=120,
     deadline=None,
@@ -568,6 +569,7 @@ def test_cold_read_equals_the_full_read_on_real_sessions(name: str) -> None:
     )
 
 
+@pytest.mark.slow  # hypothesis-heavy; the real-session case stays
 @given(st.lists(st.integers(0, 11), min_size=1, max_size=40), st.booleans())
 @settings(max_examples=300, deadline=None)
 def test_cold_read_equals_the_full_read(shape: list[int], stale: bool) -> None:

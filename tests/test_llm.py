@@ -545,7 +545,9 @@ async def test_the_answer_is_streamed_and_its_deltas_accumulated(llm_server: Stu
 
 
 @pytest.mark.timeout(60)  # the bound: without a deadline on the whole answer this call never ends
-@pytest.mark.parametrize("stream", [None, False], ids=["events", "json"])
+@pytest.mark.parametrize(
+    "stream", [pytest.param(None, id="events"), pytest.param(False, id="json", marks=pytest.mark.slow)]
+)
 async def test_a_trickling_server_is_cut_off_at_the_deadline(
     llm_server: StubLLMServer, stream: bool | None
 ) -> None:
@@ -649,7 +651,10 @@ runpy.run_module("compactd", run_name="__main__")
 """
 
 
-@pytest.mark.parametrize("dry_run", [True, False], ids=["once-dry-run", "once-digest"])
+@pytest.mark.parametrize(
+    "dry_run",
+    [pytest.param(True, id="once-dry-run"), pytest.param(False, id="once-digest", marks=pytest.mark.slow)],
+)
 def test_no_summarizer_never_loads_the_sdk(tmp_path: Any, dry_run: bool) -> None:
     """With no summarizer configured, ``once`` (dry run, or a real model-free compaction with its flush
     check) loads neither openai nor pydantic nor httpx: the engine and the flush need only the pure part. A dry

@@ -391,6 +391,7 @@ def test_a_good_prefix_cut_off_by_the_deadline_is_committed_as_llm_partial(
     assert loaded["messages"][0]["summary"] == result.summary
 
 
+@pytest.mark.slow  # waits out a deadline
 @pytest.mark.timeout(60)
 def test_a_chunk_cut_off_by_the_first_deadline_is_folded_on_and_the_next_calls_are_sized_to_fit(
     llm_server: StubLLMServer, pi: Pi, tmp_path: Path

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 pytest_plugins = ["tests.support.pi"]
 
 REPO = Path(__file__).resolve().parents[1]
+REAL = REPO.parent / "shared" / "fixtures" / "real"
 
 
 def user(text: str, ts: int) -> dict[str, Any]:
@@ -245,3 +247,84 @@ def test_missing_npm_fails_instead_of_skipping(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "npm is not on PATH" in done.stderr
     assert not (tmp_path / "pi" / "node_modules").exists()
+
+
+def _server_pid() -> int:
+    """The pid of the pi server this process talks to now (starting one if none runs)."""
+    from tests.support import pi as harness
+
+    return harness._server()._proc.pid
+
+
+def _server_alive() -> bool:
+    from tests.support import pi as harness
+
+    return bool(harness._servers) and harness._servers[0].alive
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_the_pi_server_is_reused_and_restarted_when_it_dies(pi: Pi, tmp_path: Path) -> None:
+    """One node process answers call after call; killed, it is replaced on the next call, which still works."""
+    written = pi.write(tmp_path / "a", [{"op": "appendMessage", "message": user("hi", 1)}])
+    first = _server_pid()
+    pi.write(tmp_path / "b", [{"op": "appendMessage", "message": assistant("yo", 2)}])
+    assert _server_pid() == first
+    os.kill(first, 9)
+    _wait_until(lambda: not _server_alive(), 30)
+    loaded = pi.load(
+        pi.write(tmp_path / "c", [{"op": "appendMessage", "message": assistant("yo", 2)}])["path"]
+    )
+    assert loaded["messages"] == [assistant("yo", 2)]
+    assert _server_pid() != first
+    assert not written["exists"]
+
+
+def test_a_load_that_never_ends_times_out_and_the_next_call_works(pi: Pi, tmp_path: Path) -> None:
+    """pi loops forever on a parentId cycle: the call fails after its timeout and the server is replaced."""
+    cycle = tmp_path / "cycle.jsonl"
+    header = {"type": "session", "version": 3, "id": "s", "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/"}
+    lines = [header]
+    for entry_id, parent in (("a", "b"), ("b", "a")):
+        lines.append(
+            {"type": "message", "id": entry_id, "parentId": parent, "timestamp": header["timestamp"]}
+            | {"message": user(entry_id, 1)}
+        )
+    cycle.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    stuck = _server_pid()
+    with pytest.raises(pi.Error, match="did not finish within 3"):
+        pi.load_many([cycle], timeout=3)
+    written = pi.write(tmp_path / "w", [{"op": "appendMessage", "message": assistant("ok", 2)}])
+    assert pi.load(written["path"])["messages"] == [assistant("ok", 2)]
+    assert _server_pid() != stuck
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="the real pi fixtures are not on this machine")
+def test_the_server_answers_what_load_mjs_run_alone_prints(pi: Pi, tmp_path: Path) -> None:
+    """Same judge: the server's load of the real v3 fixtures equals load.mjs started on its own, field by field."""
+    sources = sorted(REAL.glob("*.v3.jsonl"))  # v1 migration draws fresh random ids
+    served = pi.load_many(sources)
+    copies = []
+    for index, source in enumerate(sources):
+        (tmp_path / str(index)).mkdir()
+        copies.append(tmp_path / str(index) / "session.jsonl")
+        copies[-1].write_bytes(source.read_bytes())
+    env = {**os.environ, "PI_PACKAGE_DIR": str(pi.package_dir())}
+    done = subprocess.run(
+        ["node", str(REPO / "tests" / "pi" / "load.mjs")],
+        input=json.dumps({"paths": [str(c) for c in copies]}).encode(),
+        capture_output=True,
+        env=env,
+        check=True,
+    )
+    alone = json.loads(done.stdout.decode("utf-8"))
+    assert len(alone) == len(served) == len(sources) >= 2
+    for mine, theirs in zip(served, alone, strict=True):
+        theirs.pop("path")
+        mine = {k: v for k, v in mine.items() if k != "source"}
+        assert mine == theirs

@@ -85,6 +85,7 @@ def summarize(payload: Any, config: Path, *args: str) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.slow  # a provider process; repair is unit-tested in test_identifiers
 def test_summary_repairs_the_identifiers_the_model_dropped(tmp_path: Path, llm_server: StubLLMServer) -> None:
     llm_server.responder = lambda request: plain_summary()
     config = write_config(tmp_path, llm_server)
@@ -116,6 +117,7 @@ def test_secrets_details_and_runtime_context_never_reach_the_model(
         assert hidden not in done.stdout
 
 
+@pytest.mark.slow  # a provider process; the engine's fallback tests stay in the inner loop
 def test_a_failing_model_gives_the_digest(tmp_path: Path, llm_server: StubLLMServer) -> None:
     llm_server.responder = lambda request: Reply.error(500, "model down")
     config = write_config(tmp_path, llm_server)
@@ -132,6 +134,7 @@ def test_a_failing_model_gives_the_digest(tmp_path: Path, llm_server: StubLLMSer
         assert identifier in answer["summary"]
 
 
+@pytest.mark.slow  # provider processes; secrets and the digest fallback stay in the inner loop
 def test_chunks_are_sized_to_the_summarizers_window(tmp_path: Path, llm_server: StubLLMServer) -> None:
     llm_server.responder = lambda request: plain_summary()
     config = write_config(tmp_path, llm_server, context_tokens=4096, max_output_tokens=512)
@@ -149,6 +152,7 @@ def test_chunks_are_sized_to_the_summarizers_window(tmp_path: Path, llm_server: 
         assert len(request.raw) < 4096 * 4  # each prompt fits the 4096-token window
 
 
+@pytest.mark.slow  # a provider process
 def test_the_workspace_rules_are_in_the_summary(tmp_path: Path, llm_server: StubLLMServer) -> None:
     llm_server.responder = lambda request: plain_summary()
     config = write_config(tmp_path, llm_server)
@@ -162,6 +166,7 @@ def test_the_workspace_rules_are_in_the_summary(tmp_path: Path, llm_server: Stub
     assert "Never force-push to main." in json.loads(done.stdout)["summary"]
 
 
+@pytest.mark.slow  # a provider process
 def test_custom_instructions_reach_the_prompt(tmp_path: Path, llm_server: StubLLMServer) -> None:
     seen: list[RecordedRequest] = []
 
@@ -181,14 +186,20 @@ def test_custom_instructions_reach_the_prompt(tmp_path: Path, llm_server: StubLL
 @pytest.mark.parametrize(
     "payload",
     [
-        "",
         "not json",
-        "[1, 2]",
-        '{"messages": []}',
-        '{"messages": "hello"}',
-        '{"messages": [1]}',
-        '{"messages": [{"content": "no role"}]}',
-        '{"messages": [{"role": "user", "content": "x"}], "previousSummary": 5}',
+        # one process each: one case is the inner loop's, the rest the full run's
+        *(
+            pytest.param(payload, marks=pytest.mark.slow)
+            for payload in (
+                "",
+                "[1, 2]",
+                '{"messages": []}',
+                '{"messages": "hello"}',
+                '{"messages": [1]}',
+                '{"messages": [{"content": "no role"}]}',
+                '{"messages": [{"role": "user", "content": "x"}], "previousSummary": 5}',
+            )
+        ),
     ],
 )
 def test_bad_input_is_a_clear_error_with_nothing_on_stdout(tmp_path: Path, payload: str) -> None:

@@ -587,7 +587,13 @@ def check_plan_order(
     assert plan.chars_saved == sum(chars.values()) - sum(after.values())
 
 
-@pytest.mark.parametrize(("name", "window"), sorted(OPENCLAW_REDUCIBLE))
+@pytest.mark.parametrize(
+    ("name", "window"),
+    [  # the large session is the inner loop's; the other one the full run's
+        pytest.param(*key, marks=() if key[0] == "pi-large-session.v3.jsonl" else pytest.mark.slow)
+        for key in sorted(OPENCLAW_REDUCIBLE)
+    ],
+)
 def test_real_sessions(name: str, window: int) -> None:
     path = REAL / name
     if not path.exists():
@@ -626,6 +632,7 @@ PLAIN = st.lists(
 RATIO = st.floats(0.01, 0.99)
 
 
+@pytest.mark.slow  # hypothesis-heavy (400 examples)
 @given(text=TEXT, max_chars=st.integers(1, 6000), min_keep=st.integers(0, 3000))
 @settings(max_examples=400, deadline=None)
 def test_truncation_never_grows_and_fits(text: str, max_chars: int, min_keep: int) -> None:
@@ -676,6 +683,7 @@ def test_important_tail_survives(body: str, last: str, ratio: float) -> None:
     assert kept.endswith("\n" + last)
 
 
+@pytest.mark.slow  # hypothesis-heavy (300 examples)
 @given(
     blocks=st.lists(st.one_of(TEXT, st.just(None)), min_size=1, max_size=4),
     max_chars=st.integers(1, 5000),
@@ -770,6 +778,7 @@ def _reducible_by_rebuilding(items: list[tuple[str, dict[str, Any]]], max_chars:
 _PIECES = st.sampled_from(["a", "b ", "\n", "é", "你", "😀", "error", "}", "done", "x" * 700, "\n" * 3])
 
 
+@pytest.mark.slow  # hypothesis-heavy
 @settings(max_examples=150, deadline=None)
 @given(
     results=st.lists(

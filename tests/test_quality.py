@@ -245,6 +245,7 @@ def test_repair_of_empty_summary_is_all_none() -> None:
     assert repair_headings("") == "\n\n".join(f"{h}\nNone." for h in REQUIRED_HEADINGS)
 
 
+@pytest.mark.slow  # hypothesis-heavy
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

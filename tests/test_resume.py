@@ -418,6 +418,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     assert proc.wait(timeout=30) == 0
 
 
+@pytest.mark.slow  # a daemon; the store's resume rules stay in the inner loop
 def test_compactd_run_resumes_unchanged_sessions_and_reads_the_changed_one(tmp_path: Path) -> None:
     root, state = tmp_path / "agents" / "main" / "sessions", tmp_path / "state"
     root.mkdir(parents=True)
@@ -478,6 +479,7 @@ def test_a_shard_whose_write_failed_is_written_at_the_next_save(tmp_path: Path) 
     assert restarted(state, path).refresh().change is Change.RESUMED
 
 
+@pytest.mark.slow  # the bench as a process
 def test_bench_restart_smoke() -> None:
     from bench import bench_restart
 

@@ -92,6 +92,7 @@ def _stamp(epoch: float) -> str:
     return utc_stamp(epoch)
 
 
+@pytest.mark.slow  # a daemon start-up
 def test_archives_of_sessions_never_compacted_again_age_out_at_start(pi: Pi, tmp_path: Path) -> None:
     """Retention runs over every session when ``once`` (or ``run``) starts, not only after a rotation of the
     same session: one compacted 45 days ago and never since loses that archive, a recent one keeps its own."""

@@ -113,6 +113,7 @@ _pieces = st.sampled_from(
 )
 
 
+@pytest.mark.slow  # hypothesis-heavy
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_pieces, st.text(max_size=8)), max_size=30))
 def test_summary_text_leaves_no_control_and_no_marker_and_is_stable(parts: list[str]) -> None:

@@ -296,6 +296,7 @@ def reference(messages: list[tuple[Any, ...]], times: list[float]) -> Turn | Non
     return Turn(times[start], pending)
 
 
+@pytest.mark.slow  # hypothesis-heavy
 @settings(max_examples=150, deadline=None)
 @given(OPS)
 def test_the_fold_equals_the_rule_stated_over_the_whole_branch(ops: list[tuple[Any, ...]]) -> None:

@@ -2,6 +2,7 @@
 // PI_PACKAGE_DIR points at node_modules/@mariozechner/pi-coding-agent of the pinned install.
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
+import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 
 const packageDir = process.env.PI_PACKAGE_DIR;
@@ -21,6 +22,11 @@ export async function sessionManagerModule() {
 /** pi's compaction.js; the package's exports map does not list it, so it is imported by file URL. */
 export async function compactionModule() {
   return import(moduleUrl("dist/core/compaction/compaction.js"));
+}
+
+/** Whether the module at `url` is the script node was started with (not imported by another one). */
+export function isMain(url) {
+  return process.argv[1] !== undefined && url === pathToFileURL(realpathSync(process.argv[1])).href;
 }
 
 /** The whole of stdin, parsed as one JSON value. */

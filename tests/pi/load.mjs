@@ -1,13 +1,13 @@
 // Load session files with pi's SessionManager.open, as `pi --session FILE` would, and report what pi sees.
 // stdin: {"paths": [...]} (each a throw-away copy alone in its own directory: pi may rewrite or wipe it).
 // stdout: one JSON array, one object per path (or {"path", "error"} when pi throws).
+// Imported (by server.mjs), it runs nothing and exports loadPaths.
 import { readFileSync, existsSync } from "node:fs";
 import { dirname, resolve } from "node:path";
-import { compactionModule, emit, errorText, readStdinJson, sessionManagerModule } from "./_pi.mjs";
+import { compactionModule, emit, errorText, isMain, readStdinJson, sessionManagerModule } from "./_pi.mjs";
 
 const sm = await sessionManagerModule();
 const compaction = await compactionModule();
-const { paths } = await readStdinJson();
 
 // pi's JSON.parse reads any depth, but JSON.stringify (and Python's json module) stop after a few thousand
 // levels: in a value nested deeper than this, each part at this depth is replaced by {"$deep": its JSON text},
@@ -107,12 +107,20 @@ function loadOne(path) {
   return result;
 }
 
-const results = [];
-for (const path of paths) {
-  try {
-    results.push(loadOne(path));
-  } catch (error) {
-    results.push({ path, error: errorText(error) });
+/** What pi makes of each path: one result object per path, in order. */
+export function loadPaths(paths) {
+  const results = [];
+  for (const path of paths) {
+    try {
+      results.push(loadOne(path));
+    } catch (error) {
+      results.push({ path, error: errorText(error) });
+    }
   }
+  return results;
 }
-emit(results);
+
+if (isMain(import.meta.url)) {
+  const { paths } = await readStdinJson();
+  emit(loadPaths(paths));
+}

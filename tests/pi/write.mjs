@@ -14,11 +14,11 @@
 //   branchWithSummary {target, summary, details?, fromHook?}
 // With "open": an existing file is opened with SessionManager.open instead of creating a new session.
 // pi writes nothing until the session holds an assistant message, so "exists" may be false.
+// Imported (by server.mjs), it runs nothing and exports writeSpecs.
 import { existsSync } from "node:fs";
-import { emit, errorText, readStdinJson, sessionManagerModule } from "./_pi.mjs";
+import { emit, errorText, isMain, readStdinJson, sessionManagerModule } from "./_pi.mjs";
 
 const sm = await sessionManagerModule();
-const { specs } = await readStdinJson();
 
 function resolveRef(ref, ids, index) {
   if (typeof ref === "number") {
@@ -84,12 +84,20 @@ function writeOne(spec) {
   return { path, session_id: manager.getSessionId(), ids, leaf_id: manager.getLeafId() ?? null, exists: existsSync(path) };
 }
 
-const results = [];
-for (const spec of specs) {
-  try {
-    results.push(writeOne(spec));
-  } catch (error) {
-    results.push({ error: errorText(error) });
+/** Each spec written by pi: one result object per spec, in order. */
+export function writeSpecs(specs) {
+  const results = [];
+  for (const spec of specs) {
+    try {
+      results.push(writeOne(spec));
+    } catch (error) {
+      results.push({ error: errorText(error) });
+    }
   }
+  return results;
 }
-emit(results);
+
+if (isMain(import.meta.url)) {
+  const { specs } = await readStdinJson();
+  emit(writeSpecs(specs));
+}

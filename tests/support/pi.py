@@ -3,7 +3,10 @@
 Many tests use pi itself as the judge of whether a transcript loads and what an agent would see after
 loading it. The node scripts live in ``tests/pi/``; this module installs the package when it is missing, runs
 the scripts and parses their JSON with the standard ``json`` module (pi's output may hold lone surrogates,
-which orjson rejects).
+which orjson rejects). Loads, writes and one-shot exchanges go to one long-lived ``server.mjs`` per pytest
+process (node's start-up and pi's imports cost about 0.8 s of CPU, the judgement itself milliseconds); it
+runs the very functions of ``load.mjs`` and ``write.mjs`` and is restarted when it dies, times out, or the
+environment it was started with changes.
 
 List this module in ``pytest_plugins`` to get the fixtures ``pi`` (a :class:`Pi`) and ``pi_session_factory``.
 
@@ -17,6 +20,7 @@ List this module in ``pytest_plugins`` to get the fixtures ``pi`` (a :class:`Pi`
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -152,25 +156,13 @@ def _node_env() -> dict[str, str]:
     return {**os.environ, "PI_PACKAGE_DIR": str(pi_package_dir())}
 
 
-def _run_node(script: str, payload: Any, timeout: float = NODE_TIMEOUT_SECONDS) -> Any:
-    """Run a script with ``payload`` as JSON on stdin; its stdout is one JSON value."""
-    command = _node_command(script)
-    try:
-        done = subprocess.run(
-            command,
-            input=json.dumps(payload).encode(),  # ensure_ascii: lone surrogates travel as \udxxx escapes
-            capture_output=True,
-            env=_node_env(),
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise PiError(
-            f"{script} did not finish within {timeout} s (a parentId cycle makes pi loop forever)"
-        ) from exc
-    if done.returncode != 0:
-        raise PiError(f"{script} exited with {done.returncode}:\n{done.stderr.decode('utf-8', 'replace')}")
-    return json.loads(done.stdout.decode("utf-8"))
+def _run_node(script: str, request: JsonDict, timeout: float = NODE_TIMEOUT_SECONDS) -> Any:
+    """Have the pi server run ``request`` (``cmd`` names what ``script`` does) and return its result."""
+    with _server_lock:
+        try:
+            return _server().request(script, request, timeout)
+        except _NotSent:  # it had died before this request: nothing ran, so a fresh one may run it
+            return _server().request(script, request, timeout)
 
 
 def pi_load_many(
@@ -199,7 +191,9 @@ def pi_load_many(
             copy = folder / "session.jsonl"
             shutil.copyfile(path, copy)
             copies.append(str(copy))
-        results: list[JsonDict] = _run_node("load.mjs", {"paths": copies}, timeout)
+        results: list[JsonDict] = _run_node(
+            "load.mjs", {"cmd": "load", "payload": {"paths": copies}}, timeout
+        )
     for result, path in zip(results, paths, strict=True):
         result.pop("path", None)
         result["source"] = os.fspath(path)
@@ -242,7 +236,7 @@ def pi_write_many(specs: Sequence[Mapping[str, Any]]) -> list[JsonDict]:
     for spec in payload:
         if spec.get("open") is not None:
             spec["open"] = os.fspath(spec["open"])
-    results: list[JsonDict] = _run_node("write.mjs", {"specs": payload})
+    results: list[JsonDict] = _run_node("write.mjs", {"cmd": "write", "payload": {"specs": payload}})
     for index, result in enumerate(results):
         if "error" in result:
             raise PiError(f"pi_write spec {index} failed:\n{result['error']}")
@@ -278,6 +272,14 @@ def pi_write(
 # Long-running node processes
 
 
+class _NoAnswer(PiError):
+    """The process gave no answer in time (it may still be running)."""
+
+
+class _NotSent(PiError):
+    """The pi server could not take the request (it had already exited)."""
+
+
 class _LineReader:
     """Reads a process's stdout lines on a thread so that waiting for one can time out."""
 
@@ -295,7 +297,7 @@ class _LineReader:
         try:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
-            raise PiError(f"no answer within {timeout} s; {describe()}") from None
+            raise _NoAnswer(f"no answer within {timeout} s; {describe()}") from None
         if not line:
             self._lines.put(b"")  # keep reporting end of stream
             raise PiError(f"node exited; {describe()}")
@@ -307,7 +309,7 @@ class _LineReader:
 
 
 class _NodeProcess:
-    def __init__(self, script: str, *args: str) -> None:
+    def __init__(self, script: str, *args: str, env: Mapping[str, str] | None = None) -> None:
         # A file, not a pipe: nobody drains stderr while the process runs.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _finish
         self._proc = subprocess.Popen(
@@ -315,7 +317,7 @@ class _NodeProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            env=_node_env(),
+            env=dict(env) if env is not None else _node_env(),
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._stdin = self._proc.stdin
@@ -350,6 +352,89 @@ class _NodeProcess:
         assert self._proc.stdout is not None
         self._proc.stdout.close()
         self._stderr.close()
+
+
+class _PiServer(_NodeProcess):
+    """``tests/pi/server.mjs``: one node process answering load, write and exchange requests in turn.
+
+    It belongs to the process that started it with the environment it was started with (``key``); a request
+    that times out kills it (pi loops forever on a parentId cycle) and one that finds it dead or sees it die
+    discards it, so the next request starts a fresh one.
+    """
+
+    def __init__(self, key: tuple[int, tuple[tuple[str, str], ...]]) -> None:
+        super().__init__("server.mjs", env=dict(key[1]))
+        self.key = key
+        try:
+            self._read(NODE_TIMEOUT_SECONDS)
+        except BaseException:
+            self.kill()
+            raise
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._proc.poll() is None
+
+    def request(self, script: str, request: JsonDict, timeout: float) -> Any:
+        # ensure_ascii: lone surrogates travel as \udxxx escapes, and no raw line break splits the request
+        stderr_at = self._stderr.seek(0, os.SEEK_END)
+        try:
+            self._send({**request, "cwd": os.getcwd()})
+        except OSError as exc:
+            self.kill()
+            raise _NotSent(f"the pi server had exited with {self._proc.returncode}") from exc
+        try:
+            answer = self._read(timeout)
+        except _NoAnswer as exc:
+            self.kill()
+            raise PiError(
+                f"{script} did not finish within {timeout} s (a parentId cycle makes pi loop forever)"
+            ) from exc
+        except PiError as exc:
+            self._stderr.seek(stderr_at)
+            err = self._stderr.read().decode("utf-8", "replace")
+            self.kill()
+            raise PiError(f"{script} exited with {self._proc.returncode}:\n{err}") from exc
+        if not answer.get("ok"):
+            raise PiError(f"{script} failed:\n{answer.get('error')}")
+        return answer["result"]
+
+    def kill(self) -> None:
+        if not self._closed:
+            self._proc.kill()
+            self._finish(NODE_TIMEOUT_SECONDS)
+
+    def close(self) -> None:
+        """Let it end on end of input (killing it if it does not within a few seconds)."""
+        self._finish(5.0)
+
+
+_server_lock = threading.Lock()
+# Set by pytest for each test phase; pi never reads it, and keying on it would restart the server every test.
+_VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
+_servers: list[_PiServer] = []  # at most one: the current server
+
+
+def _server() -> _PiServer:
+    """The running pi server for this process and environment, started (or restarted) when needed."""
+    env = {k: v for k, v in _node_env().items() if k not in _VOLATILE_ENV}
+    key = (os.getpid(), tuple(sorted(env.items())))
+    if _servers:
+        current = _servers[0]
+        if current.key == key and current.alive:
+            return current
+        _servers.clear()
+        if current.key[0] == key[0]:  # a forked child leaves its parent's server alone
+            current.kill()
+    server = _PiServer(key)
+    _servers.append(server)
+    return server
+
+
+@atexit.register
+def _close_server() -> None:
+    if _servers and _servers[0].key[0] == os.getpid():
+        _servers.pop().close()
 
 
 class PiLiveSession(_NodeProcess):
@@ -426,10 +511,14 @@ def pi_append_exchange(
     """``SessionManager.open(path)``, append a user message and an assistant reply; returns their ids.
 
     Returns ``{"user_id", "assistant_id"}``. Note that pi rewrites a v1/v2 file in place on open, and wipes a
-    file without a valid header.
+    file without a valid header. What :class:`PiLiveSession` does for one exchange, in the pi server.
     """
-    with PiLiveSession(path) as session:
-        return session.append_exchange(user_text, assistant_text, usage)
+    request: JsonDict = {"cmd": "exchange", "path": os.fspath(path), "user": user_text}
+    request["assistant"] = assistant_text
+    if usage is not None:
+        request["usage"] = dict(usage)
+    answer: JsonDict = _run_node("pi_append_exchange", request)
+    return {"user_id": answer["user_id"], "assistant_id": answer["assistant_id"]}
 
 
 @dataclass(frozen=True)
