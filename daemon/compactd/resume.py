@@ -11,6 +11,11 @@ saying why. Snapshots are an optimisation only: losing them all costs one cold r
 Layout: ``<state_dir>/resume/NN.json``, sessions sharded by a hash of their path, each shard an orjson
 document written with the package's one atomic writer (``durable.write_atomic``). Shards are written with
 the other state files (batched, off the append path), and only those holding a session whose snapshot changed.
+
+Each shard also names the configuration (``config_fingerprint``) its sessions' recorded decisions (sessions.json)
+were made under: an untouched session in a shard of the running configuration keeps that decision at start-up
+instead of being decided again (``SnapshotStore.decided``); another configuration, or a reload since
+(``fingerprint`` None), means every session is decided afresh.
 """
 
 from __future__ import annotations
@@ -36,7 +41,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESUME_DIR", "Snapshot", "SnapshotStore", "content_hash", "mismatch", "mismatch_of_stat"]
+__all__ = [
+    "RESUME_DIR",
+    "Snapshot",
+    "SnapshotStore",
+    "config_fingerprint",
+    "content_hash",
+    "mismatch",
+    "mismatch_of_stat",
+]
 
 RESUME_DIR = "resume"
 # Bumped when a shard's layout changes; a shard of another format (or of another compactd) is not trusted.
@@ -89,6 +102,13 @@ class Snapshot:
             raise ValueError("malformed tail hash")
         dev, ino, offset, size, mtime_ns, ctime_ns = numbers
         return cls(dev, ino, offset, size, mtime_ns, ctime_ns, tuple(ledger), bytes.fromhex(digest))
+
+
+def config_fingerprint(config: object) -> str:
+    """A digest of everything in a (frozen) configuration: equal only for configurations that decide alike."""
+    return hashlib.blake2b(
+        repr(config).encode("utf-8", "surrogateescape"), digest_size=_HASH_BYTES
+    ).hexdigest()
 
 
 def content_hash(fd: int, offset: int) -> bytes:
@@ -152,6 +172,10 @@ class SnapshotStore:
         self._saved: dict[str, Snapshot] = {}  # path -> the snapshot object its record was made from
         self._shards: dict[str, int] = {}
         self._dirty: set[int] = set()
+        # The configuration the recorded decisions are made under (the owner sets it; None: not one known,
+        # e.g. after a reload), and the one each loaded shard names.
+        self.fingerprint: str | None = None
+        self._stamps: dict[int, str | None] = {}
 
     def shard(self, path: str) -> int:
         number = self._shards.get(path)
@@ -187,10 +211,16 @@ class SnapshotStore:
             except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
                 log.debug("resume: %s not used (%s); its sessions are read in full", path.name, exc)
                 continue
+            stamp = doc.get("config")
+            self._stamps[number] = stamp if isinstance(stamp, str) else None
             for key, record in sessions.items():
                 if self.shard(key) == number:  # a record in the wrong shard would be lost at its next write
                     self._records[key] = record
         return len(self._records)
+
+    def decided(self, path: str) -> bool:
+        """The decision recorded for ``path`` was made under the running configuration (see the module)."""
+        return self.fingerprint is not None and self._stamps.get(self.shard(path)) == self.fingerprint
 
     def take(self, path: str) -> Snapshot | None:
         """The saved snapshot of ``path`` for its tracker to try (once), or None (logged at debug: why)."""
@@ -221,6 +251,8 @@ class SnapshotStore:
             if snapshot is not None:
                 current[path] = snapshot
         dirty = self._dirty  # kept across calls: a shard whose write failed is written next time
+        # A shard naming another configuration than the one its sessions were decided under now is rewritten.
+        dirty.update(n for n, stamp in self._stamps.items() if stamp != self.fingerprint)
         for path, snapshot in current.items():
             if self._saved.get(path) is not snapshot:
                 record = _record_for(path, snapshot)
@@ -247,7 +279,8 @@ class SnapshotStore:
                 members[path] = record
         written = 0
         for number in sorted(dirty):
-            write_atomic(self._shard_path(number), _dump_shard(by_shard[number]))
+            write_atomic(self._shard_path(number), _dump_shard(by_shard[number], self.fingerprint))
+            self._stamps[number] = self.fingerprint
             dirty.discard(number)
             written += 1
         return written
@@ -285,10 +318,15 @@ def _record_for(path: str, snapshot: Snapshot) -> list[Any] | None:
         os.close(fd)
 
 
-def _dump_shard(records: Mapping[str, list[Any]]) -> bytes:
+def _dump_shard(records: Mapping[str, list[Any]], fingerprint: str | None) -> bytes:
     """One shard; a session orjson cannot write (a file name that is not UTF-8, an id past 64 bits) is left
     out, so it is read in full next time, rather than costing every other session its snapshot."""
-    doc = {"format": SNAPSHOT_FORMAT, "compactd": __version__, "sessions": dict(records)}
+    doc = {
+        "format": SNAPSHOT_FORMAT,
+        "compactd": __version__,
+        "config": fingerprint,
+        "sessions": dict(records),
+    }
     try:
         return orjson.dumps(doc)
     except TypeError:
