@@ -545,8 +545,11 @@ def test_start_up_reads_each_file_once_and_still_sees_one_created_right_after(tm
     assert sorted(early) == [str(root / f"s{i}.jsonl") for i in range(3)]  # each exactly once
 
 
-def _in_process(tmp_path: Path, window: int) -> Any:
-    """A prepared and started-up ``Service`` (the start-up read done, nothing served) over ``tmp_path``."""
+def _in_process(
+    tmp_path: Path, window: int, *, roots: tuple[str, ...] = ("sessions",), only: str = ""
+) -> Any:
+    """A prepared and started-up ``Service`` (the start-up read done, nothing served) over ``tmp_path``;
+    ``only``: the one root it reads (as ``compactd once <dir>``)."""
     from compactd.config import load_config
     from compactd.service import Service
 
@@ -555,7 +558,7 @@ def _in_process(tmp_path: Path, window: int) -> Any:
     config_path.write_text(
         yaml.safe_dump(
             {
-                "sessions": {"roots": [str(tmp_path / "sessions")]},
+                "sessions": {"roots": [str(tmp_path / r) for r in roots]},
                 "state_dir": str(tmp_path / "state"),
                 "models": {"providers": windows},
                 "memory_flush": {"enabled": False},
@@ -563,6 +566,8 @@ def _in_process(tmp_path: Path, window: int) -> Any:
         )
     )
     service = Service(load_config(str(config_path)), config_path=str(config_path))
+    if only:
+        service.explicit_roots = [str(tmp_path / only)]
     service.prepare()
     service.discover()
     return service
@@ -628,3 +633,22 @@ def test_status_before_ready_has_the_counts_and_the_rows_follow(tmp_path: Path) 
     service.write_state()
     later = orjson.loads(status_path.read_bytes())
     assert later["sessions_listed"] == 3 and len(later["sessions"]) == 3
+
+
+def test_a_session_the_last_writer_did_not_decide_is_decided_again(tmp_path: Path) -> None:
+    """A process that read one root only (``once <dir>``) under another config does not vouch for the
+    sessions of the other root: their shard names no config, and the next start decides them."""
+    from compactd.resume import SnapshotStore
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = tmp_path / "a" / "s.jsonl", tmp_path / "b" / "s.jsonl"
+    a.write_bytes(transcript(5))
+    b.write_bytes(transcript(6))
+    assert SnapshotStore(tmp_path).shard(str(a)) != SnapshotStore(tmp_path).shard(str(b))
+    _in_process(tmp_path, 1_000_000, roots=("a", "b")).write_state()
+    _in_process(tmp_path, 500_000, roots=("a", "b"), only="a").write_state()
+    third = _in_process(tmp_path, 500_000, roots=("a", "b"))
+    assert third.sessions[str(a)].decision is None  # decided under this config by the last writer: kept
+    assert third.sessions[str(b)].decision is not None
+    assert third.state[str(b)].window == 500_000

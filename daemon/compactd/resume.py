@@ -13,9 +13,11 @@ document written with the package's one atomic writer (``durable.write_atomic``)
 the other state files (batched, off the append path), and only those holding a session whose snapshot changed.
 
 Each shard also names the configuration (``config_fingerprint``) its sessions' recorded decisions (sessions.json)
-were made under: an untouched session in a shard of the running configuration keeps that decision at start-up
-instead of being decided again (``SnapshotStore.decided``); another configuration, or a reload since
-(``fingerprint`` None), means every session is decided afresh.
+were made under, when every one of them was decided (or kept) under it by the process that wrote it: an
+untouched session in a shard of the running configuration keeps that decision at start-up instead of being
+decided again (``SnapshotStore.decided``); another configuration, a session not decided by the writer (outside
+its roots), or a reload since (``fingerprint`` None) means the shard names none and its sessions are decided
+afresh.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ class SnapshotStore:
         # e.g. after a reload), and the one each loaded shard names.
         self.fingerprint: str | None = None
         self._stamps: dict[int, str | None] = {}
+        self._decided: set[str] = set()  # paths decided (or kept) under ``fingerprint`` by this process
 
     def shard(self, path: str) -> int:
         number = self._shards.get(path)
@@ -222,6 +225,10 @@ class SnapshotStore:
         """The decision recorded for ``path`` was made under the running configuration (see the module)."""
         return self.fingerprint is not None and self._stamps.get(self.shard(path)) == self.fingerprint
 
+    def mark_decided(self, path: str) -> None:
+        """``path``'s decision, as recorded now, was made under ``fingerprint``."""
+        self._decided.add(path)
+
     def take(self, path: str) -> Snapshot | None:
         """The saved snapshot of ``path`` for its tracker to try (once), or None (logged at debug: why)."""
         record = self._records.get(path)
@@ -251,8 +258,10 @@ class SnapshotStore:
             if snapshot is not None:
                 current[path] = snapshot
         dirty = self._dirty  # kept across calls: a shard whose write failed is written next time
-        # A shard naming another configuration than the one its sessions were decided under now is rewritten.
-        dirty.update(n for n, stamp in self._stamps.items() if stamp != self.fingerprint)
+        for path in [p for p in self._records if p not in current and not os.path.lexists(p)]:
+            del self._records[path]  # the transcript is gone (untracked ones that exist are kept: `once`)
+            self._saved.pop(path, None)
+            dirty.add(self.shard(path))
         for path, snapshot in current.items():
             if self._saved.get(path) is not snapshot:
                 record = _record_for(path, snapshot)
@@ -262,10 +271,17 @@ class SnapshotStore:
                 if record != self._records.get(path):
                     self._records[path] = record
                     dirty.add(self.shard(path))
-        for path in [p for p in self._records if p not in current and not os.path.lexists(p)]:
-            del self._records[path]  # the transcript is gone (untracked ones that exist are kept: `once`)
-            self._saved.pop(path, None)
-            dirty.add(self.shard(path))
+        # The configuration each shard can name (see the module); a shard naming another one is rewritten.
+        stamps: dict[int, str | None] = dict.fromkeys(self._stamps, self.fingerprint)
+        for path in self._records:
+            number = self.shard(path)
+            if path not in self._decided:
+                stamps[number] = None
+            else:
+                stamps.setdefault(number, self.fingerprint)
+        if self.fingerprint is None:
+            stamps = dict.fromkeys(stamps)
+        dirty.update(n for n, stamp in stamps.items() if stamp != self._stamps.get(n))
         if not dirty:
             return 0
         from compactd.durable import write_atomic
@@ -279,8 +295,8 @@ class SnapshotStore:
                 members[path] = record
         written = 0
         for number in sorted(dirty):
-            write_atomic(self._shard_path(number), _dump_shard(by_shard[number], self.fingerprint))
-            self._stamps[number] = self.fingerprint
+            write_atomic(self._shard_path(number), _dump_shard(by_shard[number], stamps.get(number)))
+            self._stamps[number] = stamps.get(number)
             dirty.discard(number)
             written += 1
         return written

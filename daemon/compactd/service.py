@@ -220,6 +220,7 @@ class Service:
         if update.reason == UNTOUCHED and not seeded and self._keeps_decision(path):
             window = self.state[path].window
             self.metrics.set_session(path, session_id=ledger.session_id, tokens=ledger.tokens, window=window)
+            self.resume.mark_decided(path)
             return
         st = self.session_state(path)
         if st.error_stage == "read":  # readable again
@@ -310,6 +311,7 @@ class Service:
         st.next_action = decision.next_action
         session.due = decision.due
         session.decision = decision
+        self.resume.mark_decided(path)
         if decision.due:
             self.wakeup.set()
 
