@@ -1,6 +1,6 @@
 """Cold read: parse + ledger of a whole corpus, against a bare ``orjson.loads`` loop over the same lines.
 
-Both run in this process, interleaved in a random order, best of K (perf-baseline.md §2's method). The corpus
+Both run in this process, interleaved in a random order, best of K (design.md §7.7's method). The corpus
 bytes are in memory for both, so disk and page cache are out of the comparison; the bare loop gets its lines
 pre-split (the parse ceiling, about 950 MB/s on the project machine), our side gets whole files, as a reload
 does. The target is a ratio, ``ledger MB/s ÷ orjson MB/s ≥ 0.6``, because absolute rates move with the machine.

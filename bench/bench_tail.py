@@ -205,7 +205,7 @@ def run(
 
 
 def _floor_us(path: Path, size: int) -> float:
-    """The same update done bare (perf-baseline.md §4's "reopen + seek"): open, fstat, pread the last line,
+    """The same update done bare (design.md §7.7's "reopen + seek"): open, fstat, pread the last line,
     close, ``orjson.loads``. Timed on the same file right after our update, so noise hits both alike."""
     start = time.perf_counter_ns()
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -1,6 +1,6 @@
 """A deterministic corpus of pi v3 session transcripts for the benchmarks.
 
-The mix follows perf-baseline.md §0 (measured on real usage): mostly small user/assistant lines, tool results of
+The mix follows design.md §7.7 (measured on real usage): mostly small user/assistant lines, tool results of
 1–50 KB (log-uniform) carrying about three quarters of the bytes, CJK and emoji in a share of the lines, nested
 tool-call arguments, usage on most assistant lines, and file sizes spread log-normally. Output depends only on
 the seed and the sizes, so two runs of a benchmark read identical bytes.
@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-# --- shape of the corpus (perf-baseline.md §0) ----------------------------------------------------------------
+# --- shape of the corpus (design.md §7.7) ----------------------------------------------------------------
 TOOL_RESULT_MIN_BYTES = 1_000
 TOOL_RESULT_MAX_BYTES = 50_000
 MIN_FILE_BYTES = 5_000
@@ -33,7 +33,7 @@ MIN_FILE_BYTES = 5_000
 # (235 KB / 1.16 MB / 26 MB at 1,000 files, 511 MB).
 FILE_SIZE_SIGMA = 1.6
 USAGE_SHARE = 0.7  # assistant lines carrying a usage block
-# Unicode shares sit between perf-baseline.md §0 (50 % of lines non-ASCII) and the real pi sessions in the
+# Unicode shares sit between design.md §7.7 (50 % of lines non-ASCII) and the real pi sessions in the
 # fixtures (13–27 % of other lines' bytes, 26–32 % of tool-result bytes non-ASCII). Non-ASCII strings are what
 # make both orjson and the UTF-16 length slow, so this share moves every rate.
 CJK_SHARE = 0.15  # prose texts with some CJK

@@ -1,4 +1,4 @@
-"""AGENTS.md section extraction and the post-compaction context (spec-openclaw §15)."""
+"""AGENTS.md section extraction and the post-compaction context (design.md §6.11)."""
 
 from __future__ import annotations
 

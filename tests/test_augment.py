@@ -25,6 +25,8 @@ from compactd.summarize.augment import (
     render_turn,
     select_recent_turns,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support import messages as msgs
 
@@ -346,3 +348,29 @@ def test_cap_default_is_16000() -> None:
     out = augment("x" * 30_000, tool_failures=failures, recent_turns=[user("u" * 5000)])
     assert len(out) == 16_000
     assert out.count("\n- bash: ") == TOOL_FAILURE_MAX_ITEMS
+
+
+_NOISE = st.sampled_from(["", " ", "\n", "x", "it", "text", "ſ", "K", "exit", "code 2"])
+_EXIT_PHRASE = st.tuples(
+    st.sampled_from(["exit", "EXIT", "Exit", "exıt", "EXİT", "Exited", "exıted", "xit", "exít"]),
+    st.sampled_from(["", " with", " WITH"]),
+    st.sampled_from(["", " ", "_", "-", "\t"]),
+    st.sampled_from(["code", "status", "CODE"]),
+    st.sampled_from(["", " ", ": ", "=", " = "]),
+    st.sampled_from(["0", "2", "-1", "127", "x"]),
+).map("".join)
+
+
+@given(st.lists(st.one_of(_NOISE, _EXIT_PHRASE), max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_the_exit_code_prefilter_never_hides_an_exit_code(parts: list[str]) -> None:
+    """``exit_code_of`` skips the case-insensitive pattern when no "xit" occurs in any case (dotless and dotted
+    i included); the code it reads is the one the pattern alone finds."""
+    from compactd.summarize.augment import _EXIT_CODE, _EXIT_HINT, exit_code_of
+
+    text = "".join(parts)
+    matches = _EXIT_CODE.findall(text)
+    assert not matches or _EXIT_HINT.search(text) is not None
+    expected = int(matches[-1]) if matches else None
+    message = {"role": "toolResult", "toolCallId": "c1", "content": [{"type": "text", "text": text}]}
+    assert exit_code_of(message) == expected

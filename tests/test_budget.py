@@ -1,4 +1,4 @@
-"""Budget and route: every constant and boundary of spec-openclaw §§3-5, each route on real transcripts."""
+"""Budget and route: every constant and boundary of design.md §§6.2-6.4, each route on real transcripts."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ BUDGETS = [
     (10_000, 5_000, 5_000, 5_000, 1_000, 12_000),
     (15_999, 7_999, 8_000, 7_999, 3_999, 16_000),
     (16_000, 8_000, 8_000, 8_000, 4_000, 16_000),
-    # spec §4: a 16,384-token Ollama model: min(20,000, 16,384 − 8,000) = 8,384 reserve, prompt budget 8,000.
+    # design.md §6.3: a 16,384-token Ollama model: min(20,000, 16,384 − 8,000) = 8,384 reserve, prompt budget 8,000.
     (16_384, 8_000, 8_384, 8_000, 4_000, 16_000),
     (28_000, 8_000, 20_000, 8_000, 4_000, 16_000),
     (31_999, 8_000, 20_000, 11_999, 7_999, 16_000),

@@ -337,3 +337,38 @@ def test_plans_refuse_a_transcript_whose_reading_may_differ_from_pis(kind: str) 
     ):
         with pytest.raises(PlanError, match=f"not compacted: {kind} at line 4"):
             build()
+
+
+def test_rewriting_many_orphans_holds_no_per_line_copies() -> None:
+    """Every orphan is re-serialized (its parent is gone); the successor's bytes are built in one buffer, so
+    its working memory stays a few times the file (a list of orjson results held ~4 KB per line: ~25x)."""
+    import tracemalloc
+
+    lines = [HEADER]
+    for n in range(5_000):
+        orphan = {"type": "message", "id": f"o{n:07x}", "parentId": f"gone{n:07x}"}
+        lines.append(
+            orjson.dumps({**orphan, "timestamp": "2026-01-01T00:00:00.000Z", "message": _msg("user", "x")})
+        )
+    parent = None
+    for n in range(6):
+        role = "user" if n % 2 == 0 else "assistant"
+        entry = {
+            "type": "message",
+            "id": f"b{n:07x}",
+            "parentId": parent,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+        }
+        lines.append(orjson.dumps({**entry, "message": _msg(role, f"turn {n}")}))
+        parent = entry["id"]
+    data = b"\n".join(lines) + b"\n"
+    transcript = parse_transcript(data)
+    tracemalloc.start()
+    try:
+        plan = build_successor(data, transcript, compaction_for("b0000004"), None, {})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert plan.reserialized >= 5_000
+    assert verify(plan.data, plan, strict_structure=True).leaf_id == "b0000005"
+    assert peak < 8 * len(data), (peak, len(data))

@@ -21,7 +21,7 @@ import pytest
 from compactd.config import Config
 from compactd.decision import ROUTES, Figures, Recorded, decide
 from compactd.ledger import SessionLedger
-from compactd.planning import figures_of
+from compactd.planning import figures_of, route_cap, tool_result_cap
 from compactd.transcript.reader import read_transcript
 from compactd.turns import Turn
 from hypothesis import given, settings
@@ -174,6 +174,29 @@ def test_real_sessions_ledger_and_full_read_decide_alike(name: str, window: int 
         exact.flush,
     )
     assert from_ledger.route == exact.route or not from_ledger.exact
+
+
+@pytest.mark.parametrize(("name", "turns", "route"), SESSIONS, ids=[n for n, _, _ in SESSIONS])
+def test_a_due_sessions_ledger_decides_its_route_exactly(
+    tmp_path: Path, name: str, turns: Any, route: str
+) -> None:
+    """The ledger counts the reducible characters at the session's cap (``planning.route_cap``): a due
+    session's route is then decided from it alone, as the full read decides it."""
+    config = cfg()
+    path = tmp_path / f"{name}.jsonl"
+    write_session(path, turns)
+    transcript = read_transcript(path)
+    ledger = SessionLedger.from_bytes(path.read_bytes(), cap_for=route_cap(config))
+    exact = decide(config, figures_of(config, transcript), now=NOW)
+    assert exact.route == route
+    if route == "fits":
+        assert ledger.reducible is None  # nothing to route: not counted
+        return
+    assert ledger.reducible is not None
+    cap, reducible = ledger.reducible
+    assert cap == tool_result_cap(config, ledger.provider, ledger.model)
+    figures = Figures.of_ledger(ledger, size=transcript.size, mtime=0.0, reducible=reducible)
+    assert decide(config, figures, now=NOW) == exact
 
 
 # --- every entry point, one session directory --------------------------------------------------------------

@@ -643,3 +643,89 @@ def test_real_session_ranking_and_full_repair(name: str) -> None:
     assert report.in_summary == report.total == len(ranked)
     assert missing_identifiers(repaired, ranked) == []
     assert ensure_identifiers(repaired, ranked)[0] == repaired
+
+
+# Fragments of every kind's shape, and the characters that sit next to them, so random joins form real
+# identifiers, near misses and neighbours that a lookaround must see.
+_SHAPES = [
+    "https://api.example.com/v1?x=1",
+    "a@b.io",
+    "0196a3b2-0000-7000-8000-0000000000aa",
+    "C:\\Users\\me\\a.txt",
+    "db-3.internal:5432",
+    "10.0.0.1",
+    "::1",
+    "fe80::1",
+    "pkg@1.2.3",
+    "requests==2.31.0",
+    "v2.4.1",
+    "^18.2.0",
+    "owner/repo#12",
+    "/etc/hosts",
+    "src/core/",
+    "main.ts:42",
+    "api.example.com",
+    "package.json",
+    ".env",
+    "2026-11-30T14:05:00Z",
+    "1.2.3-rc.1",
+    "14:05",
+    "x[1:10]",
+    "#1234",
+    "!89",
+    "PR#5",
+    "OPS-27203",
+    "CVE-2024-12345",
+    "req_8f3a9c2d",
+    "i-0abc1234",
+    ":9443",
+    "deadbeef12",
+    "1234567",
+    "PR 567",
+    "port 5432",
+    "30 Nov 2026",
+    "'/tmp/a b/c.png'",
+    "[",
+    "]",
+    "(",
+    ")",
+    "-",
+    ".",
+    "/",
+    ":",
+    "@",
+    "_",
+    "=",
+    "#",
+    "`",
+    '"',
+    "'",
+    "word",
+    "日本",
+]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_SHAPES), st.sampled_from(["", "", " ", "\n", "\t", "  "])), max_size=40
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_word_by_word_scan_finds_what_one_pass_per_stage_finds(parts: list[tuple[str, str]]) -> None:
+    """``scan_text`` runs the stages word by word with a memo; that must equal one pass of each stage over the
+    candidate text (what it did before), findings and order alike, with a fresh memo or a shared one."""
+    from compactd.summarize import identifiers as ids
+
+    text = "".join(shape + gap for shape, gap in parts)
+    rest = text
+    expected: list[tuple[str, str]] = []
+    if " /" in rest or "'/" in rest or '"/' in rest or ":\\" in rest:
+        quoted, rest = ids._quoted_paths(rest)
+        expected += [(p, ids.PATH) for p in quoted]
+    phrases, rest = ids._phrases(rest)
+    expected += phrases
+    expected += [(ident, kind) for _, ident, kind in ids._scan_stages(ids.candidate_text(rest))]
+    memo: ids.WordMemo = {}
+    assert list(scan_text(text)) == expected
+    assert list(scan_text(text, memo)) == expected
+    assert list(scan_text(text, memo)) == expected  # every word from the memo now

@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 from compactd.ledger import SessionLedger
+from compactd.planning import tool_result_items
+from compactd.prune import reducible_chars
 from compactd.tail import Change
 from compactd.tokens import estimate_context_tokens, estimate_for_planning
 from compactd.tracker import SessionTracker
 from compactd.transcript.context import build_context
 from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
-from compactd.transcript.reader import read_transcript
+from compactd.transcript.reader import MAX_DEPTH, read_transcript
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -706,3 +708,83 @@ def test_a_null_leaf_id_is_an_empty_context_in_the_cold_read_too(tmp_path: Path)
     write(path, line({**entry, "id": None}))
     assert SessionLedger.from_bytes(path.read_bytes()).figures() == one_go(path).figures()
     assert one_go(path).tokens == 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The route's figure: the reducible tool-result characters, counted by the ledger so nothing is read twice
+
+
+def _reducible_of_full_read(path: Path, cap: int) -> int | None:
+    """``figures_of``'s count at ``cap`` (None: a reading no compaction is built from, the service's re-read
+    says why)."""
+    transcript = read_transcript(path)
+    if not transcript.committable:
+        return None
+    return reducible_chars(tool_result_items(transcript), cap)
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
+@given(st.data())
+def test_ledger_reducible_equals_the_full_read_after_random_appends(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    blob = data.draw(session_bytes(), label="transcript")
+    cap = data.draw(st.sampled_from([1, 12, 40, 90, 400]), label="cap")
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(blob) - 1)), max_size=12), label="cuts")))
+    path = tmp_path / f"reducible{next(_runs)}.jsonl"
+    path.write_bytes(b"")
+    tracker = SessionTracker(str(path), cap_for=lambda _ledger: cap)
+    written = 0
+    for end in [*cuts, len(blob)]:
+        write(path, blob[written:end])
+        written = end
+        tracker.refresh()
+        if not blob[:written].endswith(b"\n") or tracker.ledger is None:
+            continue
+        known = tracker.ledger.reducible
+        if known is not None:  # None: not known (a tool result appended since), the service reads the file
+            assert known == (cap, _reducible_of_full_read(path, cap)), f"after {written} bytes"
+    tracker.cursor.reset()  # a cold read of the whole file always knows it, unless it may not be acted on
+    tracker.refresh()
+    assert tracker.ledger is not None
+    expected = _reducible_of_full_read(path, cap)
+    if expected is not None and tracker.ledger.usable:
+        assert tracker.ledger.reducible == (cap, expected)
+
+
+def test_ledger_reducible_kept_across_appends_without_tool_results(tmp_path: Path) -> None:
+    path, s, tracker = started(tmp_path)
+    write(path, s.tool_result("c1", "x" * 5_000 + "\nerror: the end"), s.tool_result("c2", "y\n" * 3_000))
+    tracker = SessionTracker(str(path), cap_for=lambda _ledger: 1_000)
+    tracker.refresh()
+    expected = _reducible_of_full_read(path, 1_000)
+    assert expected is not None and expected > 0
+    assert tracker.ledger is not None and tracker.ledger.reducible == (1_000, expected)
+    write(path, s.user("more"), s.assistant("sure", total=9_000))
+    assert tracker.refresh().change is Change.APPENDED
+    assert tracker.ledger.reducible == (1_000, expected)  # folded in: the count still holds
+    snapshot = SessionLedger.from_snapshot(json.loads(json.dumps(tracker.ledger.to_snapshot())))
+    assert snapshot.reducible == (1_000, expected)
+    write(path, s.tool_result("c3", "z" * 3_000))
+    assert tracker.refresh().change is Change.APPENDED
+    assert tracker.ledger.reducible is None  # its cut depends on its text: the route reads the file
+
+
+def test_ledger_reducible_left_to_the_full_read_when_no_compaction_may_be_built(tmp_path: Path) -> None:
+    path, s, _ = started(tmp_path)
+    deep: Json = "x"
+    for _ in range(MAX_DEPTH + 5):
+        deep = [deep]
+    write(path, s.tool_result("c1", "x" * 5_000), s.entry("custom", customType="state", data=deep))
+    tracker = SessionTracker(str(path), cap_for=lambda _ledger: 1_000)
+    tracker.refresh()
+    assert read_transcript(path).committable is False
+    assert tracker.ledger is not None and tracker.ledger.reducible is None

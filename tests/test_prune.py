@@ -1,4 +1,4 @@
-"""Tool-result truncation and the pruning plan (spec-openclaw §6)."""
+"""Tool-result truncation and the pruning plan (design.md §6.5)."""
 
 from __future__ import annotations
 

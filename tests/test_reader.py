@@ -1,4 +1,4 @@
-"""The reader: bytes → header, migrated entries and the problems a loader would hit (spec-pi-session-format §§2-8).
+"""The reader: bytes → header, migrated entries and the problems a loader would hit (design.md §6.12).
 
 The differential test (``test_differential.py``) checks our context against pi's; this file checks what pi does
 not report: each problem kind with its line number, byte spans, in-memory migration that never touches the file,

@@ -164,3 +164,67 @@ def test_redaction_is_idempotent(text: str) -> None:
 def test_embedded_secret_never_survives(noise: str) -> None:
     out = redact_secrets(f"{noise} {OPENAI} {noise}")
     assert OPENAI not in out
+
+
+# One secret of each rule, and fragments of the rules' needles and keys, embedded in noise.
+_SECRET_SAMPLES = [
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\n-----END RSA PRIVATE KEY-----",
+    "eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJlMTIz",
+    "sk-ant-api03-abcdefghijklmnopqrstuvwx",
+    "sk-proj-abc123def456ghi789jkl0",
+    "sk_live_abcdefghijklmnop1234",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "github_pat_11ABCDEFG0123456789_abcdefghij",
+    "glpat-abcdefghij0123456789",
+    "xoxb-123456789012-abcdef",
+    "AKIAIOSFODNN7EXAMPLE",
+    "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+    "hf_abcdefghijklmnopqrstuvwxyz012345",
+    "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+    "Bearer abcdefghijklmnop1234",
+    "postgres://admin:hunter2@db:5432/x",
+    "https://x.io/a?api_key=abcd1234&sig=zz99",
+    "--password s3cr3t!",
+    "DB_PASSWORD=hunter2x",
+    'apiKey: "abc123xyz"',
+    "token=ab12cd34",
+    "client_secret = 'q1w2e3r4'",
+]
+_NOISE = ["", " ", "\n", "x", "KEY", "Pass", "-", "_", "?", "&", "=", ":", "//", "é", "日本", "[REDACTED"]
+
+
+@given(st.lists(st.sampled_from(_SECRET_SAMPLES + _NOISE), max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_the_needle_prefilter_never_skips_a_secret(parts: list[str]) -> None:
+    """A text is returned untouched when no rule's needle occurs in it; with the pre-filter made to pass
+    everything (each rule then checks its own needles), the result and the counts are the same."""
+    import re
+
+    from compactd.summarize import redact
+
+    text = "".join(parts)
+    everything = re.compile("")
+    assert redact._redact(text, redact._RULES, redact._ANY_NEEDLE) == redact._redact(
+        text, redact._RULES, everything
+    )
+    assert redact._redact(text, redact._URL_RULES, redact._ANY_URL_NEEDLE) == redact._redact(
+        text, redact._URL_RULES, everything
+    )
+    for secret in _SECRET_SAMPLES:
+        assert redact_secrets(secret) != secret  # each sample is one the rules redact
+
+
+def test_redact_value_copies_only_what_holds_a_secret() -> None:
+    """A span's messages are redacted as values: one without a secret is returned itself (no copy of the
+    span), one with a secret is a new value whose clean parts are shared, and the original is unchanged."""
+    clean_block = {"type": "text", "text": "nothing to hide here: src/app.py"}
+    secret_block = {"type": "text", "text": "export OPENAI_API_KEY=sk-proj-abc123def456ghi789jkl0"}
+    clean = {"role": "user", "content": [clean_block], "timestamp": 1}
+    dirty = {"role": "user", "content": [clean_block, secret_block], "timestamp": 2}
+    before = repr(dirty)
+    assert redact_value(clean) is clean
+    out = redact_value(dirty)
+    assert out is not dirty and out["content"][1] is not secret_block
+    assert "sk-proj" not in repr(out) and "[REDACTED:" in out["content"][1]["text"]
+    assert out["content"][0] is clean_block
+    assert repr(dirty) == before

@@ -1,4 +1,4 @@
-"""Tool call / result pairing repair (spec-openclaw §12)."""
+"""Tool call / result pairing repair (design.md §6.9)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def call_ids(message: Message) -> list[str]:
 
 
 def check_pairing(messages: list[Message] | tuple[Message, ...]) -> None:
-    """No orphan, no duplicate, no missing result (spec §12), on a repaired list."""
+    """No orphan, no duplicate, no missing result (design.md §6.9), on a repaired list."""
     answered: set[str] = set()
     owner: Message | None = None  # the assistant whose results may follow right now
     for index, message in enumerate(messages):

@@ -254,7 +254,7 @@ def test_system_unit_hardening() -> None:
     assert d["Install.WantedBy"] == ["multi-user.target"]
 
 
-# Options that need a mount (or UTS) namespace, which systemd 252's user manager cannot create (§3.3).
+# Options that need a mount (or UTS) namespace, which systemd 252's user manager cannot create (design.md §7.3).
 NAMESPACE_OPTIONS = {
     "ProtectSystem",
     "ProtectHome",

@@ -1,7 +1,7 @@
 """Token accounting: pi's ``estimateTokens`` per message, ``JSON.stringify`` lengths, usage anchors, planning.
 
 Expected figures are worked out by hand from pi 0.73.1's ``dist/core/compaction/compaction.js``
-(spec-pi-session-format §10): characters as JavaScript counts them (UTF-16 code units) / 4, rounded up.
+(design.md §6.1): characters as JavaScript counts them (UTF-16 code units) / 4, rounded up.
 ``JSON.stringify(x).length`` is taken from node itself, run once for a whole table.
 """
 

@@ -1,6 +1,6 @@
-"""AGENTS.md sections re-injected after a compaction (spec-openclaw §15).
+"""AGENTS.md sections re-injected after a compaction (design.md §6.11).
 
-A summary keeps task progress but tends to drop the rules an agent was told at the start (peers.md (c) 1);
+A summary keeps task progress but tends to drop the rules an agent was told at the start (design.md §7.8);
 re-injecting the workspace's "Session Startup" and "Red Lines" sections puts them back in front of the agent.
 Everything here is pure except ``find_agents_md``/``read_agents_md``, which read one file from the workspace
 (as its owner: see :mod:`compactd.workspace`).

@@ -1,4 +1,4 @@
-"""A session's token budget: window, prompt budget and thresholds (spec-openclaw §§3-5).
+"""A session's token budget: window, prompt budget and thresholds (design.md §§6.2-6.4).
 
 Pure arithmetic over the configuration and two figures from the ledger: the raw pi-style token estimate and
 the tool-result characters pruning could remove. It reproduces OpenClaw's precheck figures exactly, float
@@ -27,20 +27,23 @@ from compactd.tokens import MAX_TOKENS
 __all__ = [
     "Budget",
     "Guard",
+    "Thresholds",
     "WindowSource",
     "budget_for_window",
     "compute_budget",
     "guard",
     "max_tokens_within",
     "min_prompt_budget",
+    "openclaw_2026_9_budget",
     "resolve_window",
+    "thresholds",
     "tool_result_max_chars",
 ]
 
 Guard = Literal["ok", "warn", "block"]
 WindowSource = Literal["models_config", "agent_cap", "default"]
 
-# Truncation alone must free the overflow plus this slack (spec §5 step 5): a route that only just fits would
+# Truncation alone must free the overflow plus this slack (design.md §6.4): a route that only just fits would
 # overflow again on the next reply.
 TRUNCATE_ONLY_SLACK_CHARS = 2_048
 # ... and at least this multiple of the overflow, since a truncated result keeps a marker and a suffix.
@@ -73,7 +76,7 @@ def guard(window: int) -> Guard:
 
 
 def min_prompt_budget(window: int) -> int:
-    """Tokens the prompt always keeps: min(8,000, max(1, ⌊window × 0.5⌋)) (spec §4)."""
+    """Tokens the prompt always keeps: min(8,000, max(1, ⌊window × 0.5⌋)) (design.md §6.3)."""
     return min(MIN_PROMPT_BUDGET_TOKENS, max(1, math.floor(window * MIN_PROMPT_BUDGET_RATIO)))
 
 
@@ -88,7 +91,7 @@ def max_tokens_within(threshold: int) -> int:
 
 
 def tool_result_max_chars(config: Config, window: int) -> int:
-    """The most characters one tool result may keep: min(⌊window × share⌋ × 4, hard cap) (spec §6.1)."""
+    """The most characters one tool result may keep: min(⌊window × share⌋ × 4, hard cap) (design.md §6.5)."""
     c = config.compaction
     return max_tool_result_chars(window, c.tool_result_max_chars, c.tool_result_share)
 
@@ -189,7 +192,7 @@ def budget_for_window(
     estimated_tokens: int,
     reducible_chars: int,
 ) -> Budget:
-    """The budget for a known window: OpenClaw's ``shouldPreemptivelyCompactBeforePrompt`` (spec §5)."""
+    """The budget for a known window: OpenClaw's ``shouldPreemptivelyCompactBeforePrompt`` (design.md §6.4)."""
     return _budget(
         _WindowTerms.of(config, window, window_source),
         estimated_tokens=estimated_tokens,
@@ -242,3 +245,56 @@ def compute_budget(
     """The budget of a session whose transcript names ``provider``/``model`` (either may be unknown)."""
     terms = _terms_for(config, provider, model)
     return _budget(terms, estimated_tokens=estimated_tokens, reducible_chars=reducible_chars)
+
+
+# OpenClaw 2026.9 (design.md §6.13): no configurable reserve, no minimum prompt budget.
+MAX_RESERVE_TOKENS = 20_000
+RESERVE_RATIO_DIVISOR = 4  # MAX_COMPACTION_RESERVE_RATIO = .25
+MAX_SOFT_TOKENS = 4_000
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """OpenClaw 2026.9's figures for one window (design.md §6.13)."""
+
+    window: int
+    reserve: int
+    compact_at: int
+    flush_at: int
+
+
+def thresholds(window: int) -> Thresholds:
+    """The three figures OpenClaw 2026.9 derives from a context window."""
+    window = max(1, int(window))
+    reserve = min(MAX_RESERVE_TOKENS, window // RESERVE_RATIO_DIVISOR)
+    compact_at = window - reserve
+    soft = min(MAX_SOFT_TOKENS, compact_at // 2)
+    return Thresholds(window, reserve, compact_at, compact_at - soft)
+
+
+def openclaw_2026_9_budget(window: int, tokens: int, *, flush_enabled: bool) -> Budget:
+    """The budget of a 2026.9 session holding ``tokens``: over its compaction threshold at ≥ ``compact_at``.
+
+    The gateway does the compaction (its summarizer, its cut point), so the route is ``compact_only``: nothing
+    here prunes or estimates reducible characters.
+    """
+    t = thresholds(window)
+    tokens = max(0, int(tokens))
+    overflow = max(0, tokens - t.compact_at + 1)  # ≥ threshold compacts; Budget's overflow is "> budget"
+    return Budget(
+        context_window=t.window,
+        window_source="models_config",
+        guard=guard(t.window),
+        reserve_tokens=t.reserve,
+        reserve=t.reserve,
+        min_prompt_budget=0,
+        prompt_budget=t.compact_at - 1,
+        flush_threshold=t.flush_at if flush_enabled else 0,
+        compact_threshold=t.compact_at,
+        estimated_tokens=tokens,
+        estimated_with_margin=tokens,
+        overflow_tokens=overflow,
+        overflow_chars=overflow * CHARS_PER_TOKEN,
+        truncate_only_threshold_chars=0,
+        reducible_chars=0,
+    )

@@ -78,16 +78,19 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
 
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.inspection import inspect_transcript
+    from compactd.transcript.context import build_context
     from compactd.transcript.reader import read_transcript
 
     config = _load_config(args)
     transcript = read_transcript(args.file)
-    report = inspect_transcript(args.file, transcript)
+    context = build_context(transcript)  # once, for the report and the figures
+    report = inspect_transcript(args.file, transcript, context=context)
     if transcript.usable:
         from compactd.decision import decide
         from compactd.planning import figures_of
 
-        report.update(decide(config, figures_of(config, transcript), now=0.0, force=True).as_json())
+        figures = figures_of(config, transcript, context=context)
+        report.update(decide(config, figures, now=0.0, force=True).as_json())
     if args.json:
         _print_json(report, out)
         return 0

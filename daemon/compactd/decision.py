@@ -16,7 +16,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from compactd.budget import TRUNCATE_ONLY_SLACK_CHARS, Budget, compute_budget, max_tokens_within
+from compactd.budget import (
+    TRUNCATE_ONLY_SLACK_CHARS,
+    Budget,
+    compute_budget,
+    max_tokens_within,
+    openclaw_2026_9_budget,
+)
 from compactd.defaults import CHARS_PER_TOKEN, GUARD_HARD_MIN_TOKENS
 
 if TYPE_CHECKING:
@@ -58,10 +64,17 @@ class Figures:
     mtime: float = 0.0  # when the agent last wrote it (epoch seconds)
     turn: Turn | None = None  # the branch ends mid-turn
     reducible_chars: int | None = None  # None: not counted (ledger figures), the route is provisional
+    # Whose thresholds apply: OpenClaw 2026.5's (pi's and JSONL OpenClaw's, from compactd's config) or, for a
+    # session in an OpenClaw 2026.9 database, that version's own (design.md §6.13) on ``window``.
+    thresholds: Literal["openclaw-2026.5", "openclaw-2026.9"] = "openclaw-2026.5"
+    window: int | None = None
 
     @classmethod
-    def of_ledger(cls, ledger: SessionLedger, *, size: int, mtime: float) -> Figures:
-        return cls(ledger.provider, ledger.model, ledger.planning_tokens, size, mtime, ledger.turn)
+    def of_ledger(
+        cls, ledger: SessionLedger, *, size: int, mtime: float, reducible: int | None = None
+    ) -> Figures:
+        """``reducible``: the ledger's count at this session's cap (``SessionLedger.reducible``), if known."""
+        return cls(ledger.provider, ledger.model, ledger.planning_tokens, size, mtime, ledger.turn, reducible)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,13 +250,18 @@ def decide(
     """The decision for a session with these figures: its route, whether a flush is due, whether it may be
     acted on now and why not. ``force`` skips the idle and mid-turn rule (never a back-off)."""
     recorded = recorded or Recorded()
-    budget = compute_budget(
-        config,
-        provider=figures.provider,
-        model=figures.model,
-        estimated_tokens=figures.tokens,
-        reducible_chars=figures.reducible_chars or 0,
-    )
+    if figures.thresholds == "openclaw-2026.9" and figures.window is not None:
+        budget = openclaw_2026_9_budget(
+            figures.window, figures.tokens, flush_enabled=config.memory_flush.enabled
+        )
+    else:
+        budget = compute_budget(
+            config,
+            provider=figures.provider,
+            model=figures.model,
+            estimated_tokens=figures.tokens,
+            reducible_chars=figures.reducible_chars or 0,
+        )
     route = choose_route(budget)
     skip = skip_reason(budget)
     flush = skip is None and not recorded.flushed_this_cycle and flush_due(config, budget, figures.size)

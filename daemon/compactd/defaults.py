@@ -1,6 +1,6 @@
 """Every configurable default, in one place, with the reason for its value.
 
-The values come from the seed design and OpenClaw 2026.5.6 (``shared/docs/spec-openclaw.md``); where we chose
+The values come from the seed design and OpenClaw 2026.5.6 (design.md §6); where we chose
 differently the comment says why. Algorithm constants that are not configurable live beside their algorithm.
 """
 
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 # --- token accounting -------------------------------------------------------------------------------------
 # Estimates (chars/4) are compared against hard limits only after this margin: chars/4 under-counts code, CJK
-# and JSON, and an under-estimate is the failure that loses a turn (seed SAFETY_MARGIN, spec §2).
+# and JSON, and an under-estimate is the failure that loses a turn (seed SAFETY_MARGIN, design.md §6.1).
 SAFETY_MARGIN = 1.2
 # pi's estimateTokens divisor: the ledger must equal pi's own figure, so this is not tunable.
 CHARS_PER_TOKEN = 4
 
 # --- context window ---------------------------------------------------------------------------------------
-# When neither the config nor the transcript names a window, assume the common frontier size (spec §3).
+# When neither the config nor the transcript names a window, assume the common frontier size (design.md §6.2).
 DEFAULT_CONTEXT_TOKENS = 200_000
 # Below this a session cannot hold a prompt plus a reply: skip it with a warning instead of compacting forever.
 GUARD_HARD_MIN_TOKENS = 16_000
@@ -25,7 +25,7 @@ GUARD_WARN_BELOW_TOKENS = 32_000
 # Headroom kept free for the next reply and tool output (OpenClaw raises pi's 16,384 to this floor).
 RESERVE_TOKENS = 20_000
 # The prompt always keeps at least min(8,000, window × 0.5) tokens, so a 16k Ollama model keeps 8,000 tokens
-# of prompt instead of compacting in a loop (spec §4).
+# of prompt instead of compacting in a loop (design.md §6.3).
 MIN_PROMPT_BUDGET_TOKENS = 8_000
 MIN_PROMPT_BUDGET_RATIO = 0.5
 # pi's own keep-recent bound: the tail kept verbatim is at most about this many tokens.
@@ -50,14 +50,14 @@ ARCHIVE_KEEP_COUNT = 0
 ARCHIVE_WARN_BYTES = 1 << 30
 
 # --- tool results -----------------------------------------------------------------------------------------
-# One tool result may take at most this share of the window (spec §6.1) ...
+# One tool result may take at most this share of the window (design.md §6.5) ...
 TOOL_RESULT_CONTEXT_SHARE = 0.3
 # ... and never more than this many characters, whatever the window.
 TOOL_RESULT_MAX_CHARS = 16_000
-# Truncation keeps at least this much of a result so it stays useful (spec §6 MIN_KEEP_CHARS).
+# Truncation keeps at least this much of a result so it stays useful (design.md §6.5).
 TOOL_RESULT_MIN_KEEP_CHARS = 2_000
 # What a summarizer reads of one tool result: pi truncates each to this in its summarization input
-# (spec-pi-session-format: "tool results truncated to 2000 chars"). Not the cap above, which is what a result
+# (pi: "tool results truncated to 2000 chars", design.md §6.5). Not the cap above, which is what a result
 # keeps in the agent's context (OpenClaw's 16,000): two limits of two readers, each named once, here.
 SUMMARIZER_TOOL_RESULT_MAX_CHARS = 2_000
 
@@ -70,7 +70,7 @@ IDENTIFIER_CAP = 64
 QUALITY_GUARD_ENABLED = True
 QUALITY_GUARD_RETRIES = 1
 QUALITY_GUARD_MAX_RETRIES = 3
-# The committed summary (body + augmentation) is capped here, keeping the suffix (spec §11 step 13).
+# The committed summary (body + augmentation) is capped here, keeping the suffix (design.md §6.8).
 SUMMARY_MAX_CHARS = 16_000
 # Secrets are redacted before anything is sent to a model.
 REDACT_SECRETS = True
@@ -113,7 +113,7 @@ STATUS_REFRESH_SECONDS = 5.0
 # Back-off after a failed or ineffective compaction: doubles from the base up to the cap.
 BACKOFF_BASE_SECONDS = 60.0
 BACKOFF_MAX_SECONDS = 6 * 3600.0
-# OpenClaw reclaims a session lock older than this (spec-pi-session-format §11).
+# OpenClaw reclaims a session lock older than this (design.md §6.12).
 LOCK_STALE_SECONDS = 30 * 60.0
-# After a rotation the old inode is read this long for late appends (engineering.md §2.3: ≥ 250 ms).
+# After a rotation the old inode is read this long for late appends (design.md §7.1: ≥ 250 ms).
 ROTATE_GRACE_SECONDS = 0.5

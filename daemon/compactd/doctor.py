@@ -31,6 +31,16 @@ def _warn(out: TextIO, text: str, fix: str) -> None:
     out.write(f"WARN  {text}\n      → {fix}\n")
 
 
+def _openclaw_databases(config: Config) -> int:
+    """How many OpenClaw 2026.9+ agents (SQLite, no sessions directory needed) compactd follows."""
+    from compactd.openclaw import discover
+
+    if not config.openclaw.enabled:
+        return 0
+    oc = config.openclaw
+    return len(discover(os.environ, state_dir=oc.state_dir, config_path=oc.config_path).agents)
+
+
 def check_roots(config: Config, out: TextIO) -> int:
     problems = 0
     roots, refused = discover_roots(config.sessions.roots, state_dir=config.state_dir)
@@ -41,7 +51,12 @@ def check_roots(config: Config, out: TextIO) -> int:
             f"{refusal.path} (from {refusal.pattern}) is not used as a sessions root: {refusal.reason}",
             "remove the symlink or name the real directory in sessions.roots",
         )
-    if not roots:
+    if not roots and _openclaw_databases(config):
+        _ok(
+            out,
+            f"no sessions directory matches {list(config.sessions.roots)}; OpenClaw 2026.9+ agents are served",
+        )
+    elif not roots:
         problems += 1
         _bad(
             out,
@@ -96,6 +111,7 @@ def check_sessions(config: Config, out: TextIO) -> int:
     """Each transcript read and judged as the daemon does: those it cannot read and those it would skip
     (a window under the hard minimum) are things to fix, not "fits"; then the failures the daemon recorded."""
     from compactd.decision import Figures, decide
+    from compactd.openclaw import refusal as openclaw_refusal
     from compactd.state import describe_error, read_status
     from compactd.tracker import SessionTracker
 
@@ -104,8 +120,8 @@ def check_sessions(config: Config, out: TextIO) -> int:
     reported: set[str] = set()
     for root in discover_roots(config.sessions.roots, state_dir=config.state_dir)[0]:
         for path in scan_root(root):
-            if config.sessions.is_ignored(path):
-                continue
+            if config.sessions.is_ignored(path) or openclaw_refusal(path):
+                continue  # a SQLite-backed agent's leftover .jsonl: the OpenClaw lines say why
             tracker = SessionTracker(path)
             try:
                 tracker.refresh()
@@ -304,6 +320,8 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
     from compactd.logs import protect_config_secrets
 
     protect_config_secrets(config)  # before any line names the endpoint
+    from compactd.openclaw import check_openclaw
+
     _ok(out, f"config {config.source} is valid")
     problems = (
         check_roots(config, out)
@@ -311,6 +329,13 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
         + check_state_dir(config, out)
         + check_archives(config, out)
         + check_summarizer(config, out)
+        + check_openclaw(
+            config,
+            os.environ,
+            lambda t: _ok(out, t),
+            lambda t, f: _bad(out, t, f),
+            lambda t, f: _warn(out, t, f),
+        )
     )
     check_workspaces(config, discover_roots(config.sessions.roots, state_dir=config.state_dir)[0], out)
     out.write("all good\n" if not problems else f"{problems} thing(s) to fix\n")

@@ -8,22 +8,29 @@ from typing import Any
 from compactd.ledger import SessionLedger
 from compactd.prune import tool_result_text_chars
 from compactd.tokens import estimate_tokens
-from compactd.transcript.context import build_context
+from compactd.transcript.context import SessionContext, build_context
 from compactd.transcript.messages import llm_visible, role_of
 from compactd.transcript.reader import FATAL_KINDS, Transcript, read_transcript
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNUSABLE = 0, 1, 2
 
 
-def inspect_transcript(path: str | os.PathLike[str], transcript: Transcript | None = None) -> dict[str, Any]:
-    """The figures of one read: the branch is walked once (the transcript caches it) and each message of the
-    context is estimated and measured in the same pass."""
+def inspect_transcript(
+    path: str | os.PathLike[str],
+    transcript: Transcript | None = None,
+    *,
+    context: SessionContext | None = None,
+) -> dict[str, Any]:
+    """The figures of one read: the branch is walked once (the transcript caches it), the context is built
+    once (or taken from the caller, who passes it on to ``figures_of``) and each of its messages is estimated
+    and measured in the same pass."""
     transcript = transcript if transcript is not None else read_transcript(path)
-    ledger = SessionLedger.from_transcript(transcript)
+    context = context if context is not None else build_context(transcript)
+    ledger = SessionLedger.from_transcript(transcript, context=context)
     figures = ledger.figures()
     by_role: dict[str, int] = {}
     tool_chars = count = 0
-    for message in llm_visible(build_context(transcript).messages):
+    for message in llm_visible(context.messages):
         count += 1
         role = role_of(message)
         by_role[role] = by_role.get(role, 0) + estimate_tokens(message)

@@ -27,6 +27,7 @@ from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry
 from compactd.config import Config
 from compactd.decision import Route, decide, prune_target_tokens, readiness, route_after_summary
 from compactd.defaults import SAFETY_MARGIN
+from compactd.openclaw import refusal as openclaw_refusal
 from compactd.planning import figures_of, prune_plan
 from compactd.roots import is_session_path
 from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
@@ -249,6 +250,9 @@ async def compact_file(
     """
     if not is_session_path(path):
         return JobResult(path, "none", reason="refusing: not a regular file reached without symlinks")
+    sqlite_refusal = openclaw_refusal(path)
+    if sqlite_refusal is not None:
+        return JobResult(path, "none", reason=f"refusing: {sqlite_refusal}")
     if transcript is None:
         transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
     if not transcript.usable:

@@ -12,23 +12,37 @@ import gc
 import logging
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from compactd.defaults import CHARS_PER_TOKEN
+from compactd.prune import reducible_chars
 from compactd.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, js_len, usage_tokens
 from compactd.transcript.context import (
     UNDEFINED,
+    SessionContext,
     build_context,
     compaction_message,
+    context_entries,
     entry_to_message,
     js_same,
 )
+from compactd.transcript.jsjson import nesting
 from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
-from compactd.transcript.reader import Entry, Scan, Transcript, link_key, parse_line, parse_transcript
+from compactd.transcript.reader import (
+    BLOCKING_KINDS,
+    FATAL_KINDS,
+    MAX_DEPTH,
+    Entry,
+    Scan,
+    Transcript,
+    link_key,
+    parse_line,
+    parse_transcript,
+)
 from compactd.turns import Turn, turn_of_branch
 from compactd.turns import step as turn_step
 
@@ -36,8 +50,12 @@ log = logging.getLogger(__name__)
 
 _CONTEXT_TYPES = frozenset({"message", "custom_message", "branch_summary"})
 # Bumped whenever the ledger's fields or what they mean change: a snapshot of another version is not trusted.
-LEDGER_SNAPSHOT_VERSION = 1
+LEDGER_SNAPSHOT_VERSION = 2
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+# The per-result cap (``budget.tool_result_max_chars``) to count a ledger's reducible characters at, or None
+# (not worth counting): it depends on the config, which the ledger does not know (``planning.route_cap``).
+CapFor = Callable[["SessionLedger"], int | None]
 
 
 @dataclass(slots=True)
@@ -64,9 +82,15 @@ class SessionLedger:
     # The last line parses only because pi trims the file's end: an append changes how pi reads it.
     reload_on_append: bool = False
     turn: Turn | None = None  # the branch ends mid-turn (see compactd.turns); folded like the figures
+    # (cap, prune.reducible_chars of the context's tool results at that cap): the route's figure, so a due
+    # session's route needs no second read. None: not known (no cap given, a reading a compaction may not be
+    # built from, or a tool result appended since: its cut depends on text the ledger does not keep).
+    reducible: tuple[int, int] | None = None
 
     @classmethod
-    def from_bytes(cls, data: bytes, path: str | None = None) -> SessionLedger:
+    def from_bytes(
+        cls, data: bytes, path: str | None = None, *, cap_for: CapFor | None = None
+    ) -> SessionLedger:
         """The cold read: a whole file's complete lines → its ledger, equal to ``from_transcript``'s.
 
         It keeps a few fields per entry instead of every parsed entry, and estimates only the messages the
@@ -76,16 +100,21 @@ class SessionLedger:
         paused = gc.isenabled()
         gc.disable()  # the few small records kept are acyclic; see parse_transcript
         try:
-            return _cold_read(data)
+            return _cold_read(data, cap_for)
         except Exception as exc:  # the fast path must never cost a session its figures
             log.warning("cold read failed, reading exactly instead path=%s reason=%r", path, exc)
-            return cls.from_transcript(parse_transcript(data, check=False))
+            return cls.from_transcript(parse_transcript(data), cap_for=cap_for)
         finally:
             if paused:
                 gc.enable()
 
     @classmethod
-    def from_transcript(cls, transcript: Transcript) -> SessionLedger:
+    def from_transcript(
+        cls, transcript: Transcript, *, cap_for: CapFor | None = None, context: SessionContext | None = None
+    ) -> SessionLedger:
+        """The ledger of a parsed transcript; pass ``cap_for`` only for one parsed with its checks (a
+        ``check=False`` reading cannot say whether a compaction may be built from it: no ``reducible``).
+        ``context``: ``build_context(transcript)`` when the caller has it already (``inspect``)."""
         ledger = cls(
             session_id=transcript.session_id,
             version=transcript.version,
@@ -95,7 +124,7 @@ class SessionLedger:
             reload_on_append=_trims_tail(transcript.problems),
         )
         ledger.turn = turn_of_branch(reversed(transcript.branch()))
-        context = build_context(transcript)
+        context = context if context is not None else build_context(transcript)
         model = context.model or {}
         ledger.provider = _str_or_none(model.get("provider"))
         ledger.model = _str_or_none(model.get("modelId"))
@@ -114,6 +143,17 @@ class SessionLedger:
         ledger.trailing_tokens = sum(message_tokens(m) for m in messages[start:])
         if ledger.anchor_seen and ledger.anchor_is_stale:
             ledger.stale_total = sum(message_tokens(m) for m in messages[:start]) + ledger.trailing_tokens
+        if cap_for is not None and transcript.committable:
+            items = [
+                (str(entry.get("id")), message)
+                for entry in context_entries(transcript.branch())
+                if (message := entry_to_message(entry)) is not None
+                and role_of(message) == "toolResult"
+                and isinstance(entry.get("id"), str)
+            ]
+            cap = cap_for(ledger)
+            if cap is not None:
+                ledger.reducible = (cap, reducible_chars(items, cap))
         return ledger
 
     def to_snapshot(self) -> tuple[Any, ...]:
@@ -136,15 +176,21 @@ class SessionLedger:
             self.usable,
             self.reload_on_append,
             None if turn is None else (_float_out(turn.since), turn.pending_tools),
+            self.reducible,
         )
 
     @classmethod
     def from_snapshot(cls, fields: Any) -> SessionLedger:
         """The ledger ``to_snapshot`` described; ValueError for anything else (another version, a wrong type)."""
-        if not isinstance(fields, list | tuple) or len(fields) != 16 or fields[0] != LEDGER_SNAPSHOT_VERSION:
+        if not isinstance(fields, list | tuple) or len(fields) != 17 or fields[0] != LEDGER_SNAPSHOT_VERSION:
             raise ValueError("not a ledger snapshot of this version")
         _, session_id, version, leaf, anchor, seen, anchor_ts, trailing, compaction_ts, stale = fields[:10]
-        provider, model, entries, usable, reload_on_append, turn = fields[10:]
+        provider, model, entries, usable, reload_on_append, turn, reducible = fields[10:]
+        reducible_value = None
+        if reducible is not None:
+            if not isinstance(reducible, list | tuple) or len(reducible) != 2:
+                raise ValueError("reducible is not a pair")
+            reducible_value = (_int_in(reducible[0]), _int_in(reducible[1]))
         turn_value = None
         if turn is not None:
             if not isinstance(turn, list | tuple) or len(turn) != 2:
@@ -166,6 +212,7 @@ class SessionLedger:
             usable=_bool_in(usable),
             reload_on_append=_bool_in(reload_on_append),
             turn=turn_value,
+            reducible=reducible_value,
         )
 
     @property
@@ -205,6 +252,8 @@ class SessionLedger:
                 return False  # the leaf had no usable id: where this entry attaches needs the whole file
             self.entries += 1
             self.leaf_id = entry_id
+            if self.reducible is not None and _changes_reducible(entry):
+                self.reducible = None
             if kind == "model_change":
                 self.provider = _str_or_none(entry.get("provider"))
                 self.model = _str_or_none(entry.get("modelId"))
@@ -260,15 +309,27 @@ class SessionLedger:
         }
 
 
+def _changes_reducible(entry: Entry) -> bool:
+    """The appended entry may change the route's figure: a tool result (its cut depends on its text), or a
+    line that makes the reading one no compaction is built from (``Transcript.blocking``)."""
+    if entry.get("type") == "message":
+        message = entry.get("message")
+        if message is not None and not isinstance(message, dict):
+            return True
+        if isinstance(message, dict) and message.get("role") == "toolResult":
+            return True
+    return nesting(entry) > MAX_DEPTH
+
+
 class _Rec:
     """What the cold read keeps of one entry: enough to walk the tree and to find the anchor.
 
     Assistant details are kept raw (``said``) and interpreted only for the one that ends up the anchor.
     """
 
-    __slots__ = ("end", "entry_id", "extra", "kind", "parent", "said", "speaks", "start", "tokens")
+    __slots__ = ("end", "entry_id", "extra", "kind", "parent", "said", "speaks", "start", "texts", "tokens")
 
-    def __init__(self, entry: Entry, start: int, end: int) -> None:
+    def __init__(self, entry: Entry, start: int, end: int, keep_texts: bool) -> None:
         self.start, self.end = start, end
         self.entry_id = entry.get("id", UNDEFINED)  # UNDEFINED: no id at all (``undefined`` for ===)
         self.parent = entry.get("parentId")
@@ -280,10 +341,22 @@ class _Rec:
         )
         # speaks: the entry adds a message to the context (entry_to_message) that is not runtime context
         self.speaks = False
+        self.texts: list[str] | None = None  # a tool result's text blocks, while the cold read needs them
         if kind == "message":
             message = entry.get("message")
             if isinstance(message, dict):
                 role = message.get("role")
+                if keep_texts and role == "toolResult":
+                    content = message.get("content")
+                    self.texts = (
+                        [
+                            b["text"]
+                            for b in content
+                            if type(b) is dict and b.get("type") == "text" and type(b.get("text")) is str
+                        ]
+                        if isinstance(content, list)
+                        else []
+                    )
                 if role == "assistant":
                     self.speaks = True
                     usage = message.get("usage")
@@ -304,13 +377,15 @@ class _Rec:
             self.extra = (entry.get("firstKeptEntryId", UNDEFINED), _num_or_none(summary["timestamp"]))
 
 
-def _cold_read(data: bytes) -> SessionLedger:
+def _cold_read(data: bytes, cap_for: CapFor | None) -> SessionLedger:
     scan = Scan(data)
-    records = [_Rec(entry, start, end) for entry, start, end, _line, _pos in scan.entries()]
+    keep = cap_for is not None
+    records = [_Rec(entry, start, end, keep) for entry, start, end, _line, _pos in scan.entries()]
     scan.finish()
     null_leaf = bool(records) and records[-1].entry_id is None  # pi: a null leaf id means an empty context
     if scan.no_header or scan.header is None or scan.version < 3:
-        return SessionLedger.from_transcript(parse_transcript(data, check=False))  # v1/v2 ids: migrate first
+        # v1/v2 ids: migrate first
+        return SessionLedger.from_transcript(parse_transcript(data, check=keep), cap_for=cap_for)
     leaf_value = records[-1].entry_id if records else None
     ledger = SessionLedger(
         session_id=scan.header.get("id"),
@@ -383,7 +458,39 @@ def _cold_read(data: bytes) -> SessionLedger:
     ledger.trailing_tokens = sum(tokens(r) for r in speaking[start:])
     if ledger.anchor_seen and ledger.anchor_is_stale:
         ledger.stale_total = sum(tokens(r) for r in speaking[:start]) + ledger.trailing_tokens
+    cap = cap_for(ledger) if cap_for is not None and ledger.usable else None
+    if cap is not None and not _may_block(data, scan, records):
+        items = [
+            (r.entry_id, {"role": "toolResult", "content": [{"type": "text", "text": t} for t in r.texts]})
+            for r in speaking
+            if r.texts is not None and type(r.entry_id) is str
+        ]
+        ledger.reducible = (cap, reducible_chars(items, cap))
     return ledger
+
+
+def _may_block(data: bytes, scan: Scan, records: list[_Rec]) -> bool:
+    """The reading may have a problem that ``Transcript.blocking`` reports (then the route is left to a full
+    read, which says why): a fatal or blocking problem, a non-string id, a message that is not an object, or a
+    line with enough brackets to nest past ``MAX_DEPTH`` (only those are walked)."""
+    if any(p.kind in FATAL_KINDS or p.kind in BLOCKING_KINDS for p in scan.problems):
+        return True
+    if scan.header is not None and nesting(scan.header) > MAX_DEPTH:
+        return True
+    count = data.count
+    for rec in records:
+        if type(rec.entry_id) is not str:
+            return True
+        start, end = rec.start, rec.end
+        if rec.kind == "message" and not rec.speaks and rec.said is None:
+            message = _entry_at(data, start, end).get("message")
+            if message is not None and not isinstance(message, dict):
+                return True
+        # a line nests at most as deep as it has brackets: only the few with enough are parsed again
+        deep = count(b"{", start, end) + count(b"[", start, end) > MAX_DEPTH
+        if deep and nesting(_entry_at(data, start, end)) > MAX_DEPTH:
+            return True
+    return False
 
 
 def _entry_at(data: bytes, start: int, end: int) -> Entry:

@@ -6,7 +6,7 @@ configured key and the base_url's credentials (registered by :func:`protect_conf
 password or credential-named query value, so no command's log line or printed line carries them.
 Under systemd (``JOURNAL_STREAM`` naming our stderr) lines carry a ``<N>`` syslog priority prefix, which
 journald strips and stores (``journalctl -p warning`` works), and no timestamp, since the journal adds its
-own (engineering.md §3.4). Elsewhere lines start with a UTC timestamp.
+own (design.md §7.4). Elsewhere lines start with a UTC timestamp.
 """
 
 from __future__ import annotations

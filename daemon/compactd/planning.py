@@ -8,34 +8,41 @@ and then these figures (with the reducible tool-result characters) decide the ro
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactd.budget import Budget, resolve_window, tool_result_max_chars
 from compactd.config import Config
-from compactd.decision import Figures
+from compactd.decision import Figures, decide
 from compactd.prune import PrunePlan, plan_pruning, reducible_chars
 from compactd.tokens import estimate_for_planning
-from compactd.transcript.context import build_context, context_entries, entry_to_message
+from compactd.transcript.context import SessionContext, build_context, context_entries, entry_to_message
 from compactd.transcript.messages import llm_visible, role_of, strip_for_llm
 from compactd.transcript.reader import Transcript
 from compactd.turns import turn_of_branch
 
+if TYPE_CHECKING:
+    from compactd.ledger import SessionLedger
 
-def tool_result_items(transcript: Transcript) -> list[tuple[str, dict[str, Any]]]:
-    """(entry id, message) of every tool result in the current context, oldest first."""
+
+def tool_result_items(transcript: Transcript, *, strip: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """(entry id, message) of every tool result in the current context, oldest first; ``strip=False`` leaves
+    ``details`` in (no copy of each message) for a caller that reads lengths only and sends nothing on."""
     items: list[tuple[str, dict[str, Any]]] = []
     for entry in context_entries(transcript.branch()):
         message = entry_to_message(entry)
         entry_id = entry.get("id")
         if message is not None and role_of(message) == "toolResult" and isinstance(entry_id, str):
-            items.append((entry_id, strip_for_llm(message)))
+            items.append((entry_id, strip_for_llm(message) if strip else message))
     return items
 
 
-def figures_of(config: Config, transcript: Transcript, *, mtime: float = 0.0) -> Figures:
+def figures_of(
+    config: Config, transcript: Transcript, *, mtime: float = 0.0, context: SessionContext | None = None
+) -> Figures:
     """The exact figures of a loaded transcript, reducible tool-result characters counted (what ``inspect``
-    prints and a compaction acts on); ``mtime`` is when the file was last written, for the idle rule."""
-    context = build_context(transcript)
+    prints and a compaction acts on); ``mtime`` is when the file was last written, for the idle rule.
+    ``context``: ``build_context(transcript)`` when the caller has it already (``inspect``)."""
+    context = context if context is not None else build_context(transcript)
     model = context.model or {}
     provider = model.get("provider") if isinstance(model.get("provider"), str) else None
     model_id = model.get("modelId") if isinstance(model.get("modelId"), str) else None
@@ -48,7 +55,9 @@ def figures_of(config: Config, transcript: Transcript, *, mtime: float = 0.0) ->
         size=transcript.size,
         mtime=mtime,
         turn=turn_of_branch(reversed(transcript.branch())),
-        reducible_chars=reducible_chars(tool_result_items(transcript), tool_result_max_chars(config, window)),
+        reducible_chars=reducible_chars(
+            tool_result_items(transcript, strip=False), tool_result_max_chars(config, window)
+        ),
     )
 
 
@@ -77,3 +86,21 @@ def prune_plan(
         note_for=(lambda _id: note) if note else None,
         committed_note_chars=committed_note_chars,
     )
+
+
+def tool_result_cap(config: Config, provider: str | None, model: str | None) -> int:
+    """The per-result cap of a session with this provider and model (the window's share, at most the cap)."""
+    return tool_result_max_chars(config, resolve_window(config, provider, model)[0])
+
+
+def route_cap(config: Config) -> Callable[[SessionLedger], int | None]:
+    """What the ledger counts the route's reducible characters at (``SessionLedger.reducible``), so that a due
+    session's route needs no second read: its cap, or None when its ledger figures need no route (it fits
+    or is skipped), which spares the count for most sessions."""
+
+    def cap(ledger: SessionLedger) -> int | None:
+        if decide(config, Figures.of_ledger(ledger, size=0, mtime=0.0), now=0.0).exact:
+            return None
+        return tool_result_cap(config, ledger.provider, ledger.model)
+
+    return cap

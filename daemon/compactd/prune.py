@@ -1,6 +1,6 @@
-"""Tool-result pruning, planned only: OpenClaw's tool-result truncation (spec-openclaw §6), sans IO.
+"""Tool-result pruning, planned only: OpenClaw's tool-result truncation (design.md §6.5), sans IO.
 
-Lengths are JavaScript lengths (UTF-16 code units, spec §0) because the budgets and the route compare them
+Lengths are JavaScript lengths (UTF-16 code units, design.md §6.1) because the budgets and the route compare them
 with OpenClaw's own figures. Internally a text holding astral characters is processed as a string of UTF-16
 code units (each astral character as its two surrogates), so every cut point and count equals JavaScript's; a
 cut that would split a surrogate pair moves by one unit, so a result never carries a lone surrogate.
@@ -37,7 +37,7 @@ from compactd.transcript.messages import Message, role_of
 
 # Placed between head and tail (OpenClaw MIDDLE_OMISSION_MARKER), so the model knows the middle is gone.
 MIDDLE_MARKER = "\n\n⚠️ [... middle content omitted — showing head and tail ...]\n\n"
-# Session rewrites cut results down to nothing but the suffix if that is what the budget needs (spec §6.4).
+# Session rewrites cut results down to nothing but the suffix if that is what the budget needs (design.md §6.5).
 RECOVERY_MIN_KEEP_CHARS = 0
 # hasImportantTail looks at this many trailing characters only.
 IMPORTANT_TAIL_WINDOW = 2_000
@@ -130,7 +130,7 @@ def _effective_min_keep(max_chars: int, min_keep: int, suffix: Suffix) -> int:
 
 
 def has_important_tail(text: str) -> bool:
-    """Whether the last 2,000 characters hold an error, a closing ``}`` or a summary line (spec §6.2)."""
+    """Whether the last 2,000 characters hold an error, a closing ``}`` or a summary line (design.md §6.5)."""
     return _important_tail(_to_units(text))
 
 
@@ -317,7 +317,7 @@ def _openclaw_fit(kept: int, length: int, max_chars: int, suffix: Suffix) -> tup
 def max_tool_result_chars(
     context_window: int, hard_cap: int = TOOL_RESULT_MAX_CHARS, share: float = TOOL_RESULT_CONTEXT_SHARE
 ) -> int:
-    """The per-result cap: min(⌊window × share⌋ × 4, hard cap) characters, a hard cap below 1 being 1 (§6.1).
+    """The per-result cap: min(⌊window × share⌋ × 4, hard cap) characters, a hard cap below 1 being 1 (design.md §6.5).
 
     The one definition of the cap that pruning and routing use (``budget.tool_result_max_chars`` passes the
     configured share and hard cap). pi's 2,000-character cut of each result in the summarizer's input

@@ -25,7 +25,9 @@ from compactd import __version__
 from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.ledger import SessionLedger
-from compactd.planning import figures_of
+from compactd.openclaw import OpenClawSource
+from compactd.openclaw import refusal as openclaw_refusal
+from compactd.planning import figures_of, route_cap, tool_result_cap
 from compactd.roots import IntactDirs, is_session_path
 from compactd.state import Backoff, SessionState, describe_error
 from compactd.tail import Change
@@ -136,6 +138,11 @@ class Service:
         self._state_write_error: str | None = None
         self._unreadable: dict[str, tuple[int, ...] | None] = {}  # path -> its stat when reading it failed
         self._dirs = IntactDirs()  # realpath once per directory, not once per file
+        # The second session source: OpenClaw 2026.9+ agents, followed in their databases.
+        self.openclaw = OpenClawSource(config, self.env, client=self.client, changed=self._mark_dirty)
+
+    def _mark_dirty(self) -> None:
+        self.dirty = True
 
     # --- sessions -------------------------------------------------------------------------------------------
     def session_state(self, path: str) -> SessionState:
@@ -183,6 +190,12 @@ class Service:
             self._unreadable.pop(path, None)
 
     def _refresh(self, path: str, *, seeded: bool = False) -> None:
+        sqlite_refusal = openclaw_refusal(path)
+        if sqlite_refusal is not None:  # never a session to act on (compactd writes nothing there)
+            self.sessions.pop(path, None)
+            self.metrics.forget_session(path)
+            self._report_once(path, "sqlite-agent", logging.INFO, f"action=ignored reason={sqlite_refusal}")
+            return
         try:
             info: os.stat_result | None = os.lstat(path)
         except FileNotFoundError:
@@ -207,7 +220,9 @@ class Service:
         self.refused.discard(path)
         session = self.sessions.get(path)
         if session is None:
-            session = self.sessions[path] = Session(SessionTracker(path, resume=self.resume.take(path)))
+            session = self.sessions[path] = Session(
+                SessionTracker(path, resume=self.resume.take(path), cap_for=route_cap(self.config))
+            )
         update = session.tracker.refresh(info)
         if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
@@ -266,8 +281,20 @@ class Service:
         return decide(self.config, figures, recorded, now=now, force=force)
 
     def _exact_decision(self, session: Session, provisional: Decision) -> Decision:
-        """The decision from a full read (the route between the three compaction routes needs the reducible
-        tool-result characters, which the ledger does not count); the ledger's when the read cannot say."""
+        """The decision with the route's reducible tool-result characters: from the ledger when it counted
+        them at this session's cap, else from a full read; the provisional one when the read cannot say."""
+        ledger = session.tracker.ledger
+        known = ledger.reducible if ledger is not None else None
+        if (
+            ledger is not None
+            and known is not None
+            and known[0] == tool_result_cap(self.config, ledger.provider, ledger.model)
+        ):
+            cursor = session.tracker.cursor
+            figures = Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime, reducible=known[1])
+            return decide(
+                self.config, figures, Recorded.of_state(self.session_state(session.path)), now=time.time()
+            )
         try:
             transcript = read_transcript(session.path, follow_symlinks=False)
         except OSError as exc:
@@ -423,6 +450,11 @@ class Service:
         if not is_session_path(path):
             session.due = False
             st.skipped = "not a regular file reached without symlinks"
+            return Outcome(path, "skipped", detail={"reason": st.skipped})
+        sqlite_refusal = openclaw_refusal(path)  # its database may have appeared since the last read
+        if sqlite_refusal is not None:
+            session.due = False
+            st.skipped = sqlite_refusal
             return Outcome(path, "skipped", detail={"reason": st.skipped})
         transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
         blocked = blocked_reason(transcript)
@@ -794,7 +826,8 @@ class Service:
         from compactd.state import STATUS_MAX_SESSIONS, build_status
 
         tracked = {p: self.session_state(p) for p in self.sessions}
-        return build_status(
+        tracked.update(self.openclaw.states())
+        doc = build_status(
             tracked,
             max_sessions=STATUS_MAX_SESSIONS if rows else 0,
             now=time.time(),
@@ -804,6 +837,8 @@ class Service:
             state_dir=self.config.state_dir,
             extra={"roots": sorted(self.roots)},
         )
+        self.openclaw.annotate(doc)
+        return doc
 
     async def signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:
@@ -818,6 +853,7 @@ class Service:
     def shutdown(self, scope: anyio.CancelScope) -> None:
         self.stopping = True
         self.notifier.stopping()
+        self.openclaw.stop()
         for stop in self.roots.values():
             stop.set()
         scope.cancel()
@@ -832,6 +868,7 @@ class Service:
             self.notifier.ready(f"config reload rejected: {exc.key}")
             return
         self.config = config
+        self.openclaw.config = config
         self._client = None
         self.resume.fingerprint = None  # decisions recorded from now on may be under either configuration
         log.info("action=reloaded config=%s", config.source)
@@ -927,6 +964,8 @@ class Service:
                 self.discover()
                 release_free_memory()  # the start-up read of every transcript leaves freed heap behind
                 tg.start_soon(self.watch_roots, tg)
+                self.openclaw.task_group = tg
+                tg.start_soon(self.openclaw.run)
                 for _ in range(self.config.summarizer.max_concurrency):
                     tg.start_soon(self.worker)
                 tg.start_soon(self.watchdog_loop)
@@ -1095,6 +1134,14 @@ def run_once(
                     outcomes.append(await service.act(session, force=force, dry_run=dry_run))
                 else:
                     outcomes.append(_waiting_outcome(service, session, now))
+            if not sessions and not dry_run:  # named files only: no OpenClaw database is looked at
+                for row in await service.openclaw.once(force=force):
+                    path, action, committed = (
+                        row.pop("path"),
+                        row.pop("action"),
+                        bool(row.pop("committed", False)),
+                    )
+                    outcomes.append(Outcome(path, action, committed, row))
         finally:
             if not dry_run:
                 service.write_state()  # under the shared lock: no run is there to own the state files

@@ -1,4 +1,4 @@
-"""systemd's notify protocol without a dependency (engineering.md §3.1).
+"""systemd's notify protocol without a dependency (design.md §7.3).
 
 One datagram per call to the ``AF_UNIX``/``SOCK_DGRAM`` socket named in ``$NOTIFY_SOCKET``. Outside systemd
 the variable is unset and every call is a cheap no-op returning False, so callers never need to check first.
@@ -96,7 +96,7 @@ class Notifier:
         return watchdog_interval(self._env)
 
     def ready(self, status: str | None = None) -> bool:
-        """Send only once the config is loaded, state restored and the watcher running (§3.1)."""
+        """Send only once the config is loaded, state restored and the watcher running (design.md §7.3)."""
         lines = ["READY=1"]
         if status is not None:
             lines.append("STATUS=" + _one_line(status))
@@ -114,5 +114,5 @@ class Notifier:
         return sd_notify("STOPPING=1", env=self._env)
 
     def watchdog(self) -> bool:
-        """Call only when the pipeline made progress, or a wedged daemon is never restarted (§3.1)."""
+        """Call only when the pipeline made progress, or a wedged daemon is never restarted (design.md §7.3)."""
         return sd_notify("WATCHDOG=1", env=self._env)

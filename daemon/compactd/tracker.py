@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactd.ledger import SessionLedger
+from compactd.ledger import CapFor, SessionLedger
 from compactd.resume import Snapshot, hashed_bytes, mismatch, mismatch_of_stat
 from compactd.tail import Change, FileCursor, Update
 
@@ -24,6 +24,9 @@ class SessionTracker:
     path: str
     # A saved snapshot to try at the first refresh (``compactd.resume``); used once, then dropped.
     resume: Snapshot | None = None
+    # The per-result cap for a provider and model (``planning.tool_result_cap``): given, the ledger also counts
+    # the route's reducible characters (``SessionLedger.reducible``).
+    cap_for: CapFor | None = None
     cursor: FileCursor = field(init=False)
     ledger: SessionLedger | None = None
     reloads: int = 0
@@ -56,7 +59,7 @@ class SessionTracker:
             self.cursor.reset()
             update = self.cursor.poll()
         if update.change is Change.RELOADED and update.data is not None:
-            self.ledger = SessionLedger.from_bytes(update.data, self.path)
+            self.ledger = SessionLedger.from_bytes(update.data, self.path, cap_for=self.cap_for)
             self.reloads += 1
         elif update.change is Change.MISSING:
             self.ledger = None

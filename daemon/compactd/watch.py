@@ -144,10 +144,6 @@ def scan_root(root: str) -> list[str]:
     return sorted(paths)
 
 
-def _filter(change: Change, path: str) -> bool:
-    return is_transcript_name(os.path.basename(path))
-
-
 class _ArmedStop:
     """The stop event handed to watchfiles. Its watch thread polls ``is_set`` only once the inotify watch is in
     place, so the first poll tells ``armed`` that every change from then on will be reported: a scan made after
@@ -178,15 +174,19 @@ async def watch_root(
     step_ms: int,
     rust_timeout_ms: int = 1000,
     armed: Callable[[], None] | None = None,
+    names: Callable[[str], bool] = is_transcript_name,
 ) -> AsyncIterator[set[str]]:
-    """Batches of transcript paths that may have changed under ``root`` (an empty batch is a heartbeat).
-
-    ``armed`` is called (from watchfiles' thread) once the watch is in place."""
+    """Batches of paths directly under ``root`` whose file name ``names`` accepts (transcripts by default;
+    an OpenClaw database's ``-wal`` for the SQLite source) that may have changed (an empty batch is a
+    heartbeat). ``armed`` is called (from watchfiles' thread) once the watch is in place."""
     from watchfiles import awatch  # imported here: only ``run`` watches, and watchfiles loads multiprocessing
+
+    def wanted(change: Change, path: str) -> bool:
+        return names(os.path.basename(path))
 
     async for changes in awatch(
         root,
-        watch_filter=_filter,
+        watch_filter=wanted,
         debounce=debounce_ms,
         step=step_ms,
         # watchfiles calls nothing but is_set() and set() on it

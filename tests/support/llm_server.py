@@ -1,4 +1,4 @@
-"""A real OpenAI-compatible HTTP server on 127.0.0.1, scriptable per test (engineering.md §5.1).
+"""A real OpenAI-compatible HTTP server on 127.0.0.1, scriptable per test (design.md §7.6).
 
 openai 3.x talks through ``httpx2``, which respx cannot intercept, and a mock transport would skip sockets,
 timeouts, connection errors and the SDK's own parsing. A stdlib ``ThreadingHTTPServer`` in a thread is real,
@@ -40,7 +40,7 @@ HANG_LIMIT_SECONDS = 120.0
 # How many characters of content each streamed chunk carries (small, so the client must accumulate deltas).
 STREAM_PIECE_CHARS = 16
 
-# What each server answers when the prompt does not fit (engineering.md §4.3, spec-openclaw.md §7/§18).
+# What each server answers when the prompt does not fit (design.md §6.6).
 OVERFLOW_BODIES: dict[str, tuple[int, object]] = {
     "openai": (
         400,

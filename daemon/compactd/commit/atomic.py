@@ -1,4 +1,4 @@
-"""The rewrite protocol (engineering.md §2.3), path safety, and the crash-test hooks.
+"""The rewrite protocol (design.md §7.1), path safety, and the crash-test hooks.
 
 A rotation replaces a transcript that agents may append to at any moment, by path, without a lock. The
 protocol loses nothing an agent wrote:

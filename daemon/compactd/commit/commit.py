@@ -27,6 +27,7 @@ from compactd.commit.append import append_commit
 from compactd.commit.atomic import Abandon, Outcome, checked_path, crash_point, os_reason
 from compactd.commit.journal import Journal
 from compactd.commit.locks import SessionBusy, hold_session_lock
+from compactd.commit.request import CommitRequest
 from compactd.commit.retention import apply_retention
 from compactd.commit.rotate import rotate_commit
 from compactd.commit.seal import seal_if_torn
@@ -227,32 +228,17 @@ def _run(
     planned: Transcript | None,
     check: Callable[[Transcript], str | None] | None,
 ) -> Outcome:
-    compaction = entries.compaction if entries is not None else None
-    post = entries.post_message if entries is not None else None
-    snapshot_size = entries.snapshot_size if entries is not None else 0
-    snapshot_leaf = entries.snapshot_leaf_id if entries is not None else None
-    if mode == "append":
-        return append_commit(
-            path,
-            compaction,
-            post,
-            replacements,
-            snapshot_size=snapshot_size,
-            snapshot_leaf_id=snapshot_leaf,
-            journal=journal,
-            planned=planned,
-            check=check,
-        )
-    return rotate_commit(
+    request = CommitRequest(
         path,
-        compaction,
-        post,
+        entries.compaction if entries is not None else None,
+        entries.post_message if entries is not None else None,
         replacements,
-        snapshot_size=snapshot_size,
-        snapshot_leaf_id=snapshot_leaf,
+        snapshot_size=entries.snapshot_size if entries is not None else 0,
+        snapshot_leaf_id=entries.snapshot_leaf_id if entries is not None else None,
         journal=journal,
-        grace_seconds=grace_seconds,
-        now=now,
         planned=planned,
         check=check,
     )
+    if mode == "append":
+        return append_commit(request)
+    return rotate_commit(request, grace_seconds=grace_seconds, now=now)

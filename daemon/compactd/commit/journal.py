@@ -54,6 +54,7 @@ from compactd.commit.atomic import (
     write_all,
 )
 from compactd.commit.locks import (
+    LockInfo,
     flocked,
     lock_is_live,
     lock_path_for,
@@ -529,6 +530,11 @@ def _drop_dead_lock(path: str, pid: int, report: RecoveryReport) -> None:
     info = read_lock(lock)
     if info is None or info.pid != pid or lock_is_live(info):
         return
+    _remove_lock(lock, info, report)
+
+
+def _remove_lock(lock: Path, info: LockInfo, report: RecoveryReport) -> None:
+    """Remove a dead process's lock file (if it is still the one read), noting the outcome in ``report``."""
     try:
         if remove_stale_lock(lock, info):
             report.locks_removed.append(str(lock))
@@ -564,13 +570,8 @@ def _drop_our_empty_locks(records: list[Record], report: RecoveryReport) -> None
             and info.mtime is not None
             and abs(info.mtime - when) <= _LOCK_RECORD_SLACK_SECONDS
         )
-        if not ours:
-            continue
-        try:
-            if remove_stale_lock(lock, info):
-                report.locks_removed.append(str(lock))
-        except OSError as exc:
-            report.errors.append(f"{lock}: {os_reason(exc)}")
+        if ours:
+            _remove_lock(lock, info, report)
 
 
 def _in_use(journal: Journal) -> set[str]:

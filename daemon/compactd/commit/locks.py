@@ -1,6 +1,6 @@
 """OpenClaw's per-session write lock, and compactd's single-instance lock.
 
-Session locks follow OpenClaw's ``session-write-lock.ts`` (spec-pi-session-format.md §11): ``<realpath of
+Session locks follow OpenClaw's ``session-write-lock.ts`` (design.md §6.12): ``<realpath of
 dir>/<file>.jsonl.lock``, created exclusively, body ``{"pid", "createdAt", "starttime"}``. A lock is stale
 when its pid is dead or recycled or it is older than 30 minutes; a lock lacking pid/createdAt (a garbage body,
 or one caught between create and write) is stale only once its mtime is 30 minutes old. We apply these rules
@@ -144,27 +144,27 @@ def lock_path_for(transcript: str | os.PathLike[str]) -> Path:
 
 def process_starttime(pid: int) -> int | None:
     """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), the pid-recycling discriminator."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def _process_state(pid: int) -> bytes | None:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (state) on; None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return None
     # comm (field 2) is in parentheses and may contain spaces or ")": split after the last ")".
-    fields = raw[raw.rfind(b")") + 1 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _process_state(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 1 :].split()
-    return fields[0] if fields else None
+    return raw[raw.rfind(b")") + 1 :].split()
 
 
 def pid_alive(pid: int) -> bool:
@@ -403,7 +403,7 @@ class InstanceLock:
     claims keep them apart), so a ``once`` and a ``run`` exclude each other.
 
     The file is never renamed or removed, so every instance locks the same inode (a lock on a file that is
-    later replaced protects nothing, engineering.md §2.4). The holder's pid is written into it for humans and
+    later replaced protects nothing, design.md §7.2). The holder's pid is written into it for humans and
     for the error message; the lock itself is the flock, dropped by the kernel when the process dies.
     """
 

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
 
 from compactd.commit.atomic import (
-    Abandon,
     Outcome,
     archive_path_for,
     crash_point,
-    current_transcript,
     open_snapshot,
-    os_reason,
     replace_with_successor,
     tmp_path_for,
 )
-from compactd.commit.journal import Journal, successor_digest
-from compactd.commit.successor import Entry, PlanError, archive_note, build_successor, verify
-from compactd.transcript.reader import Transcript, parse_line
+from compactd.commit.journal import successor_digest
+from compactd.commit.request import CommitRequest
+from compactd.commit.successor import archive_note, build_successor, verify
+from compactd.transcript.reader import parse_line
 
 log = logging.getLogger(__name__)
 
@@ -33,25 +30,11 @@ log = logging.getLogger(__name__)
 LAST_LINE_WINDOW = 1 << 20
 
 
-def rotate_commit(
-    path: str,
-    compaction: Entry | None,
-    post: Entry | None,
-    replacements: Mapping[str, Entry],
-    *,
-    snapshot_size: int,
-    snapshot_leaf_id: str | None,
-    journal: Journal,
-    grace_seconds: float,
-    now: float,
-    planned: Transcript | None = None,
-    check: Callable[[Transcript], str | None] | None = None,
-) -> Outcome:
+def rotate_commit(request: CommitRequest, *, grace_seconds: float, now: float) -> Outcome:
+    path, journal = request.path, request.journal
     snap = open_snapshot(path)
     try:
-        if snap.cut < snapshot_size:
-            raise Abandon("file shrank since the plan was made")
-        transcript = current_transcript(snap, planned, check)
+        transcript = request.transcript(snap)
         archive = archive_path_for(path, now)
         archive_name = os.path.basename(archive)
 
@@ -59,13 +42,7 @@ def rotate_commit(
             return archive_note(archive_name)
 
         plan = build_successor(
-            snap.data,
-            transcript,
-            compaction,
-            post,
-            replacements,
-            snapshot_leaf_id=snapshot_leaf_id,
-            note_for=note,
+            snap.data, transcript, *request.entries, snapshot_leaf_id=request.snapshot_leaf_id, note_for=note
         )
         loaded = verify(plan.data, plan, strict_structure=True)
         tmp = tmp_path_for(path)
@@ -80,17 +57,11 @@ def rotate_commit(
             succ_size=len(plan.data),
             succ_hash=successor_digest(plan.data),
         )
-        try:
+        with request.abandoning(tx):
             crash_point("rotate_after_intent")
             result = replace_with_successor(
                 snap, plan.data, archive=archive, tmp=tmp, grace_seconds=grace_seconds
             )
-        except (Abandon, PlanError) as exc:
-            journal.try_done(tx, "abandoned", reason=exc.reason)
-            raise
-        except OSError as exc:
-            journal.try_done(tx, "abandoned", reason=os_reason(exc))
-            raise
         journal.try_done(
             tx,
             "committed",

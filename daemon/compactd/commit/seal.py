@@ -1,7 +1,7 @@
 """Seal a torn last line (no trailing newline) of an idle transcript with one ``\\n``.
 
 pi appends straight after whatever the file ends with: after a torn line its next entry joins the partial
-bytes in one malformed line, that entry is lost and its children are cut off (spec-pi-session-format.md §8). A
+bytes in one malformed line, that entry is lost and its children are cut off (design.md §6.12). A
 newline turns the partial bytes into a line of their own, which every loader skips. We never truncate: the
 partial bytes stay (they are all that is left of that entry), and if a writer was in fact still mid-line, its
 bytes complete first (O_APPEND writes do not interleave) and our newline only adds a blank line, which loaders

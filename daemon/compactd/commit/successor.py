@@ -491,22 +491,29 @@ def build_successor(
 
     spans = {id(e): span for e, span in zip(transcript.entries, transcript.spans, strict=True)}
     reserialize_all = transcript.version < 3
-    lines: list[bytes] = []
+    # One buffer, not a list of lines: orjson's result keeps its ~4 KB working buffer, so holding one per
+    # re-parented entry (every orphan) cost ~20x the file; each is copied in here and freed at once.
+    out_data = bytearray()
+
+    def emit(line: bytes) -> None:
+        out_data.extend(line)
+        out_data.extend(b"\n")
+
     if reserialize_all:
-        lines.append(dumps_entry({**header, "version": 3}))
+        emit(dumps_entry({**header, "version": 3}))
     else:
         start, end = transcript.header_span
-        lines.append(data[start:end])
+        emit(data[start:end])
     reserialized = 0
     if new_compaction is not None:
-        lines.append(dumps_entry(new_compaction))
+        emit(dumps_entry(new_compaction))
         for entry in chain:
             new = dict(entry)
             new["parentId"] = chain_parent[id(entry)]
-            lines.append(dumps_entry(new))
+            emit(dumps_entry(new))
             reserialized += 1
         if new_post is not None:
-            lines.append(dumps_entry(new_post))
+            emit(dumps_entry(new_post))
     first_kept_obj = kept[0] if kept and compaction is not None else None
     kept_out: dict[int, Entry] = {}
     for entry in rest:
@@ -515,13 +522,14 @@ def build_successor(
         replacement = fix_replacements.get(entry_id) if entry_id is not None else None
         if replacement is None and parent == entry.get("parentId") and not reserialize_all:
             start, end = spans[id(entry)]
-            lines.append(data[start:end])
+            out_data.extend(memoryview(data)[start:end])
+            out_data.extend(b"\n")
             out = entry
         else:
             out = dict(replacement) if replacement is not None else dict(entry)
             out["id"] = entry_id if entry_id is not None else out.get("id")
             out["parentId"] = parent
-            lines.append(dumps_entry(out))
+            emit(dumps_entry(out))
             reserialized += 1
         if id(entry) in kept_objs:
             kept_out[id(entry)] = out
@@ -536,7 +544,7 @@ def build_successor(
         expected = context_from_path(new_kept).messages
     new_ids = [i for i in (_entry_id(new_compaction or {}), _entry_id(new_post or {})) if i is not None]
     return Plan(
-        data=b"\n".join(lines) + b"\n",
+        data=bytes(out_data),
         leaf_id=_entry_id(branch[-1]),
         expected=expected,
         thinking_level=original.thinking_level,

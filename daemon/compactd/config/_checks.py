@@ -32,7 +32,7 @@ def _check_across(config: Config, ctx: _Ctx) -> None:
     compaction, summarizer = config.compaction, config.summarizer
     if ctx.explicit_reserve:
         # A reserve that no window can hold is never honoured: the minimum prompt budget always wins. Only an
-        # explicit value is checked, so a default reserve under a small cap still works (spec §4).
+        # explicit value is checked, so a default reserve under a small cap still works (design.md §6.3).
         window, key = _largest_window(config)
         if compaction.reserve_tokens >= window:
             ctx.add(

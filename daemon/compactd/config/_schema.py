@@ -289,6 +289,16 @@ class SummarizerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenClawConfig:
+    """OpenClaw 2026.9+ (SQLite session stores): found without configuration; these turn it off or point
+    elsewhere (null: ``$OPENCLAW_STATE_DIR``/``~/.openclaw`` and ``$OPENCLAW_CONFIG_PATH``/``<state>/openclaw.json``)."""
+
+    enabled: bool = _opt(True)
+    state_dir: str | None = _opt(None)
+    config_path: str | None = _opt(None)
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceConfig:
     rescan_seconds: float = _opt(d.RESCAN_SECONDS, gt=0)
     debounce_ms: int = _opt(d.WATCH_DEBOUNCE_MS, ge=0)
@@ -311,6 +321,7 @@ class Config:
     memory_flush: MemoryFlushConfig = field(default_factory=MemoryFlushConfig)
     summarizer: SummarizerConfig = field(default_factory=SummarizerConfig)
     service: ServiceConfig = field(default_factory=ServiceConfig)
+    openclaw: OpenClawConfig = field(default_factory=OpenClawConfig)
     state_dir: Path = _opt(  # noqa: RUF009 - resolved from the environment when built
         factory=lambda: resolve_state_dir(os.environ), parse=_parse_state_dir, resolve_absent=True
     )

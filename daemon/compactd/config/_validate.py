@@ -88,21 +88,22 @@ def _empty_mapping() -> Mapping[str, Any]:
 # --- the validating builder ---------------------------------------------------------------------------------
 
 
+# What an error message calls a value of each type; bool before int, since a bool is an int.
+_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (type(None), "null"),
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (Mapping, "a mapping"),
+)
+
+
 def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "a mapping"
+    for kinds, name in _KINDS:
+        if isinstance(value, kinds):
+            return name
     return f"a {type(value).__name__}"
 
 

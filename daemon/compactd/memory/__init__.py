@@ -4,7 +4,7 @@ Nothing here may block or break a compaction. Hooks are fire-and-forget (a failu
 and the built-in flush turns every error, an LLM outage included, into a :class:`FlushResult` with status
 ``failed``. The built-in flush writes to exactly one file, ``<workspace>/memory/YYYY-MM-DD.md`` (local
 date), and only ever appends to it: the workspace is the agent's home, and AGENTS.md, MEMORY.md, SOUL.md and
-their kind are the agent's own (spec-openclaw §14). The confinement is enforced with directory file
+their kind are the agent's own (design.md §6.10). The confinement is enforced with directory file
 descriptors and ``O_NOFOLLOW``, so a symlink swapped in after a check still cannot redirect the write; as root
 the write is made as the workspace's owner (:mod:`compactd.workspace`), so their permissions apply and the file
 is theirs.

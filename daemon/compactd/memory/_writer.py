@@ -1,7 +1,7 @@
 """The confined memory writer: appends a block to ``<workspace>/memory/YYYY-MM-DD.md`` and nowhere else.
 
 The workspace is the agent's home, and AGENTS.md, MEMORY.md, SOUL.md and their kind are the agent's own
-(spec-openclaw §14). The confinement is enforced with directory file descriptors and ``O_NOFOLLOW``, so a
+(design.md §6.10). The confinement is enforced with directory file descriptors and ``O_NOFOLLOW``, so a
 symlink swapped in after a check still cannot redirect the write; as root the write is made as the workspace's
 owner (:mod:`compactd.workspace`), so their permissions apply and the file is theirs.
 """
@@ -21,7 +21,7 @@ from compactd.timestamps import local_iso_ms
 from compactd.workspace import Workspace, WorkspaceChildError, run_as
 
 MEMORY_DIR_NAME = "memory"
-# Workspace bootstrap files the agent reads as instructions (spec §14 lists them as read-only during a flush).
+# Workspace bootstrap files the agent reads as instructions (design.md §6.10 lists them as read-only during a flush).
 # Never a write target, whatever a caller or a configuration asks; compared case-insensitively because
 # case-insensitive filesystems (a mounted macOS or Windows share) alias them.
 FORBIDDEN_NAMES = frozenset({"agents.md", "memory.md", "soul.md", "tools.md", "dreams.md"})

@@ -1,7 +1,7 @@
 """The one edge that talks to a model: any OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp, Ollama).
 
 The SDK's own retries are off (``max_retries=0``): its policy retries timeouts, which multiplies a read
-timeout that may be minutes on a CPU server (engineering.md §4.2/§4.4), and it cannot tell a context overflow
+timeout that may be minutes on a CPU server (design.md §7.5), and it cannot tell a context overflow
 (split the input) from any other 400. Our policy: ``SUMMARIZER_RETRY_ATTEMPTS`` attempts with exponential
 back-off and jitter, on connection errors and 408/409/429/≥500 only. Every failure surfaces as one
 :class:`LLMError` whose ``kind`` tells the caller what to do next; the API key never appears in it or in logs.

@@ -1,4 +1,4 @@
-"""What is appended after the model's summary (spec-openclaw §11 steps 3, 9 and 13), as pure functions.
+"""What is appended after the model's summary (design.md §6.8), as pure functions.
 
 The suffix carries what a summary most often loses and an agent most needs to go on: the last summarized turns
 (clipped; the kept turns themselves follow the summary whole), the tool calls that failed (so they are not
@@ -24,7 +24,7 @@ from typing import Any
 from compactd.defaults import KEEP_RECENT_TURNS, SUMMARY_MAX_CHARS
 from compactd.transcript.messages import Message, blocks_of, role_of, text_of, tool_call_id, tool_calls
 
-# Caps from OpenClaw's compaction safeguard (spec §11): enough to recognise a turn or an error, small enough
+# Caps from OpenClaw's compaction safeguard (design.md §6.8): enough to recognise a turn or an error, small enough
 # that the suffix stays a fraction of the 16,000-character summary budget.
 RECENT_TURN_MAX_CHARS = 600
 TOOL_FAILURE_MAX_ITEMS = 8
@@ -43,6 +43,10 @@ ELLIPSIS = "…"
 _SPACE = re.compile(r"\s+")
 # "Command exited with code 1" (pi's bash), "exit code: 2", "exit status 127", "Process exited with code 3".
 _EXIT_CODE = re.compile(r"\bexit(?:ed)?(?:\s+with)?[\s_-]*(?:code|status)\b\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
+# What every match of _EXIT_CODE holds ("xit" in any case; with IGNORECASE an "i" also matches "ı" and "İ"),
+# found by a fast scan where the case-insensitive pattern, which starts with a word boundary, is tried at
+# every position of every tool result.
+_EXIT_HINT = re.compile("[xX][iIıİ][tT]")
 # ``details`` never reach a model, and the summary reaches the next one: of them only the exit code and one of
 # these status words are shown, never a tool's own details text.
 _FAILED_STATUSES = frozenset({"error", "failed", "failure", "timeout", "timed_out", "killed", "cancelled"})
@@ -58,7 +62,7 @@ def _cap(text: str, limit: int) -> str:
 
 # --- recent turns -------------------------------------------------------------------------------------------
 def select_recent_turns(messages: Sequence[Message], turns: int = KEEP_RECENT_TURNS) -> list[Message]:
-    """The last turns of ``messages`` (spec §11 step 9): user/assistant messages from the ``turns``-th last
+    """The last turns of ``messages`` (design.md §6.8): user/assistant messages from the ``turns``-th last
     user message on; with fewer user messages, every user message plus the newest 2×``turns`` user/assistant
     messages; plus the tool results that answer a kept assistant's calls. Original order."""
     if turns <= 0:
@@ -129,7 +133,10 @@ def exit_code_of(message: Message) -> int | None:
     for value in (_details(message).get("exitCode"), message.get("exitCode")):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    matches = _EXIT_CODE.findall(text_of(message))
+    text = text_of(message)
+    if _EXIT_HINT.search(text) is None:  # no "exit" in any case: the full pattern cannot match
+        return None
+    matches = _EXIT_CODE.findall(text)
     return int(matches[-1]) if matches else None
 
 
@@ -175,7 +182,7 @@ def first_per_call(messages: Iterable[Message]) -> list[Message]:
 
 def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
     """Failed tool results in order, the first per ``toolCallId``. Pass the messages *with* their
-    ``details``: status and exit code live there. Tool results only (spec §11 step 3): a user's own command
+    ``details``: status and exit code live there. Tool results only (design.md §6.8): a user's own command
     is not a tool call the agent might retry."""
     return first_per_call(m for m in messages if role_of(m) == "toolResult" and is_tool_failure(m))
 

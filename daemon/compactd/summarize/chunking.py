@@ -1,7 +1,7 @@
 """Split a span of messages into pieces a summarizer can take, never separating a tool call from its results.
 
 Sizes are measured against the *summarizer's* window, with the seed's adaptive ratio and safety margin
-(spec-openclaw §10): a small local summarizer often has far less room than the agent's model.
+(design.md §6.7): a small local summarizer often has far less room than the agent's model.
 """
 
 from __future__ import annotations

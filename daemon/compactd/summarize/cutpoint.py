@@ -7,6 +7,7 @@ split turn whose prefix is summarized separately, as pi does.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,20 +60,21 @@ class CutPlan:
         return details if isinstance(details, dict) else None
 
 
-def _is_cut_point(entry: Entry) -> bool:
+def _summary_or_role(entry: Entry, roles: Container[object]) -> bool:
+    """A branch summary or custom message, or a message whose role is one of ``roles``."""
     kind = entry.get("type")
     if kind in ("branch_summary", "custom_message"):
         return True
     message = entry.get("message")
-    return kind == "message" and isinstance(message, dict) and message.get("role") in _CUT_ROLES
+    return kind == "message" and isinstance(message, dict) and message.get("role") in roles
+
+
+def _is_cut_point(entry: Entry) -> bool:
+    return _summary_or_role(entry, _CUT_ROLES)
 
 
 def _is_turn_start(entry: Entry) -> bool:
-    kind = entry.get("type")
-    if kind in ("branch_summary", "custom_message"):
-        return True
-    message = entry.get("message")
-    return kind == "message" and isinstance(message, dict) and message.get("role") in _TURN_START_ROLES
+    return _summary_or_role(entry, _TURN_START_ROLES)
 
 
 def _is_user(entry: Entry) -> bool:

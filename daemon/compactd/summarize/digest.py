@@ -46,7 +46,7 @@ from compactd.transcript.messages import (
 )
 
 # --- size limits ------------------------------------------------------------------------------------------
-# The digest must leave room in the 16,000-character committed summary (spec §11 step 13) for the augmentation
+# The digest must leave room in the 16,000-character committed summary (design.md §6.8) for the augmentation
 # (the last summarized turns, tool failures, file lists), so it keeps to half of it.
 DIGEST_MAX_CHARS = 8_000
 # Per-section body budgets, scaled down together when the identifiers need the room.
@@ -78,7 +78,7 @@ EARLIER_ASK_MAX_CHARS = 200
 ERROR_TEXT_MAX_CHARS = 120
 # A carried previous summary may use at most this share of a section when new items need the room.
 CARRIED_SHARE = 0.5
-# OpenClaw lists at most 8 tool failures (spec §11 step 3).
+# OpenClaw lists at most 8 tool failures (design.md §6.8).
 MAX_FAILURES = 8
 FAILURE_TEXT_MAX_CHARS = 160
 FAILURE_COMMAND_MAX_CHARS = 80
@@ -630,7 +630,7 @@ def build_digest(
     constraints = _rules(span, read)
     earlier, latest = _pending(asks)
 
-    # The identifiers are what peers lose most (peers.md §(c) 3), so they are budgeted first: the ranked ones
+    # The identifiers are what peers lose most (design.md §7.8), so they are budgeted first: the ranked ones
     # get up to IDENTIFIERS_RESERVED_CHARS, and the other sections shrink in proportion to leave that room.
     ranked = list(identifiers) if identifiers is not None else rank_identifiers(extract_identifiers(span))
     id_lines = _dedupe([*(identifier_line(i.text) for i in ranked), *carried[EXACT_IDENTIFIERS]])

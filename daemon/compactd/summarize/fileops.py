@@ -1,4 +1,4 @@
-"""Files the summarized span read and modified, as pi records them (spec-pi-session-format §10).
+"""Files the summarized span read and modified, as pi records them (design.md §6.12).
 
 pi collects the ``path`` argument of ``read``/``write``/``edit`` tool calls, lists read-only files and
 modified files (edited ∪ written) sorted, and carries the previous compaction's lists forward unless an

@@ -1,4 +1,4 @@
-"""The five section headings every committed summary carries (seed; spec-openclaw §11 step 5).
+"""The five section headings every committed summary carries (seed; design.md §6.8).
 
 They are exact lines, in this order: the quality check, the identifier repair, the digest and the prompts all
 match them character for character, so they are defined here once.

@@ -1,7 +1,7 @@
 """Identifiers a summary must keep, guaranteed by extraction and repair rather than hoped for from a prompt.
 
 Summaries lose specifics: an independent count found 9.8 % of file paths, 0.2 % of commands and 1.9 % of
-numbers surviving peers' compactions (peers.md §(c) 3). Here every identifier in the summarized span is
+numbers surviving peers' compactions (design.md §7.8). Here every identifier in the summarized span is
 extracted, ranked, checked against the summary and — when the model dropped it — appended verbatim under
 ``## Exact identifiers``, with no further model call.
 
@@ -99,6 +99,11 @@ KINDS = (
 )
 # Kinds whose letters carry no meaning in their case: a summary writing a hash in capitals still kept it.
 CASE_INSENSITIVE_KINDS = frozenset({HASH, UUID, HOSTNAME})
+
+# A word's findings: (stage index, identifier, kind), see ``scan_text``.
+WordMemo = dict[str, tuple[tuple[int, str, str], ...]]
+# Words remembered per span before the memo starts over (about 20 MB): a span has far fewer distinct words.
+WORD_MEMO_MAX = 200_000
 
 # --- algorithm constants ------------------------------------------------------------------------------------
 # Commands are kept as their first line, at most this long: long enough for ``cd repo && npm test -- -t x``,
@@ -486,6 +491,7 @@ class _Acc:
 @dataclass
 class _Collector:
     found: dict[str, _Acc] = field(default_factory=dict)
+    memo: WordMemo = field(default_factory=dict)  # one span's words repeat: each is scanned once
 
     def add(self, text: str, kind: str, index: int, *, user: bool, agent: bool, wrote: bool = False) -> None:
         if not text or len(text) > IDENTIFIER_MAX_CHARS:
@@ -501,7 +507,9 @@ class _Collector:
         acc.agent_wrote = acc.agent_wrote or wrote
 
     def scan(self, text: str, index: int, *, user: bool, agent: bool, wrote: bool = False) -> None:
-        for found, kind in scan_text(text):
+        if len(self.memo) > WORD_MEMO_MAX:
+            self.memo.clear()
+        for found, kind in scan_text(text, self.memo):
             self.add(found, kind, index, user=user, agent=agent, wrote=wrote)
 
 
@@ -805,16 +813,39 @@ def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
     return found, _masked(text, merged)
 
 
-def scan_text(text: str) -> Iterator[tuple[str, str]]:
-    """(identifier, kind) pairs in ``text``: quoted paths and phrases first, then stage by stage (``_STAGES``)."""
+def scan_text(text: str, memo: WordMemo | None = None) -> Iterator[tuple[str, str]]:
+    """(identifier, kind) pairs in ``text``: quoted paths and phrases first, then stage by stage (``_STAGES``).
+
+    The stages run word by word (``memo``: a word's findings, reused for every later occurrence), which finds
+    what one pass of each stage over :func:`candidate_text` would, in the same order: no stage's match holds
+    whitespace or a needle-less word, and every lookaround treats a word's edge as it treats the space there.
+    """
     if " /" in text or "'/" in text or '"/' in text or ":\\" in text:
         quoted, text = _quoted_paths(text)
         for path in quoted:
             yield path, PATH
     phrases, text = _phrases(text)
     yield from phrases
-    text = candidate_text(text)
-    for pattern, needles, accept, mask_rejected in _STAGES:
+    words = memo if memo is not None else {}
+    staged: list[tuple[int, str, str]] = []
+    for word in text.split():
+        found = words.get(word)
+        if found is None:
+            found = words[word] = tuple(_scan_stages(word)) if _CANDIDATE_CHAR.search(word) else ()
+        if found:
+            staged.extend(found)
+    staged.sort(key=_stage_of)  # stable: stage by stage, in text order within each, as one pass per stage
+    for _, ident, kind in staged:
+        yield ident, kind
+
+
+def _stage_of(item: tuple[int, str, str]) -> int:
+    return item[0]
+
+
+def _scan_stages(text: str) -> Iterator[tuple[int, str, str]]:
+    """(stage index, identifier, kind) in ``text``, stage by stage; each match is masked for later stages."""
+    for stage, (pattern, needles, accept, mask_rejected) in enumerate(_STAGES):
         if not text:
             return
         if needles and not any(n in text for n in needles):
@@ -823,7 +854,7 @@ def scan_text(text: str) -> Iterator[tuple[str, str]]:
         for m in pattern.finditer(text):
             found = accept(m)
             if found is not None:
-                yield found
+                yield stage, found[0], found[1]
             if found is not None or mask_rejected:
                 spans.append(m.span())
         if spans:

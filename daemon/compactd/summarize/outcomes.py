@@ -53,7 +53,7 @@ _RETRY_STATUSES = frozenset({408, 409, 429})
 _OVERFLOW_STATUSES = frozenset({400, 413, 422})
 _OVERFLOW_CODES = frozenset({"context_length_exceeded", "context_window_exceeded", "request_too_large"})
 _OVERFLOW_TYPES = frozenset({"exceed_context_size_error"})
-# Message texts of a prompt that does not fit: spec-openclaw.md §7 and engineering.md §4.3 (OpenAI, vLLM,
+# Message texts of a prompt that does not fit: design.md §6.6 (OpenAI, vLLM,
 # llama.cpp in its several wordings, llama-cpp-python, Ollama, Bedrock/Vertex/Cohere-style proxies).
 _OVERFLOW_PHRASES = (
     "maximum context length",
@@ -98,7 +98,7 @@ _OVERFLOW_PATTERNS = tuple(
         r"413.*too large|too large.*413|request entity too large",
     )
 )
-# A rate or quota limit mentions tokens too, but splitting the input does not help it (spec §7).
+# A rate or quota limit mentions tokens too, but splitting the input does not help it (design.md §6.6).
 _NOT_OVERFLOW = re.compile(
     r"\btpm\b|tokens per min|tokens per day|rate.?limit|too many requests|requests per|quota|throttl"
 )

@@ -46,7 +46,7 @@ OUTPUT_FLOOR_TOKENS = 512
 # deadline hits; a call with no room at all would only waste the prompt).
 MIN_PACED_OUTPUT_TOKENS = 128
 # Conservative prompt estimate: English prose/JSON runs at 3.5-4.5 chars per token and non-ASCII text (CJK)
-# close to one token per char (engineering.md §4.3), plus chat-template tokens.
+# close to one token per char (design.md §7.5), plus chat-template tokens.
 PROMPT_ASCII_CHARS_PER_TOKEN = 3.5
 PROMPT_OVERHEAD_TOKENS = 16
 # A sample below these sizes measures connection overhead, not the model.

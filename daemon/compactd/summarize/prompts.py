@@ -1,6 +1,6 @@
 """Every instruction text compactd sends to a model, in one place.
 
-The wording follows the intent of OpenClaw's compaction prompts (spec-openclaw §§10-11, 14) in our own words.
+The wording follows the intent of OpenClaw's compaction prompts (design.md §§6.7, 6.8 and 6.10) in our own words.
 Two ideas run through all of it: the transcript is *data* (wrapped in tags the model is told never to obey,
 and any fake closing tag inside it is defused), and operator-supplied text is fenced as untrusted so it can
 steer emphasis but not break the structure the checks in ``quality.py`` rely on.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from compactd.summarize.headings import REQUIRED_HEADINGS
 
@@ -22,7 +23,7 @@ IDENTIFIER_INSTRUCTIONS_MAX_CHARS = 4_000
 
 IDENTIFIER_POLICIES = ("strict", "off", "custom")
 
-# The memory flush's "nothing to store" answer (spec §14); ``memory.py`` writes nothing when it sees it.
+# The memory flush's "nothing to store" answer (design.md §6.10); ``memory.py`` writes nothing when it sees it.
 NO_REPLY = "NO_REPLY"
 
 # Tags that delimit data in our prompts. Any of them appearing inside fenced text is defused, so a transcript
@@ -206,23 +207,41 @@ def retry_instruction(reasons: Sequence[str]) -> str:
     return RETRY_INSTRUCTION.format(reasons="\n".join(describe_reason(r) for r in reasons))
 
 
-def _summary_rules(
-    *,
-    identifier_policy: str,
-    identifier_instructions: str | None,
-    custom_instructions: str | None,
-    retry_reasons: Sequence[str] | None,
-    redistill: bool,
-) -> list[str]:
-    parts = [STRUCTURE_INSTRUCTIONS, identifier_instruction(identifier_policy, identifier_instructions)]
+class _Rules(NamedTuple):
+    """The caller's choices that shape the rules closing a summary or merge request."""
+
+    identifier_policy: str
+    identifier_instructions: str | None
+    custom_instructions: str | None
+    retry_reasons: Sequence[str] | None
+
+
+def _summary_prompt(
+    opening: str, previous_summary: str | None, body: list[str], rules: _Rules
+) -> tuple[str, str]:
+    """(system, user): the opening line, the previous summary (if any, fenced), ``body``, then the rules."""
+    previous = previous_summary.strip() if previous_summary and previous_summary.strip() else None
+    parts = [opening]
+    if previous:
+        parts.append(fence("previous-summary", previous))
+    parts += body
+    parts += _summary_rules(rules, redistill=previous is not None)
+    return SUMMARY_SYSTEM_PROMPT, "\n\n".join(parts)
+
+
+def _summary_rules(rules: _Rules, *, redistill: bool) -> list[str]:
+    parts = [
+        STRUCTURE_INSTRUCTIONS,
+        identifier_instruction(rules.identifier_policy, rules.identifier_instructions),
+    ]
     parts.append(UNRESOLVED_ASKS_INSTRUCTION)
     if redistill:
         parts.append(REDISTILL_INSTRUCTION)
-    custom = custom_instructions_block(custom_instructions)
+    custom = custom_instructions_block(rules.custom_instructions)
     if custom:
         parts.append(custom)
-    if retry_reasons:
-        parts.append(retry_instruction(retry_reasons))
+    if rules.retry_reasons:
+        parts.append(retry_instruction(rules.retry_reasons))
     return parts
 
 
@@ -238,19 +257,12 @@ def summary_messages(
 ) -> tuple[str, str]:
     """(system, user) for summarizing one serialized span; the rules come after the data, where a small
     model is least likely to forget them or to mistake the transcript's last line for its cue."""
-    previous = previous_summary.strip() if previous_summary and previous_summary.strip() else None
-    parts = ["Summarize the conversation below for the agent that will continue it."]
-    if previous:
-        parts.append(fence("previous-summary", previous))
-    parts.append(fence("conversation", transcript_text))
-    parts += _summary_rules(
-        identifier_policy=identifier_policy,
-        identifier_instructions=identifier_instructions,
-        custom_instructions=custom_instructions,
-        retry_reasons=retry_reasons,
-        redistill=previous is not None,
+    return _summary_prompt(
+        "Summarize the conversation below for the agent that will continue it.",
+        previous_summary,
+        [fence("conversation", transcript_text)],
+        _Rules(identifier_policy, identifier_instructions, custom_instructions, retry_reasons),
     )
-    return SUMMARY_SYSTEM_PROMPT, "\n\n".join(parts)
 
 
 def merge_messages(
@@ -265,23 +277,18 @@ def merge_messages(
     """(system, user) for merging partial summaries, labelled oldest → newest."""
     if not partials:
         raise ValueError("merge_messages needs at least one partial summary")
-    previous = previous_summary.strip() if previous_summary and previous_summary.strip() else None
     total = len(partials)
-    parts = ["Merge the partial summaries below into one summary for the agent that will continue the work."]
-    if previous:
-        parts.append(fence("previous-summary", previous))
+    body: list[str] = []
     for index, partial in enumerate(partials, start=1):
         label = "oldest" if index == 1 else "newest" if index == total else "middle"
-        parts.append(fence("partial-summary", partial, f'part="{index}" of="{total}" position="{label}"'))
-    parts.append(MERGE_INSTRUCTIONS)
-    parts += _summary_rules(
-        identifier_policy=identifier_policy,
-        identifier_instructions=identifier_instructions,
-        custom_instructions=custom_instructions,
-        retry_reasons=retry_reasons,
-        redistill=previous is not None,
+        body.append(fence("partial-summary", partial, f'part="{index}" of="{total}" position="{label}"'))
+    body.append(MERGE_INSTRUCTIONS)
+    return _summary_prompt(
+        "Merge the partial summaries below into one summary for the agent that will continue the work.",
+        previous_summary,
+        body,
+        _Rules(identifier_policy, identifier_instructions, custom_instructions, retry_reasons),
     )
-    return SUMMARY_SYSTEM_PROMPT, "\n\n".join(parts)
 
 
 def split_turn_messages(

@@ -1,6 +1,6 @@
 """The quality guard: does a summary have its headings, its identifiers and the user's latest ask?
 
-Checks follow spec-openclaw §11 step 12; the heading repair and the fallback summary are deterministic, so a
+Checks follow design.md §6.8; the heading repair and the fallback summary are deterministic, so a
 model that ignores the structure (small local models do) still yields a summary with every required section.
 """
 
@@ -17,7 +17,7 @@ NONE_TEXT = "None."
 NO_PRIOR_HISTORY = "No prior history."
 NONE_CAPTURED = "None captured."
 
-# At most this many keywords of the latest ask are compared (spec §11 step 12): the head of a long ask states
+# At most this many keywords of the latest ask are compared (design.md §6.8): the head of a long ask states
 # the request; its tail is usually pasted detail the summary need not repeat.
 ASK_KEYWORDS_MAX = 12
 # With at least this many keywords, two must appear in the summary; with fewer, one is enough.
@@ -261,7 +261,7 @@ def has_headings_in_order(summary: str) -> bool:
 
 
 def fallback_summary(previous_summary: str | None) -> str:
-    """The summary when there is nothing real to summarize (spec §11): reuse a previous structured summary,
+    """The summary when there is nothing real to summarize (design.md §6.8): reuse a previous structured summary,
     else the five headings with the previous summary (or "No prior history.") under Decisions."""
     previous = (previous_summary or "").strip()
     if previous and has_headings_in_order(previous):

@@ -240,16 +240,30 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 
+def _any_needle(rules: tuple[_Rule, ...]) -> re.Pattern[str]:
+    """One pass that finds whether any rule's needle occurs: a text without one needs no rule at all (most
+    strings of a message: roles, tool names, prose without a key word), which costs one search instead of a
+    check per rule and needle."""
+    needles = sorted({n for rule in rules for n in rule.needles}, key=len, reverse=True)
+    return re.compile("|".join(re.escape(n) for n in needles))
+
+
+_ANY_NEEDLE = _any_needle(_RULES)
+_ANY_URL_NEEDLE = _any_needle(_URL_RULES)
+
+
 def redact_secrets_counted(text: str) -> tuple[str, dict[str, int]]:
     """The redacted text and how many secrets of each kind were replaced (for logs and metrics)."""
-    return _redact(text, _RULES)
+    return _redact(text, _RULES, _ANY_NEEDLE)
 
 
-def _redact(text: str, rules: tuple[_Rule, ...]) -> tuple[str, dict[str, int]]:
+def _redact(text: str, rules: tuple[_Rule, ...], any_needle: re.Pattern[str]) -> tuple[str, dict[str, int]]:
     counts: dict[str, int] = {}
     if not text:
         return text, counts
     lowered = text.lower()
+    if any_needle.search(lowered) is None:  # every rule below would be skipped
+        return text, counts
     for rule in rules:
         if not any(n in lowered for n in rule.needles):
             continue
@@ -292,7 +306,7 @@ def redact_secrets(text: str) -> str:
 def redact_url_secrets(text: str) -> str:
     """Only the credentials URLs carry (userinfo password, credential-named query values): cheap enough for
     every log line and every line a command prints, and it cannot touch anything else in them."""
-    return _redact(text, _URL_RULES)[0]
+    return _redact(text, _URL_RULES, _ANY_URL_NEEDLE)[0]
 
 
 # Keys whose values link entries and tool calls: never rewritten, or two redacted ids could collide.
@@ -300,12 +314,18 @@ _LINK_KEYS = frozenset({"id", "parentId", "toolCallId"})
 
 
 def redact_value(value: Any) -> Any:
-    """A copy of a JSON value (a message, its content blocks, tool-call arguments) with every string redacted,
-    so whatever later renders, caps or cuts it can never cut a secret into a fragment no pattern recognises."""
+    """A JSON value (a message, its content blocks, tool-call arguments) with every string redacted, so whatever
+    later renders, caps or cuts it can never cut a secret into a fragment no pattern recognises.
+
+    Copy on write: a list or dict with nothing redacted in it is returned itself, not copied (a whole span's
+    copy was as large as its part of the parsed transcript); one holding a secret is a new value, and the
+    given one is never changed."""
     if isinstance(value, str):
         return redact_secrets(value)
     if isinstance(value, list):
-        return [redact_value(v) for v in value]
+        items = [redact_value(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     if isinstance(value, dict):
-        return {k: v if k in _LINK_KEYS else redact_value(v) for k, v in value.items()}
+        fields = {k: v if k in _LINK_KEYS else redact_value(v) for k, v in value.items()}
+        return value if all(fields[k] is v for k, v in value.items()) else fields
     return value

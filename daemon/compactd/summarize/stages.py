@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
 LEVEL_LLM, LEVEL_PARTIAL, LEVEL_DIGEST = "llm", "llm_partial", "digest"
-# A single pass is enough for spans this short (spec §10 minMessagesForSplit).
+# A single pass is enough for spans this short (design.md §6.7).
 MIN_MESSAGES_FOR_SPLIT = 4
 DEFAULT_PARTS = 2
 # How many times an overflowing chunk is halved before the level gives up.

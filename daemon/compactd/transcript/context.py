@@ -131,7 +131,10 @@ def js_same(a: Any, b: Any) -> bool:
 
 def context_entries(path: list[Entry]) -> list[Entry]:
     """The path entries whose messages make up the context, in order (the last compaction first, if any)."""
-    compaction = _settings(path)[2]
+    return _context_entries(path, _settings(path)[2])
+
+
+def _context_entries(path: list[Entry], compaction: Entry | None) -> list[Entry]:
     if compaction is None:
         return path
     # pi finds the compaction by id (first match, ===), then keeps from firstKeptEntryId before it.
@@ -147,9 +150,9 @@ def context_entries(path: list[Entry]) -> list[Entry]:
 
 
 def context_from_path(path: list[Entry]) -> SessionContext:
-    thinking_level, model, compaction = _settings(path)
+    thinking_level, model, compaction = _settings(path)  # one walk of the branch for the settings
     messages: list[dict[str, Any]] = []
-    for entry in context_entries(path):
+    for entry in _context_entries(path, compaction):
         message = compaction_message(entry) if entry is compaction else entry_to_message(entry)
         if message is not None:
             messages.append(message)

@@ -1,4 +1,4 @@
-"""Views over pi's AgentMessage dicts (spec-pi-session-format §6).
+"""Views over pi's AgentMessage dicts (design.md §6.12).
 
 Messages stay the raw dicts read from the transcript, so unknown fields round-trip untouched; these helpers
 are the one place that knows where text, tool calls and images live inside them.

@@ -425,7 +425,7 @@ def _parse(data: bytes, *, check: bool = True) -> Transcript:
             )
         )
     if check:
-        transcript.problems.extend(validate(transcript))
+        transcript.problems.extend(validate(transcript, data))
     return transcript
 
 
@@ -460,8 +460,11 @@ def _migrate_v1(header: Entry, entries: list[Entry], positions: list[int]) -> No
                 entry["firstKeptEntryId"] = target["id"]
 
 
-def validate(transcript: Transcript) -> list[Problem]:
-    """Structural problems a loader would hit: dangling parents, cycles, unpaired tool calls on the branch."""
+def validate(transcript: Transcript, data: bytes | None = None) -> list[Problem]:
+    """Structural problems a loader would hit: dangling parents, cycles, unpaired tool calls on the branch.
+
+    ``data``: the bytes the transcript was parsed from, so the depth check walks only lines with enough
+    brackets to nest too deep."""
     problems: list[Problem] = []
     index = transcript.links()
     seen_ids: dict[str, Entry] = {}
@@ -526,7 +529,7 @@ def validate(transcript: Transcript) -> list[Problem]:
             )
     problems.extend(_pairing_problems(branch, line_of))
     problems.extend(_overflow_problems(branch, line_of))
-    problems.extend(_depth_problems(transcript))
+    problems.extend(_depth_problems(transcript, data))
     return problems
 
 
@@ -569,14 +572,27 @@ def _overflow_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Pro
     return problems
 
 
-def _depth_problems(transcript: Transcript) -> list[Problem]:
-    """Lines nested deeper than ``MAX_DEPTH``: pi keeps them, we read them, but must not write them back."""
+def _depth_problems(transcript: Transcript, data: bytes | None = None) -> list[Problem]:
+    """Lines nested deeper than ``MAX_DEPTH``: pi keeps them, we read them, but must not write them back.
+
+    With ``data``, a line is walked only if it holds more than ``MAX_DEPTH`` bracket bytes: each level of
+    nesting opens with a literal ``{`` or ``[`` (JSON has no escaped form of one outside a string), so a line
+    with fewer cannot nest deeper (two C counts instead of a walk of every value)."""
     problems: list[Problem] = []
+    spanned = data is not None and len(transcript.spans) == len(transcript.entries)
+    spans: list[tuple[int, int] | None] = (
+        list(transcript.spans) if spanned else [None] * len(transcript.entries)
+    )
     lines = [
-        (transcript.header, transcript.header_line),
-        *zip(transcript.entries, transcript.lines, strict=False),
+        (transcript.header, transcript.header_line, transcript.header_span if spanned else None),
+        *zip(transcript.entries, transcript.lines, spans, strict=False),
     ]
-    for value, line in lines:
+    count = data.count if data is not None else None
+    for value, line, span in lines:
+        if count is not None and span is not None:
+            start, end = span
+            if count(b"{", start, end) + count(b"[", start, end) <= MAX_DEPTH:
+                continue
         depth = nesting(value)
         if depth > MAX_DEPTH:
             problems.append(

@@ -1,4 +1,4 @@
-"""Tool call / result pairing repair: OpenClaw's ``repairToolUseResultPairing`` (spec-openclaw §12), pure.
+"""Tool call / result pairing repair: OpenClaw's ``repairToolUseResultPairing`` (design.md §6.9), pure.
 
 Strict providers reject a request whose tool results do not directly follow the assistant turn that called
 them, and compaction or pruning can leave exactly that. The steps are the spec's; where we differ, it is so

@@ -1,0 +1,203 @@
+"""Where a 2026.9+ OpenClaw install keeps its agents, and what its own config says about them.
+
+Nothing here needs compactd configuration: ``$OPENCLAW_STATE_DIR`` (default ``~/.openclaw``) holds
+``agents/<id>/agent/openclaw-agent.sqlite``; ``$OPENCLAW_CONFIG_PATH`` (default ``<state>/openclaw.json``) is
+JSON5, read with the ``json5`` package because OpenClaw itself parses it with JSON5 (comments, trailing commas,
+unquoted keys, single quotes): a stricter reader would refuse configs the gateway runs with. The gateway token is a
+secret: it is registered with the log scrubber as soon as it is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactd.defaults import DEFAULT_CONTEXT_TOKENS
+from compactd.openclaw._guard import database_of, is_sqlite_agent
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GATEWAY_PORT = 18789
+TOKEN_ENV = "OPENCLAW_GATEWAY_TOKEN"
+# An OpenClaw config larger than this is not read (it is a few KiB in practice).
+MAX_CONFIG_BYTES = 4 << 20
+
+
+class OpenClawConfigError(Exception):
+    """OpenClaw's config exists but cannot be used (unreadable, not JSON5, not an object)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    agent_id: str
+    agent_dir: str
+    database: str
+    workspace: str
+    context_window: int
+    model: str | None  # "provider/model" as configured, for the operator
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """One OpenClaw state directory as compactd sees it."""
+
+    state_dir: str
+    config_path: str
+    port: int
+    token: str | None = field(repr=False)
+    agents: tuple[Agent, ...]
+    jsonl_agents: tuple[str, ...]  # agent dirs without a database: served by their files (≤ 2026.7)
+    config_error: str | None = None
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
+def state_dir_from(env: Mapping[str, str], configured: str | None = None) -> str:
+    """``openclaw.state_dir`` in compactd's config, else ``$OPENCLAW_STATE_DIR``, else ``~/.openclaw``."""
+    chosen = (
+        configured
+        or env.get("OPENCLAW_STATE_DIR")
+        or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".openclaw")
+    )
+    return os.path.abspath(os.path.expanduser(chosen))
+
+
+def read_openclaw_config(path: str) -> dict[str, Any]:
+    """OpenClaw's JSON5 config as a dict ({} when the file does not exist)."""
+    import json5
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise OpenClawConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise OpenClawConfigError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        value = json5.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise OpenClawConfigError(f"{path} is not JSON5: {exc}") from None
+    if not isinstance(value, dict):
+        raise OpenClawConfigError(f"{path} does not hold an object")
+    return value
+
+
+def _dig(doc: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return doc
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return int(value)
+
+
+def context_window(doc: Mapping[str, Any], model_ref: str | None) -> int:
+    """The ``contextWindow`` of ``provider/model`` under ``models.providers``, capped by
+    ``agents.defaults.contextTokens``; OpenClaw's default window when it is not configured."""
+    window = None
+    if model_ref and "/" in model_ref:
+        provider, model_id = model_ref.split("/", 1)
+        models = _dig(doc, "models", "providers", provider, "models")
+        for entry in models if isinstance(models, list) else []:
+            if isinstance(entry, dict) and entry.get("id") == model_id:
+                window = _positive_int(entry.get("contextWindow"))
+                break
+    window = window or DEFAULT_CONTEXT_TOKENS
+    cap = _positive_int(_dig(doc, "agents", "defaults", "contextTokens"))
+    return min(window, cap) if cap else window
+
+
+def _model_ref(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    primary = _dig(value, "primary")
+    return primary if isinstance(primary, str) and primary else None
+
+
+def _agent_entries(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    entries = _dig(doc, "agents", "list")
+    out: dict[str, dict[str, Any]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            out[entry["id"]] = entry
+    return out
+
+
+def discover(
+    env: Mapping[str, str], *, state_dir: str | None = None, config_path: str | None = None
+) -> Install:
+    """The agents of the OpenClaw install at ``state_dir`` (see :func:`state_dir_from`); never raises for a
+    missing or broken install (an unusable config is reported in ``config_error`` and defaults apply)."""
+    from compactd.logs import add_secret
+
+    state = state_dir_from(env, state_dir)
+    cfg_path = os.path.abspath(
+        os.path.expanduser(
+            config_path or env.get("OPENCLAW_CONFIG_PATH") or os.path.join(state, "openclaw.json")
+        )
+    )
+    error = None
+    try:
+        doc = read_openclaw_config(cfg_path)
+    except OpenClawConfigError as exc:
+        doc, error = {}, str(exc)
+    token = _dig(doc, "gateway", "auth", "token")
+    if not (isinstance(token, str) and token):
+        token = env.get(TOKEN_ENV) or None
+    if token:
+        add_secret(token)
+    port = (
+        _positive_int(_dig(doc, "gateway", "port"))
+        or _positive_int(_int_or_none(env.get("OPENCLAW_GATEWAY_PORT")))
+        or DEFAULT_GATEWAY_PORT
+    )
+    default_model = _model_ref(_dig(doc, "agents", "defaults", "model"))
+    default_workspace = _dig(doc, "agents", "defaults", "workspace")
+    listed = _agent_entries(doc)
+    agents: list[Agent] = []
+    jsonl: list[str] = []
+    agents_root = os.path.join(state, "agents")
+    try:
+        names = sorted(os.listdir(agents_root))
+    except OSError:
+        names = []
+    for name in names:
+        agent_dir = os.path.join(agents_root, name)
+        if name.startswith(".") or os.path.islink(agent_dir) or not os.path.isdir(agent_dir):
+            continue
+        if not is_sqlite_agent(agent_dir):
+            jsonl.append(agent_dir)
+            continue
+        entry = listed.get(name, {})
+        model = _model_ref(entry.get("model")) or default_model
+        workspace = entry.get("workspace") or default_workspace or os.path.join(state, "workspace")
+        agents.append(
+            Agent(
+                agent_id=name,
+                agent_dir=agent_dir,
+                database=database_of(agent_dir),
+                workspace=os.path.abspath(os.path.expanduser(str(workspace))),
+                context_window=context_window(doc, model),
+                model=model,
+            )
+        )
+    return Install(state, cfg_path, port, token, tuple(agents), tuple(jsonl), error)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None

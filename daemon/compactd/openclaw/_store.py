@@ -1,0 +1,169 @@
+"""Read-only access to one agent's ``openclaw-agent.sqlite`` (schema version 23, OpenClaw 2026.9).
+
+Every read opens the file with ``mode=ro`` for that read only: no write lock, no file descriptor held across
+the gateway's checkpoints. When the database has no ``-wal`` beside it or an empty one (the gateway stopped
+and checkpointed it) it is opened ``immutable`` as well: a read-only connection to a WAL database would
+otherwise create the ``-wal``/``-shm`` files or rebuild the ``-shm`` (seen on a real gateway's stopped
+database), a write under the agent's directory. ``event_zstd`` rows hold one standard
+zstd frame; the ``zstandard`` package decodes it (the standard library has zstd only from Python 3.14).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+# The largest frame OpenClaw writes (its CHECK constraint): a row claiming more is refused, not inflated.
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+BUSY_TIMEOUT_MS = 2_000
+
+
+class StoreError(Exception):
+    """The database cannot be read as an OpenClaw 2026.9 agent store (missing table, bad frame, I/O)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One ``session_nodes`` row: a session key, its current transcript and its entry (JSON object)."""
+
+    session_key: str
+    session_id: str
+    entry: dict[str, Any] = field(repr=False)
+
+    @property
+    def compaction_count(self) -> int:
+        value = self.entry.get("compactionCount")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def active_run(self) -> str | None:
+        """The run writing this session now, if any: ``activeWriterRunId`` while the entry's ``status`` is
+        ``running`` (the id stays behind once the run is ``done``)."""
+        value = self.entry.get("activeWriterRunId")
+        if self.entry.get("status") != "running":
+            return None
+        return value if isinstance(value, str) and value else "unknown"
+
+    @property
+    def updated_at(self) -> float | None:
+        """Seconds since the epoch of the entry's last update (OpenClaw stores milliseconds)."""
+        values = [self.entry.get(k) for k in ("updatedAt", "lastInteractionAt")]
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        return max(numbers) / 1000 if numbers else None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    data: bytes  # the entry's JSON, decoded from its zstd frame when it had one
+    created_at: float  # seconds since the epoch
+
+
+def _decompress(frame: bytes, size: int | None) -> bytes:
+    import zstandard
+
+    if size is None or not 0 < size <= MAX_EVENT_BYTES:
+        raise StoreError(f"compressed event with an invalid length {size!r}")
+    try:
+        data = zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
+    except zstandard.ZstdError as exc:
+        raise StoreError(f"undecodable zstd frame: {exc}") from None
+    if len(data) != size:
+        raise StoreError(f"zstd frame gave {len(data)} bytes, the row says {size}")
+    return data
+
+
+class Store:
+    """One agent database; ``rows_read`` counts the transcript rows fetched (the follower's cost)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.rows_read = 0
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        if not os.path.isfile(self.path):
+            raise StoreError(f"{self.path} does not exist")
+        uri = f"file:{quote(self.path)}?mode=ro"
+        try:
+            wal_bytes = os.stat(self.path + "-wal").st_size
+        except FileNotFoundError:
+            wal_bytes = 0
+        if wal_bytes == 0:  # everything is in the main file; a WAL reader would rebuild the -shm (a write)
+            uri += "&immutable=1"
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from None
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from None
+        finally:
+            conn.close()
+
+    def nodes(self, conn: sqlite3.Connection) -> list[Node]:
+        out: list[Node] = []
+        rows = conn.execute("SELECT session_key, current_session_id, entry_json FROM session_nodes")
+        for key, session_id, entry_json in rows:
+            try:
+                entry = orjson.loads(entry_json)
+            except orjson.JSONDecodeError:
+                entry = {}
+            out.append(Node(str(key), str(session_id), entry if isinstance(entry, dict) else {}))
+        return out
+
+    def node(self, conn: sqlite3.Connection, session_key: str) -> Node | None:
+        row = conn.execute(
+            "SELECT session_key, current_session_id, entry_json FROM session_nodes WHERE session_key = ?",
+            (session_key,),
+        ).fetchone()
+        if row is None:
+            return None
+        try:
+            entry = orjson.loads(row[2])
+        except orjson.JSONDecodeError:
+            entry = {}
+        return Node(str(row[0]), str(row[1]), entry if isinstance(entry, dict) else {})
+
+    def generation(self, conn: sqlite3.Connection, session_id: str) -> str | None:
+        """The rewrite generation: it changes when ``--max-lines`` renumbers ``seq`` (a re-read is due)."""
+        row = conn.execute(
+            "SELECT generation FROM transcript_rewrite_watermarks WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def events(self, conn: sqlite3.Connection, session_id: str, after_seq: int = -1) -> list[Event]:
+        """The transcript rows after ``after_seq``, oldest first (all of them with the default)."""
+        rows = conn.execute(
+            "SELECT seq, event_json, event_zstd, event_utf8_bytes, created_at FROM transcript_events "
+            "WHERE session_id = ? AND seq > ? ORDER BY seq",
+            (session_id, after_seq),
+        ).fetchall()
+        self.rows_read += len(rows)
+        out: list[Event] = []
+        for seq, text, frame, size, created in rows:
+            if text is not None:
+                data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+            elif frame is not None:
+                data = _decompress(bytes(frame), size)
+            else:
+                raise StoreError(f"event {session_id}:{seq} has neither JSON nor a frame")
+            when = created / 1000 if isinstance(created, int | float) else 0.0
+            out.append(Event(int(seq), data, when))
+        return out
+
+    def last_compaction_seq(self, conn: sqlite3.Connection, session_id: str) -> int | None:
+        """The seq of the session's newest ``compaction`` event (from the identities, nothing decoded)."""
+        row = conn.execute(
+            "SELECT max(seq) FROM transcript_event_identities WHERE session_id = ? AND event_type = 'compaction'",
+            (session_id,),
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])

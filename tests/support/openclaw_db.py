@@ -1,0 +1,122 @@
+"""A small OpenClaw 2026.9 agent database written the way the gateway writes one (for tests without a gateway).
+
+The transcript tables use OpenClaw's own DDL (schema version 23, copied from ``openclaw@2026.9.6``), rows are
+stored as OpenClaw stores them: JSON text, or one zstd frame when the JSON is at least 1024 bytes, has no
+``\\u`` escape and compression saves at least max(64 B, 10 %).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import zstandard
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS session_nodes (
+  session_key TEXT NOT NULL PRIMARY KEY,
+  current_session_id TEXT NOT NULL,
+  entry_json TEXT NOT NULL,
+  updated_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS transcript_events (
+  session_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  event_json TEXT,
+  created_at INTEGER NOT NULL,
+  event_zstd BLOB,
+  event_utf8_bytes INTEGER CHECK (event_utf8_bytes IS NULL OR event_utf8_bytes >= 0),
+  navigation_json TEXT,
+  PRIMARY KEY (session_id, seq),
+  CHECK (
+    (event_json IS NOT NULL AND event_zstd IS NULL)
+    OR (event_json IS NULL AND event_zstd IS NOT NULL AND event_utf8_bytes IS NOT NULL AND navigation_json IS NOT NULL)
+  )
+) STRICT;
+CREATE TABLE IF NOT EXISTS transcript_rewrite_watermarks (
+  session_id TEXT NOT NULL PRIMARY KEY,
+  generation TEXT NOT NULL,
+  updated_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS transcript_event_identities (
+  session_id TEXT NOT NULL,
+  event_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  event_type TEXT,
+  parent_id TEXT,
+  message_idempotency_key TEXT,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (session_id, event_id)
+) STRICT;
+"""
+
+
+def _row(data: bytes, is_header: bool) -> tuple[str | None, bytes | None, int | None, str | None]:
+    if len(data) >= 1024 and b"\\u" not in data and b"\x00" not in data and not is_header:
+        frame = zstandard.ZstdCompressor().compress(data)
+        if len(data) - len(frame) >= max(64, len(data) // 10):
+            return None, frame, len(data), '{"version":1}'
+    return data.decode(), None, None, None
+
+
+class AgentDb:
+    """One agent's database, created in WAL mode like the gateway's."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def set_node(self, session_key: str, session_id: str, entry: dict[str, Any]) -> None:
+        self.conn.execute(
+            "INSERT INTO session_nodes VALUES (?, ?, ?, 0) ON CONFLICT(session_key) DO UPDATE SET "
+            "current_session_id = excluded.current_session_id, entry_json = excluded.entry_json",
+            (session_key, session_id, orjson.dumps({"sessionId": session_id, **entry}).decode()),
+        )
+
+    def next_seq(self, session_id: str) -> int:
+        row = self.conn.execute(
+            "SELECT coalesce(max(seq), -1) + 1 FROM transcript_events WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def append(self, session_id: str, lines: list[bytes], *, created_at: int = 0) -> None:
+        """Append entries (JSON lines) at the next seqs, in one transaction."""
+        seq = self.next_seq(session_id)
+        self.conn.execute("BEGIN")
+        for offset, line in enumerate(lines):
+            entry = orjson.loads(line)
+            text, frame, size, nav = _row(line, entry.get("type") == "session")
+            self.conn.execute(
+                "INSERT INTO transcript_events VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, seq + offset, text, created_at, frame, size, nav),
+            )
+            self.conn.execute(
+                "INSERT OR REPLACE INTO transcript_event_identities VALUES (?, ?, ?, ?, ?, NULL, 0)",
+                (
+                    session_id,
+                    str(entry.get("id", uuid.uuid4())),
+                    seq + offset,
+                    entry.get("type"),
+                    entry.get("parentId"),
+                ),
+            )
+        self.conn.execute("COMMIT")
+
+    def rewrite(self, session_id: str, lines: list[bytes]) -> None:
+        """What ``--max-lines`` does: delete the rows, renumber from 0 and bump the generation."""
+        self.conn.execute("DELETE FROM transcript_events WHERE session_id = ?", (session_id,))
+        self.conn.execute("DELETE FROM transcript_event_identities WHERE session_id = ?", (session_id,))
+        self.append(session_id, lines)
+        self.conn.execute(
+            "INSERT OR REPLACE INTO transcript_rewrite_watermarks VALUES (?, ?, 0)",
+            (session_id, uuid.uuid4().hex),
+        )

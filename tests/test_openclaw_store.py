@@ -1,0 +1,176 @@
+"""Following an OpenClaw 2026.9 database: only new rows are read, and the ledger equals a full read.
+
+A real SQLite database in WAL mode (written as the gateway writes one: zstd frames for large rows), filled with
+a real pi session (/work/shared/fixtures/real), read by compactd's read-only follower.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from compactd.budget import thresholds
+from compactd.config import Config
+from compactd.decision import Figures, Recorded, decide
+from compactd.ledger import SessionLedger
+from compactd.logs import clear_secrets, scrub
+from compactd.openclaw import discover
+from compactd.openclaw._follower import Follower
+from compactd.openclaw._store import Store
+
+from tests.support.openclaw_db import AgentDb
+
+FIXTURES = Path("/work/shared/fixtures/real")
+SESSION = "0196a3b2-0000-7000-8000-0000000000c1"
+KEY = "agent:main:work"
+
+
+def lines_of(name: str) -> list[bytes]:
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    return [line for line in path.read_bytes().split(b"\n") if line.strip()]
+
+
+def follow(db_path: Path) -> tuple[Store, Follower]:
+    store = Store(str(db_path))
+    follower = Follower(KEY)
+    return store, follower
+
+
+def refresh(store: Store, follower: Follower) -> int:
+    """One refresh; the rows it read."""
+    before = store.rows_read
+    with store.connect() as conn:
+        node = store.node(conn, KEY)
+        assert node is not None
+        follower.refresh(store, conn, node)
+    return store.rows_read - before
+
+
+def full_read(lines: list[bytes]) -> dict[str, object]:
+    return SessionLedger.from_bytes(b"\n".join(lines) + b"\n").figures()
+
+
+def test_following_reads_only_new_rows_and_equals_a_full_read(tmp_path: Path) -> None:
+    lines = lines_of("pi-large-session.v3.jsonl")
+    db = AgentDb(tmp_path / "agent" / "openclaw-agent.sqlite")
+    db.set_node(KEY, SESSION, {"compactionCount": 0})
+    db.append(SESSION, lines[:600])
+    frames = db.conn.execute(
+        "SELECT count(*) FROM transcript_events WHERE event_zstd IS NOT NULL"
+    ).fetchone()[0]
+    assert frames > 0  # some rows are zstd frames, as the gateway stores large entries
+    store, follower = follow(db.path)
+    assert refresh(store, follower) == 600
+    assert follower.ledger is not None and follower.ledger.figures() == full_read(lines[:600])
+    done = 600
+    costs = []
+    while done < len(lines):
+        batch = lines[done : done + 25]
+        db.append(SESSION, batch)
+        costs.append((len(batch), refresh(store, follower)))
+        done += len(batch)
+        assert follower.ledger.figures() == full_read(lines[:done])
+    assert all(read == new for new, read in costs)  # the cost is the new rows, not the session
+    assert follower.reloads == 1
+    assert refresh(store, follower) == 0  # nothing new: nothing read
+    db.close()
+
+
+def test_a_compaction_or_a_rewrite_means_a_full_read(tmp_path: Path) -> None:
+    lines = lines_of("pi-before-compaction.v3.jsonl")
+    compaction = next(i for i, line in enumerate(lines) if b'"type":"compaction"' in line)
+    db = AgentDb(tmp_path / "agent" / "openclaw-agent.sqlite")
+    db.set_node(KEY, SESSION, {})
+    db.append(SESSION, lines[:compaction])
+    store, follower = follow(db.path)
+    refresh(store, follower)
+    db.append(SESSION, lines[compaction:])  # a compaction entry cannot be folded in from counters
+    refresh(store, follower)
+    assert follower.ledger is not None and follower.ledger.figures() == full_read(lines)
+    assert follower.reloads == 2
+    # --max-lines renumbers seq from 0 and bumps the generation: keyed on seq alone, rows below the last
+    # seq seen would be missed.
+    kept = [lines[0], *lines[-40:]]
+    first = json.loads(kept[1])
+    first["parentId"] = None
+    kept[1] = json.dumps(first).encode()
+    db.rewrite(SESSION, kept)
+    refresh(store, follower)
+    assert follower.ledger.figures() == full_read(kept)
+    assert follower.last_seq == len(kept) - 1
+    db.close()
+
+
+def test_openclaw_2026_9_thresholds_through_the_one_decision_point() -> None:
+    t = thresholds(32_000)
+    assert (t.reserve, t.compact_at, t.flush_at) == (8_000, 24_000, 20_000)
+    t = thresholds(200_000)
+    assert (t.reserve, t.compact_at, t.flush_at) == (20_000, 180_000, 176_000)
+    t = thresholds(10_000)
+    assert (t.reserve, t.compact_at, t.flush_at) == (2_500, 7_500, 3_750)
+    config = Config.defaults()
+    fits = decide(
+        config,
+        Figures(None, None, 19_999, thresholds="openclaw-2026.9", window=32_000),
+        Recorded(flushed_this_cycle=False),
+        now=0.0,
+    )
+    flush = decide(
+        config,
+        Figures(None, None, 20_000, thresholds="openclaw-2026.9", window=32_000),
+        Recorded(flushed_this_cycle=False),
+        now=0.0,
+    )
+    below = decide(
+        config,
+        Figures(None, None, 23_999, thresholds="openclaw-2026.9", window=32_000),
+        Recorded(flushed_this_cycle=True),
+        now=0.0,
+    )
+    compact = decide(
+        config,
+        Figures(None, None, 24_000, thresholds="openclaw-2026.9", window=32_000),
+        Recorded(flushed_this_cycle=True),
+        now=0.0,
+    )
+    assert (fits.action, flush.action, below.action, compact.action) == (
+        "fits",
+        "flush",
+        "fits",
+        "compact_only",
+    )
+    assert flush.flush and not compact.flush
+
+
+def test_discovery_reads_openclaws_json5_config_and_hides_the_token(tmp_path: Path) -> None:
+    state = tmp_path / ".openclaw"
+    AgentDb(state / "agents" / "main" / "agent" / "openclaw-agent.sqlite").close()
+    (state / "agents" / "old" / "sessions").mkdir(parents=True)  # ≤ 2026.7: JSONL only
+    token = "gw-token-5f1e2d3c4b5a"
+    (state / "openclaw.json").write_text(
+        "// OpenClaw's own config: JSON5\n"
+        "{\n"
+        f"  gateway: {{ port: 19123, auth: {{ mode: 'token', token: '{token}', }}, }},\n"
+        "  models: { providers: { fake: { models: [ { id: 'm1', contextWindow: 64000, }, ], }, }, },\n"
+        "  agents: { defaults: { model: { primary: 'fake/m1' }, }, },  /* trailing commas */\n"
+        "}\n"
+    )
+    clear_secrets()
+    install = discover({"OPENCLAW_STATE_DIR": str(state), "HOME": str(tmp_path)})
+    assert install.config_error is None
+    assert install.port == 19123 and install.token == token
+    assert [a.agent_id for a in install.agents] == ["main"]
+    assert install.agents[0].context_window == 64_000
+    assert install.agents[0].workspace == str(state / "workspace")
+    assert install.jsonl_agents == (str(state / "agents" / "old"),)
+    assert token not in repr(install)
+    assert scrub(f"connecting with {token}") == "connecting with ***"
+    # Without a token in the config, $OPENCLAW_GATEWAY_TOKEN is used (and hidden as well).
+    (state / "openclaw.json").write_text("{gateway: {port: 19124}}")
+    clear_secrets()
+    install = discover({"OPENCLAW_STATE_DIR": str(state), "OPENCLAW_GATEWAY_TOKEN": "env-token-0a9b8c"})
+    assert install.token == "env-token-0a9b8c" and scrub("env-token-0a9b8c") == "***"
+    clear_secrets()
