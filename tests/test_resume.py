@@ -545,3 +545,112 @@ def test_start_up_reads_each_file_once_and_still_sees_one_created_right_after(tm
     assert anyio.run(service.serve, until_late_is_watched) == 0
     early = [p for p in refreshed if p != str(late)]
     assert sorted(early) == [str(root / f"s{i}.jsonl") for i in range(3)]  # each exactly once
+
+
+def _in_process(
+    tmp_path: Path, window: int, *, roots: tuple[str, ...] = ("sessions",), only: str = ""
+) -> Any:
+    """A prepared and started-up ``Service`` (the start-up read done, nothing served) over ``tmp_path``;
+    ``only``: the one root it reads (as ``compactd once <dir>``)."""
+    from compactd.config import load_config
+    from compactd.service import Service
+
+    config_path = tmp_path / "config.yaml"
+    windows = {"anthropic": {"models": {"claude-sonnet-4-5": {"context_tokens": window}}}}
+    config_path.write_text(
+        yaml.safe_dump(
+            {
+                "sessions": {"roots": [str(tmp_path / r) for r in roots]},
+                "state_dir": str(tmp_path / "state"),
+                "models": {"providers": windows},
+                "memory_flush": {"enabled": False},
+            }
+        )
+    )
+    service = Service(load_config(str(config_path)), config_path=str(config_path))
+    if only:
+        service.explicit_roots = [str(tmp_path / only)]
+    service.prepare()
+    service.discover()
+    return service
+
+
+def test_an_untouched_session_keeps_its_decision_under_the_same_config_only(tmp_path: Path) -> None:
+    """A restart does not decide an untouched session again when sessions.json recorded its decision under
+    the very same configuration; under another one (a window changed) it is decided afresh."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    paths = [root / f"s{i}.jsonl" for i in range(3)]
+    for path in paths:
+        path.write_bytes(transcript(20))
+    first = _in_process(tmp_path, 1_000_000)
+    assert all(first.sessions[str(p)].decision is not None for p in paths)  # a cold read decides
+    shown = {p: first.state[p].to_json() for p in first.state}
+    first.write_state()
+
+    same = _in_process(tmp_path, 1_000_000)
+    for path in paths:
+        session = same.sessions[str(path)]
+        assert session.decision is None and not session.due  # kept, not decided again
+        assert same.state[str(path)].window == 1_000_000
+    assert {p: s.to_json() for p, s in same.state.items()} == shown
+    same.write_state()
+
+    other = _in_process(tmp_path, 500_000)
+    for path in paths:
+        assert other.sessions[str(path)].decision is not None  # another config: decided again
+        assert other.state[str(path)].window == 500_000
+    other.write_state()
+    again = _in_process(tmp_path, 500_000)  # ... and the shards now name that config
+    assert all(again.sessions[str(p)].decision is None for p in paths)
+
+
+def test_a_reload_means_the_next_start_decides_every_session(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    root.mkdir()
+    (root / "s.jsonl").write_bytes(transcript(5))
+    first = _in_process(tmp_path, 1_000_000)
+    first.write_state()
+    reloaded = _in_process(tmp_path, 1_000_000)
+    assert reloaded.sessions[str(root / "s.jsonl")].decision is None  # kept from the first start
+    reloaded.reload()  # the same file: which config decided what is no longer known for sure
+    reloaded.write_state()
+    after = _in_process(tmp_path, 1_000_000)
+    assert after.sessions[str(root / "s.jsonl")].decision is not None
+
+
+def test_status_before_ready_has_the_counts_and_the_rows_follow(tmp_path: Path) -> None:
+    """The start-up status.json shows the daemon serving N sessions without sorting N rows; the next state
+    write lists them."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    for i in range(3):
+        (root / f"s{i}.jsonl").write_bytes(transcript(5))
+    service = _in_process(tmp_path, 1_000_000)
+    status_path = tmp_path / "state" / "status.json"
+    service.write_status()
+    early = orjson.loads(status_path.read_bytes())
+    assert early["sessions_watched"] == 3 and early["pid"] == os.getpid()
+    assert early["sessions_listed"] == 0 and early["sessions"] == []
+    service.write_state()
+    later = orjson.loads(status_path.read_bytes())
+    assert later["sessions_listed"] == 3 and len(later["sessions"]) == 3
+
+
+def test_a_session_the_last_writer_did_not_decide_is_decided_again(tmp_path: Path) -> None:
+    """A process that read one root only (``once <dir>``) under another config does not vouch for the
+    sessions of the other root: their shard names no config, and the next start decides them."""
+    from compactd.resume import SnapshotStore
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = tmp_path / "a" / "s.jsonl", tmp_path / "b" / "s.jsonl"
+    a.write_bytes(transcript(5))
+    b.write_bytes(transcript(6))
+    assert SnapshotStore(tmp_path).shard(str(a)) != SnapshotStore(tmp_path).shard(str(b))
+    _in_process(tmp_path, 1_000_000, roots=("a", "b")).write_state()
+    _in_process(tmp_path, 500_000, roots=("a", "b"), only="a").write_state()
+    third = _in_process(tmp_path, 500_000, roots=("a", "b"))
+    assert third.sessions[str(a)].decision is None  # decided under this config by the last writer: kept
+    assert third.sessions[str(b)].decision is not None
+    assert third.state[str(b)].window == 500_000

@@ -131,6 +131,59 @@ class Budget:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _WindowTerms:
+    """The parts of a budget that depend on the window and the configuration alone, not on the session."""
+
+    window: int
+    source: WindowSource
+    guard: Guard
+    reserve_tokens: int
+    reserve: int
+    min_prompt_budget: int
+    prompt_budget: int
+    flush_threshold: int
+
+    @classmethod
+    def of(cls, config: Config, window: int, source: WindowSource) -> _WindowTerms:
+        window = max(1, math.floor(window))
+        reserve_tokens = config.compaction.reserve_tokens
+        floor_prompt = min_prompt_budget(window)
+        reserve = min(reserve_tokens, max(0, window - floor_prompt))
+        prompt_budget = max(1, window - reserve)
+        flush = config.memory_flush
+        flush_threshold = max(0, prompt_budget - flush.soft_threshold_tokens) if flush.enabled else 0
+        return cls(
+            window,
+            source,
+            guard(window),
+            reserve_tokens,
+            reserve,
+            floor_prompt,
+            prompt_budget,
+            flush_threshold,
+        )
+
+
+# The window terms of each (provider, model) under one configuration: a restart decides 10,000 sessions that
+# name a handful of models, and the lookup (``ModelsConfig.window_for``) is the costly part. Config is frozen,
+# so the terms are keyed on the config object itself; a reload brings a new object and a new table.
+_terms_cache: tuple[Config, dict[tuple[str | None, str | None], _WindowTerms]] | None = None
+
+
+def _terms_for(config: Config, provider: str | None, model: str | None) -> _WindowTerms:
+    global _terms_cache
+    cache = _terms_cache
+    if cache is None or cache[0] is not config:
+        cache = _terms_cache = (config, {})
+    table = cache[1]
+    terms = table.get((provider, model))
+    if terms is None:
+        window, source = resolve_window(config, provider, model)
+        terms = table[(provider, model)] = _WindowTerms.of(config, window, source)
+    return terms
+
+
 def budget_for_window(
     config: Config,
     window: int,
@@ -140,18 +193,20 @@ def budget_for_window(
     reducible_chars: int,
 ) -> Budget:
     """The budget for a known window: OpenClaw's ``shouldPreemptivelyCompactBeforePrompt`` (design.md §6.4)."""
+    return _budget(
+        _WindowTerms.of(config, window, window_source),
+        estimated_tokens=estimated_tokens,
+        reducible_chars=reducible_chars,
+    )
+
+
+def _budget(terms: _WindowTerms, *, estimated_tokens: int, reducible_chars: int) -> Budget:
     if estimated_tokens < 0:
         raise ValueError(f"estimated_tokens must be >= 0, got {estimated_tokens}")
     # A figure past what we count (the reader reports it as figure_overflow) is clamped, never an
     # OverflowError in the float arithmetic below.
     estimated_tokens = min(estimated_tokens, MAX_TOKENS)
-    window = max(1, math.floor(window))
-    reserve_tokens = config.compaction.reserve_tokens
-    floor_prompt = min_prompt_budget(window)
-    reserve = min(reserve_tokens, max(0, window - floor_prompt))
-    prompt_budget = max(1, window - reserve)
-    flush = config.memory_flush
-    flush_threshold = max(0, prompt_budget - flush.soft_threshold_tokens) if flush.enabled else 0
+    prompt_budget = terms.prompt_budget
     with_margin = math.ceil(
         estimated_tokens * SAFETY_MARGIN
     )  # as compactd.tokens.ContextEstimate.with_margin
@@ -161,14 +216,14 @@ def budget_for_window(
         overflow_chars + TRUNCATE_ONLY_SLACK_CHARS, math.ceil(overflow_chars * TRUNCATE_ONLY_OVERFLOW_FACTOR)
     )
     return Budget(
-        context_window=window,
-        window_source=window_source,
-        guard=guard(window),
-        reserve_tokens=reserve_tokens,
-        reserve=reserve,
-        min_prompt_budget=floor_prompt,
+        context_window=terms.window,
+        window_source=terms.source,
+        guard=terms.guard,
+        reserve_tokens=terms.reserve_tokens,
+        reserve=terms.reserve,
+        min_prompt_budget=terms.min_prompt_budget,
         prompt_budget=prompt_budget,
-        flush_threshold=flush_threshold,
+        flush_threshold=terms.flush_threshold,
         compact_threshold=prompt_budget,
         estimated_tokens=estimated_tokens,
         estimated_with_margin=with_margin,
@@ -188,10 +243,8 @@ def compute_budget(
     reducible_chars: int,
 ) -> Budget:
     """The budget of a session whose transcript names ``provider``/``model`` (either may be unknown)."""
-    window, source = resolve_window(config, provider, model)
-    return budget_for_window(
-        config, window, source, estimated_tokens=estimated_tokens, reducible_chars=reducible_chars
-    )
+    terms = _terms_for(config, provider, model)
+    return _budget(terms, estimated_tokens=estimated_tokens, reducible_chars=reducible_chars)
 
 
 # OpenClaw 2026.9 (design.md §6.13): no configurable reserve, no minimum prompt budget.

@@ -11,6 +11,13 @@ saying why. Snapshots are an optimisation only: losing them all costs one cold r
 Layout: ``<state_dir>/resume/NN.json``, sessions sharded by a hash of their path, each shard an orjson
 document written with the package's one atomic writer (``durable.write_atomic``). Shards are written with
 the other state files (batched, off the append path), and only those holding a session whose snapshot changed.
+
+Each shard also names the configuration (``config_fingerprint``) its sessions' recorded decisions (sessions.json)
+were made under, when every one of them was decided (or kept) under it by the process that wrote it: an
+untouched session in a shard of the running configuration keeps that decision at start-up instead of being
+decided again (``SnapshotStore.decided``); another configuration, a session not decided by the writer (outside
+its roots), or a reload since (``fingerprint`` None) means the shard names none and its sessions are decided
+afresh.
 """
 
 from __future__ import annotations
@@ -36,7 +43,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESUME_DIR", "Snapshot", "SnapshotStore", "content_hash", "mismatch", "mismatch_of_stat"]
+__all__ = [
+    "RESUME_DIR",
+    "Snapshot",
+    "SnapshotStore",
+    "config_fingerprint",
+    "content_hash",
+    "mismatch",
+    "mismatch_of_stat",
+]
 
 RESUME_DIR = "resume"
 # Bumped when a shard's layout changes; a shard of another format (or of another compactd) is not trusted.
@@ -89,6 +104,13 @@ class Snapshot:
             raise ValueError("malformed tail hash")
         dev, ino, offset, size, mtime_ns, ctime_ns = numbers
         return cls(dev, ino, offset, size, mtime_ns, ctime_ns, tuple(ledger), bytes.fromhex(digest))
+
+
+def config_fingerprint(config: object) -> str:
+    """A digest of everything in a (frozen) configuration: equal only for configurations that decide alike."""
+    return hashlib.blake2b(
+        repr(config).encode("utf-8", "surrogateescape"), digest_size=_HASH_BYTES
+    ).hexdigest()
 
 
 def content_hash(fd: int, offset: int) -> bytes:
@@ -152,6 +174,11 @@ class SnapshotStore:
         self._saved: dict[str, Snapshot] = {}  # path -> the snapshot object its record was made from
         self._shards: dict[str, int] = {}
         self._dirty: set[int] = set()
+        # The configuration the recorded decisions are made under (the owner sets it; None: not one known,
+        # e.g. after a reload), and the one each loaded shard names.
+        self.fingerprint: str | None = None
+        self._stamps: dict[int, str | None] = {}
+        self._decided: set[str] = set()  # paths decided (or kept) under ``fingerprint`` by this process
 
     def shard(self, path: str) -> int:
         number = self._shards.get(path)
@@ -187,10 +214,20 @@ class SnapshotStore:
             except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
                 log.debug("resume: %s not used (%s); its sessions are read in full", path.name, exc)
                 continue
+            stamp = doc.get("config")
+            self._stamps[number] = stamp if isinstance(stamp, str) else None
             for key, record in sessions.items():
                 if self.shard(key) == number:  # a record in the wrong shard would be lost at its next write
                     self._records[key] = record
         return len(self._records)
+
+    def decided(self, path: str) -> bool:
+        """The decision recorded for ``path`` was made under the running configuration (see the module)."""
+        return self.fingerprint is not None and self._stamps.get(self.shard(path)) == self.fingerprint
+
+    def mark_decided(self, path: str) -> None:
+        """``path``'s decision, as recorded now, was made under ``fingerprint``."""
+        self._decided.add(path)
 
     def take(self, path: str) -> Snapshot | None:
         """The saved snapshot of ``path`` for its tracker to try (once), or None (logged at debug: why)."""
@@ -221,6 +258,10 @@ class SnapshotStore:
             if snapshot is not None:
                 current[path] = snapshot
         dirty = self._dirty  # kept across calls: a shard whose write failed is written next time
+        for path in [p for p in self._records if p not in current and not os.path.lexists(p)]:
+            del self._records[path]  # the transcript is gone (untracked ones that exist are kept: `once`)
+            self._saved.pop(path, None)
+            dirty.add(self.shard(path))
         for path, snapshot in current.items():
             if self._saved.get(path) is not snapshot:
                 record = _record_for(path, snapshot)
@@ -230,10 +271,17 @@ class SnapshotStore:
                 if record != self._records.get(path):
                     self._records[path] = record
                     dirty.add(self.shard(path))
-        for path in [p for p in self._records if p not in current and not os.path.lexists(p)]:
-            del self._records[path]  # the transcript is gone (untracked ones that exist are kept: `once`)
-            self._saved.pop(path, None)
-            dirty.add(self.shard(path))
+        # The configuration each shard can name (see the module); a shard naming another one is rewritten.
+        stamps: dict[int, str | None] = dict.fromkeys(self._stamps, self.fingerprint)
+        for path in self._records:
+            number = self.shard(path)
+            if path not in self._decided:
+                stamps[number] = None
+            else:
+                stamps.setdefault(number, self.fingerprint)
+        if self.fingerprint is None:
+            stamps = dict.fromkeys(stamps)
+        dirty.update(n for n, stamp in stamps.items() if stamp != self._stamps.get(n))
         if not dirty:
             return 0
         from compactd.durable import write_atomic
@@ -247,7 +295,8 @@ class SnapshotStore:
                 members[path] = record
         written = 0
         for number in sorted(dirty):
-            write_atomic(self._shard_path(number), _dump_shard(by_shard[number]))
+            write_atomic(self._shard_path(number), _dump_shard(by_shard[number], stamps.get(number)))
+            self._stamps[number] = stamps.get(number)
             dirty.discard(number)
             written += 1
         return written
@@ -285,10 +334,15 @@ def _record_for(path: str, snapshot: Snapshot) -> list[Any] | None:
         os.close(fd)
 
 
-def _dump_shard(records: Mapping[str, list[Any]]) -> bytes:
+def _dump_shard(records: Mapping[str, list[Any]], fingerprint: str | None) -> bytes:
     """One shard; a session orjson cannot write (a file name that is not UTF-8, an id past 64 bits) is left
     out, so it is read in full next time, rather than costing every other session its snapshot."""
-    doc = {"format": SNAPSHOT_FORMAT, "compactd": __version__, "sessions": dict(records)}
+    doc = {
+        "format": SNAPSHOT_FORMAT,
+        "compactd": __version__,
+        "config": fingerprint,
+        "sessions": dict(records),
+    }
     try:
         return orjson.dumps(doc)
     except TypeError:

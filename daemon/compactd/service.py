@@ -31,7 +31,7 @@ from compactd.planning import figures_of, route_cap, tool_result_cap
 from compactd.roots import IntactDirs, is_session_path
 from compactd.state import Backoff, SessionState, describe_error
 from compactd.tail import Change
-from compactd.tracker import SessionTracker
+from compactd.tracker import UNTOUCHED, SessionTracker
 from compactd.transcript.reader import read_transcript
 from compactd.watch import expand_roots, scan_root, watch_root
 
@@ -223,7 +223,7 @@ class Service:
             session = self.sessions[path] = Session(
                 SessionTracker(path, resume=self.resume.take(path), cap_for=route_cap(self.config))
             )
-        update = session.tracker.refresh()
+        update = session.tracker.refresh(info)
         if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
         self.dirty = True
@@ -231,6 +231,11 @@ class Service:
         if ledger is None:
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
+            return
+        if update.reason == UNTOUCHED and not seeded and self._keeps_decision(path):
+            window = self.state[path].window
+            self.metrics.set_session(path, session_id=ledger.session_id, tokens=ledger.tokens, window=window)
+            self.resume.mark_decided(path)
             return
         st = self.session_state(path)
         if st.error_stage == "read":  # readable again
@@ -245,6 +250,19 @@ class Service:
             decision = self._exact_decision(session, decision)
         if decision is not None:
             self.record_decision(session, decision)
+
+    def _keeps_decision(self, path: str) -> bool:
+        """A session resumed unchanged keeps the decision sessions.json recorded for it, if that was made under
+        this configuration and found nothing due nor failing: deciding it again would find the same (only a due
+        session's readiness depends on the time), and a restart need not decide 10,000 sessions anew."""
+        st = self.state.get(path)
+        return (
+            st is not None
+            and st.next_action is None
+            and st.error_stage is None
+            and st.compact_threshold is not None
+            and self.resume.decided(path)
+        )
 
     def figures(self, session: Session) -> Figures | None:
         """The ledger's figures of a session (None: not a transcript), as :func:`decide` takes them."""
@@ -320,6 +338,7 @@ class Service:
         st.next_action = decision.next_action
         session.due = decision.due
         session.decision = decision
+        self.resume.mark_decided(path)
         if decision.due:
             self.wakeup.set()
 
@@ -787,11 +806,13 @@ class Service:
             await anyio.sleep(self.config.service.status_refresh_seconds)
 
     def write_status(self) -> None:
-        """status.json alone (the start-up's: it shows the daemon serving); everything is still dirty."""
+        """status.json alone, its counts without the rows (the start-up's: it shows the daemon serving; the
+        rows, sorted fullest first, follow at the first state write, right after READY); everything is still
+        dirty."""
         from compactd.state import write_status
 
         try:
-            write_status(self.config.state_dir, self.status())
+            write_status(self.config.state_dir, self.status(rows=False))
         except Exception as exc:  # as write_state: the sessions are still served
             log.warning("action=state_write_failed error=%s", describe_error(exc))
         self.dirty = True
@@ -837,13 +858,14 @@ class Service:
         compactions = sum(s.compactions for s in self.state.values())
         return f"watching {len(self.sessions)} sessions, {self.near_threshold()} near threshold, {compactions} compactions"
 
-    def status(self) -> dict[str, Any]:
-        from compactd.state import build_status
+    def status(self, *, rows: bool = True) -> dict[str, Any]:
+        from compactd.state import STATUS_MAX_SESSIONS, build_status
 
         tracked = {p: self.session_state(p) for p in self.sessions}
         tracked.update(self.openclaw.states())
         doc = build_status(
             tracked,
+            max_sessions=STATUS_MAX_SESSIONS if rows else 0,
             now=time.time(),
             started_at=self.started_at,
             version=__version__,
@@ -884,6 +906,7 @@ class Service:
         self.config = config
         self.openclaw.config = config
         self._client = None
+        self.resume.fingerprint = None  # decisions recorded from now on may be under either configuration
         log.info("action=reloaded config=%s", config.source)
         self.notifier.ready("config reloaded")
 
@@ -917,8 +940,11 @@ class Service:
         """The start-up of ``run`` and ``once``, under the instance lock, before any transcript is read:
         finish or roll back what a killed compactd left (its late lines belong in the files read next),
         sweep the archives, and load what the state directory recorded of every session."""
+        from compactd.resume import config_fingerprint
+
         self.recover()
         self.state = self.store.load_sessions()
+        self.resume.fingerprint = config_fingerprint(self.config)
         self.resume.load()
 
     def discover(self, *, seal: bool = False) -> set[str]:

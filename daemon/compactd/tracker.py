@@ -14,6 +14,10 @@ from compactd.tail import Change, FileCursor, Update
 
 log = logging.getLogger(__name__)
 
+# The reason of a RESUMED update whose file was not even opened: size, mtime and ctime as the snapshot's read
+# left them, so nothing of it (nor what was decided on it) can have changed since.
+UNTOUCHED = "snapshot: untouched"
+
 
 @dataclass(slots=True)
 class SessionTracker:
@@ -34,12 +38,15 @@ class SessionTracker:
         self.cursor = FileCursor(self.path)
         self.snapshot = self.resume  # kept as it is until the file is read: it still describes that file
 
-    def refresh(self) -> Update:
-        """Bring the ledger up to date with the file; appended bytes only, unless a reload is needed."""
+    def refresh(self, info: os.stat_result | None = None) -> Update:
+        """Bring the ledger up to date with the file; appended bytes only, unless a reload is needed.
+
+        ``info``: the file's ``lstat`` the caller just took (the start-up has one per file already), for the
+        snapshot check."""
         resumed: Update | bool = False
         if self.resume is not None:
             snapshot, self.resume = self.resume, None
-            resumed = self._resume(snapshot)
+            resumed = self._resume(snapshot, info)
             if isinstance(resumed, Update):
                 return resumed
         update = self.cursor.poll()
@@ -62,14 +69,14 @@ class SessionTracker:
             return Update(Change.RESUMED, reason="snapshot")
         return update
 
-    def _resume(self, snapshot: Snapshot) -> Update | bool:
+    def _resume(self, snapshot: Snapshot, info: os.stat_result | None) -> Update | bool:
         """Start from ``snapshot`` if the file is still the one it describes: an untouched one is not even
         opened (RESUMED); True: the cursor is at the snapshot's offset and the caller polls what follows;
         False: a mismatch (logged why), and the caller's poll reads the file in full."""
         reason: str | None = None
         untouched = False
         try:
-            st = os.lstat(self.path)
+            st = os.lstat(self.path) if info is None else info
         except OSError as exc:
             reason = f"cannot stat: {exc.strerror}"
         else:
@@ -93,7 +100,7 @@ class SessionTracker:
         if not untouched:
             return True
         self.cursor.seen(st)
-        return Update(Change.RESUMED, reason="snapshot")
+        return Update(Change.RESUMED, reason=UNTOUCHED)
 
     def _check_content(self, snapshot: Snapshot) -> str | None:
         try:

@@ -156,7 +156,8 @@ def build_status(
     """The document ``status.json`` holds; times are ISO 8601 UTC, sessions fullest first."""
     states = list(sessions.values() if isinstance(sessions, Mapping) else sessions)
     pid = os.getpid() if pid is None else pid
-    ordered = sorted(states, key=lambda s: (-(s.percent_of_budget() or 0.0), s.path))
+    # max_sessions=0: the counts alone (the start-up's, before READY: sorting 10,000 rows can wait)
+    ordered = sorted(states, key=lambda s: (-(s.percent_of_budget() or 0.0), s.path)) if max_sessions else []
     doc: dict[str, Any] = {
         "format": STATUS_FORMAT,
         "pid": pid,
