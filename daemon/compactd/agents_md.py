@@ -18,6 +18,23 @@ from pathlib import Path
 
 from compactd.defaults import POST_COMPACTION_MAX_CHARS, POST_COMPACTION_SECTIONS
 
+__all__ = [
+    "AGENTS_MD",
+    "AGENTS_MD_MAX_BYTES",
+    "CUSTOM_PROSE",
+    "DATE_PLACEHOLDER",
+    "DEFAULT_LABEL",
+    "DEFAULT_PROSE",
+    "HEADER",
+    "LEGACY_SECTIONS",
+    "TRUNCATED_MARKER",
+    "extract_sections",
+    "find_agents_md",
+    "post_compaction_context",
+    "read_agents_md",
+    "select_sections",
+]
+
 logger = logging.getLogger(__name__)
 
 AGENTS_MD = "AGENTS.md"

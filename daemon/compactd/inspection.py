@@ -12,6 +12,8 @@ from compactd.transcript.context import SessionContext, build_context
 from compactd.transcript.messages import llm_visible, role_of
 from compactd.transcript.reader import FATAL_KINDS, Transcript, read_transcript
 
+__all__ = ["inspect_transcript", "validation_exit_code"]
+
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNUSABLE = 0, 1, 2
 
 

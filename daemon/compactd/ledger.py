@@ -46,6 +46,8 @@ from compactd.transcript.reader import (
 from compactd.turns import Turn, turn_of_branch
 from compactd.turns import step as turn_step
 
+__all__ = ["LEDGER_SNAPSHOT_VERSION", "CapFor", "SessionLedger", "message_tokens"]
+
 log = logging.getLogger(__name__)
 
 _CONTEXT_TYPES = frozenset({"message", "custom_message", "branch_summary"})

@@ -23,6 +23,8 @@ from compactd.turns import turn_of_branch
 if TYPE_CHECKING:
     from compactd.ledger import SessionLedger
 
+__all__ = ["figures_of", "prune_plan", "route_cap", "tool_result_cap", "tool_result_items"]
+
 
 def tool_result_items(transcript: Transcript, *, strip: bool = True) -> list[tuple[str, dict[str, Any]]]:
     """(entry id, message) of every tool result in the current context, oldest first; ``strip=False`` leaves

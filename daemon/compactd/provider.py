@@ -28,6 +28,18 @@ from compactd.config import Config
 from compactd.summarize.engine import CompactionEngine, iso_now
 from compactd.transcript.reader import Transcript, parse_transcript
 
+__all__ = [
+    "CONTINUATION_TEXT",
+    "INPUT_MAX_BYTES",
+    "RequestError",
+    "SummaryRequest",
+    "dump_answer",
+    "parse_request",
+    "run_summarize",
+    "span_transcript",
+    "summarize_request",
+]
+
 log = logging.getLogger(__name__)
 
 # The stand-in for what follows the span: the cut keeps it, so every given message is summarized.

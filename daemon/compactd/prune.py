@@ -35,6 +35,27 @@ from compactd.defaults import (
 from compactd.tokens import js_len, message_chars
 from compactd.transcript.messages import Message, role_of
 
+__all__ = [
+    "HEAD_NEWLINE_SHARE",
+    "IMPORTANT_TAIL_WINDOW",
+    "MIDDLE_MARKER",
+    "RECOVERY_MIN_KEEP_CHARS",
+    "TAIL_MAX_CHARS",
+    "TAIL_NEWLINE_SHARE",
+    "TAIL_SHARE",
+    "PruneEdit",
+    "PrunePlan",
+    "Suffix",
+    "has_important_tail",
+    "max_tool_result_chars",
+    "plan_pruning",
+    "reducible_chars",
+    "tool_result_text_chars",
+    "truncate_text",
+    "truncate_tool_result",
+    "truncation_suffix",
+]
+
 # Placed between head and tail (OpenClaw MIDDLE_OMISSION_MARKER), so the model knows the middle is gone.
 MIDDLE_MARKER = "\n\n⚠️ [... middle content omitted — showing head and tail ...]\n\n"
 # Session rewrites cut results down to nothing but the suffix if that is what the budget needs (design.md §6.5).

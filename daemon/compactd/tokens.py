@@ -19,6 +19,20 @@ from compactd.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
 from compactd.transcript.jsjson import js_number, stringify
 from compactd.transcript.messages import Message
 
+__all__ = [
+    "IMAGE_CHARS",
+    "MAX_TOKENS",
+    "ContextEstimate",
+    "estimate_context_tokens",
+    "estimate_for_planning",
+    "estimate_tokens",
+    "js_json_len",
+    "js_len",
+    "message_chars",
+    "usage_tokens",
+    "usage_total",
+]
+
 IMAGE_CHARS = 4800  # pi counts an image in a tool result or custom message as 4,800 characters.
 # The largest token figure we hold (Number.MAX_SAFE_INTEGER): a usage beyond it is clamped to it (and reported
 # by the reader as ``figure_overflow``), so no budget arithmetic downstream can overflow.

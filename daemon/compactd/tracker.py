@@ -12,6 +12,8 @@ from compactd.ledger import CapFor, SessionLedger
 from compactd.resume import Snapshot, hashed_bytes, mismatch, mismatch_of_stat
 from compactd.tail import Change, FileCursor, Update
 
+__all__ = ["UNTOUCHED", "SessionTracker"]
+
 log = logging.getLogger(__name__)
 
 # The reason of a RESUMED update whose file was not even opened: size, mtime and ctime as the snapshot's read

@@ -22,6 +22,16 @@ if TYPE_CHECKING:
 from compactd.config import expand_user
 from compactd.roots import forbidden_root, literal_base, resolve_links, untrusted_link, within
 
+__all__ = [
+    "Refusal",
+    "discover_roots",
+    "expand_roots",
+    "is_transcript_name",
+    "root_is_intact",
+    "scan_root",
+    "watch_root",
+]
+
 log = logging.getLogger(__name__)
 
 # OpenClaw's pre-compaction copies and trajectories end in .jsonl but are not transcripts.

@@ -16,6 +16,8 @@ from compactd.commit.journal import Journal
 from compactd.commit.successor import Entry, PlanError
 from compactd.transcript.reader import Transcript
 
+__all__ = ["CommitRequest"]
+
 
 @dataclass(frozen=True, slots=True)
 class CommitRequest:

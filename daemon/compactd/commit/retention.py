@@ -24,6 +24,8 @@ from compactd.commit.atomic import crash_point, os_reason
 from compactd.commit.journal import Journal
 from compactd.timestamps import parse_archive_stamp
 
+__all__ = ["apply_retention", "archive_time", "expired", "sweep_archives"]
+
 log = logging.getLogger(__name__)
 
 _STAMP = re.compile(r"\.bak\.(\d{4}-\d{2}-\d{2})T(\d{2})-(\d{2})-(\d{2})\.(\d{3})Z$")

@@ -17,6 +17,8 @@ import time
 from compactd.commit.atomic import Abandon, checked_path, crash_point, os_reason
 from compactd.commit.locks import SessionBusy, hold_session_lock
 
+__all__ = ["seal_if_torn", "seal_torn_line"]
+
 log = logging.getLogger(__name__)
 
 

@@ -24,6 +24,32 @@ from typing import Any
 from compactd.defaults import KEEP_RECENT_TURNS, SUMMARY_MAX_CHARS
 from compactd.transcript.messages import Message, blocks_of, role_of, text_of, tool_call_id, tool_calls
 
+__all__ = [
+    "ELLIPSIS",
+    "FILE_LIST_MAX_CHARS",
+    "FILE_SECTION_MAX_CHARS",
+    "RECENT_TURNS_HEADING",
+    "RECENT_TURN_MAX_CHARS",
+    "SPLIT_TURN_LABEL",
+    "TOOL_FAILURES_HEADING",
+    "TOOL_FAILURE_MAX_CHARS",
+    "TOOL_FAILURE_MAX_ITEMS",
+    "TRUNCATION_MARKER",
+    "build_suffix",
+    "cap_summary",
+    "collect_tool_failures",
+    "exit_code_of",
+    "first_per_call",
+    "is_tool_failure",
+    "render_file_lists",
+    "render_recent_turns",
+    "render_tool_failure",
+    "render_tool_failures",
+    "render_turn",
+    "select_recent_turns",
+    "status_of",
+]
+
 # Caps from OpenClaw's compaction safeguard (design.md §6.8): enough to recognise a turn or an error, small enough
 # that the suffix stays a fraction of the 16,000-character summary budget.
 RECENT_TURN_MAX_CHARS = 600

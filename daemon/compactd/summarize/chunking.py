@@ -14,6 +14,21 @@ from compactd.defaults import SAFETY_MARGIN
 from compactd.tokens import estimate_tokens
 from compactd.transcript.messages import role_of, tool_call_id, tool_calls
 
+__all__ = [
+    "BASE_CHUNK_RATIO",
+    "MIN_CHUNK_RATIO",
+    "OVERSIZED_SHARE",
+    "SUMMARIZATION_OVERHEAD_TOKENS",
+    "Cost",
+    "Message",
+    "adaptive_chunk_ratio",
+    "call_groups",
+    "chunk_by_max_tokens",
+    "is_oversized",
+    "max_chunk_tokens",
+    "split_by_token_share",
+]
+
 Message = dict[str, Any]
 Cost = Callable[[Message], int]
 

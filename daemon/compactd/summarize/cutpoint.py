@@ -15,6 +15,8 @@ from compactd.tokens import estimate_tokens
 from compactd.transcript.context import entry_to_message
 from compactd.transcript.reader import Entry
 
+__all__ = ["CutPlan", "plan_cut"]
+
 _CUT_ROLES = frozenset({"bashExecution", "custom", "branchSummary", "compactionSummary", "user", "assistant"})
 _TURN_START_ROLES = frozenset({"user", "bashExecution"})
 

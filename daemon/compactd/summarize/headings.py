@@ -8,6 +8,18 @@ from __future__ import annotations
 
 import re
 
+__all__ = [
+    "CONSTRAINTS",
+    "DECISIONS",
+    "EXACT_IDENTIFIERS",
+    "OPEN_TODOS",
+    "PENDING_ASKS",
+    "REQUIRED_HEADINGS",
+    "SECTION_BREAK",
+    "is_heading_line",
+    "split_sections",
+]
+
 DECISIONS = "## Decisions"
 OPEN_TODOS = "## Open TODOs"
 CONSTRAINTS = "## Constraints/Rules"

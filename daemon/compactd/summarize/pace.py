@@ -28,6 +28,34 @@ from compactd.durable import write_atomic
 from compactd.state import STATE_DIR_MODE, dump_json, load_json
 from compactd.timestamps import iso_seconds
 
+__all__ = [
+    "CHUNK_OUTPUT_RATIO",
+    "MAX_RISE",
+    "MEASURE_MIN_OUTPUT_TOKENS",
+    "MEASURE_MIN_PROMPT_TOKENS",
+    "MEASURE_MIN_SECONDS",
+    "MERGE_OUTPUT_RATIO",
+    "MIN_PACED_OUTPUT_TOKENS",
+    "OUTPUT_FLOOR_TOKENS",
+    "PACE_SHARE",
+    "PROMPT_ASCII_CHARS_PER_TOKEN",
+    "PROMPT_OVERHEAD_TOKENS",
+    "SMOOTHING",
+    "SPEED_FILE",
+    "SPEED_FORMAT",
+    "Fit",
+    "Pace",
+    "Sample",
+    "Speed",
+    "SpeedMemory",
+    "call_fit",
+    "endpoint_key",
+    "estimate_prompt_tokens",
+    "largest",
+    "observe",
+    "output_budget",
+]
+
 logger = logging.getLogger(__name__)
 
 SPEED_FILE = "summarizer_speed.json"

@@ -14,6 +14,38 @@ from typing import NamedTuple
 
 from compactd.summarize.headings import REQUIRED_HEADINGS
 
+__all__ = [
+    "CUSTOM_INSTRUCTIONS_MAX_CHARS",
+    "CUSTOM_INSTRUCTIONS_PREAMBLE",
+    "FENCE_TAGS",
+    "IDENTIFIER_CUSTOM_PREAMBLE",
+    "IDENTIFIER_INSTRUCTIONS_MAX_CHARS",
+    "IDENTIFIER_OFF_INSTRUCTION",
+    "IDENTIFIER_POLICIES",
+    "IDENTIFIER_STRICT_INSTRUCTION",
+    "MEMORY_FLUSH_INSTRUCTIONS",
+    "MEMORY_FLUSH_SYSTEM_PROMPT",
+    "MERGE_INSTRUCTIONS",
+    "NO_REPLY",
+    "REDISTILL_INSTRUCTION",
+    "RETRY_INSTRUCTION",
+    "SPLIT_TURN_INSTRUCTIONS",
+    "STRUCTURE_INSTRUCTIONS",
+    "SUMMARY_SYSTEM_PROMPT",
+    "UNRESOLVED_ASKS_INSTRUCTION",
+    "custom_instructions_block",
+    "defuse_tags",
+    "describe_reason",
+    "fence",
+    "identifier_instruction",
+    "is_no_reply",
+    "memory_flush_messages",
+    "merge_messages",
+    "retry_instruction",
+    "split_turn_messages",
+    "summary_messages",
+]
+
 # --- limits on operator text --------------------------------------------------------------------------------
 # /compact or config custom instructions: OpenClaw caps them at 800 code points (compaction-instructions.ts);
 # longer text is usually a pasted document, and it would crowd out the transcript in a small summarizer.

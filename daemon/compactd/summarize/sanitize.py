@@ -24,6 +24,16 @@ from compactd.summarize.augment import (
 from compactd.summarize.headings import REQUIRED_HEADINGS
 from compactd.summarize.prompts import FENCE_TAGS
 
+__all__ = [
+    "MARKER_TAGS",
+    "QUOTED_HEADING",
+    "defuse_markers",
+    "escape_controls",
+    "reserved_headings",
+    "strip_controls",
+    "summary_text",
+]
+
 # C0 controls but tab and newline, DEL and C1 (CSI U+009B is an escape in 8-bit terminals); lone surrogates
 # cannot be written as UTF-8 at all (orjson refuses them), so a model's half emoji would fail the commit.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]|[\ud800-\udfff]")

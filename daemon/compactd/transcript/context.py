@@ -14,6 +14,18 @@ from typing import Any
 
 from compactd.transcript.reader import Entry, Transcript
 
+__all__ = [
+    "UNDEFINED",
+    "SessionContext",
+    "build_context",
+    "compaction_message",
+    "context_entries",
+    "context_from_path",
+    "entry_to_message",
+    "js_same",
+    "js_timestamp",
+]
+
 
 @dataclass
 class SessionContext:

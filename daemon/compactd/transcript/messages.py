@@ -9,6 +9,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+__all__ = [
+    "RUNTIME_CONTEXT_TYPE",
+    "TOOL_CALL_BLOCK_TYPES",
+    "Message",
+    "blocks_of",
+    "is_error_turn",
+    "is_runtime_context",
+    "llm_visible",
+    "role_of",
+    "strip_for_llm",
+    "text_of",
+    "tool_call_id",
+    "tool_calls",
+]
+
 Message = dict[str, Any]
 
 RUNTIME_CONTEXT_TYPE = "openclaw.runtime-context"

@@ -21,6 +21,27 @@ from compactd.transcript.jsjson import is_js_blank, js_trim_bounds, nesting
 from compactd.transcript.jsjson import loads as js_loads
 from compactd.transcript.messages import role_of, tool_call_id, tool_calls
 
+__all__ = [
+    "BLOCKING_KINDS",
+    "BOM",
+    "CURRENT_VERSION",
+    "EDGE_BYTES",
+    "FATAL_KINDS",
+    "HEADER_VISIBLE_BYTES",
+    "MAX_DEPTH",
+    "Entry",
+    "Problem",
+    "Scan",
+    "Transcript",
+    "iter_lines",
+    "link_key",
+    "parse_line",
+    "parse_transcript",
+    "read_transcript",
+    "same_reading",
+    "validate",
+]
+
 Entry = dict[str, Any]
 CURRENT_VERSION = 3
 BOM = b"\xef\xbb\xbf"

@@ -18,6 +18,15 @@ from typing import Any, Literal
 
 from compactd.transcript.messages import Message, blocks_of, is_error_turn, role_of, tool_call_id
 
+__all__ = [
+    "SYNTHETIC_RESULT_TEXT",
+    "ErroredPolicy",
+    "RepairReport",
+    "RepairResult",
+    "repair_tool_pairing",
+    "synthetic_result",
+]
+
 ErroredPolicy = Literal["preserve", "drop"]
 
 SYNTHETIC_RESULT_TEXT = (
