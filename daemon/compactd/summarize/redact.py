@@ -10,9 +10,11 @@ never touched.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from compactd.transcript.messages import Message, text_of
 
 Replacer = Callable[[re.Match[str]], str]
 
@@ -329,3 +331,31 @@ def redact_value(value: Any) -> Any:
         fields = {k: v if k in _LINK_KEYS else redact_value(v) for k, v in value.items()}
         return value if all(fields[k] is v for k, v in value.items()) else fields
     return value
+
+
+class SpanText:
+    """Each message's joined text (``text_of``), redacted once for one job and read by every consumer (the
+    identifier extraction, the digest's sections) instead of each re-joining and re-redacting it.
+
+    The join is redacted, not its blocks one by one: an assignment split across two text blocks is a secret
+    only once they are joined. :meth:`of` takes each text from the message as read and files it under the
+    message the engine handed on (its redacted copy, or itself); any other message is redacted on first read.
+    Keyed by identity, the messages are held so that no id is reused while the value lives."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[Message, str]] = {}
+
+    @classmethod
+    def of(cls, read: Sequence[Message], handed_on: Sequence[Message]) -> SpanText:
+        texts = cls()
+        for source, message in zip(read, handed_on, strict=True):
+            texts._texts[id(message)] = (message, redact_secrets(text_of(source)))
+        return texts
+
+    def __call__(self, message: Message) -> str:
+        got = self._texts.get(id(message))
+        if got is not None and got[0] is message:
+            return got[1]
+        text = redact_secrets(text_of(message))
+        self._texts[id(message)] = (message, text)
+        return text
