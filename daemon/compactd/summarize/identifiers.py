@@ -746,6 +746,11 @@ _STAGES: tuple[
 )
 
 
+# Each stage's needles as one pattern: one C-level search per word and stage, not a generator over them.
+_STAGE_NEEDLE: tuple[re.Pattern[str] | None, ...] = tuple(
+    re.compile("|".join(map(re.escape, needles))) if needles else None for _, needles, _, _ in _STAGES
+)
+
 # Every identifier kind holds one of these characters, and none holds whitespace: words without them (most
 # prose and code) are dropped before the patterns run, which halves the scanning time on real sessions.
 _CANDIDATE_CHAR = re.compile(r"[0-9/\\.:@]")
@@ -845,10 +850,12 @@ def _stage_of(item: tuple[int, str, str]) -> int:
 
 def _scan_stages(text: str) -> Iterator[tuple[int, str, str]]:
     """(stage index, identifier, kind) in ``text``, stage by stage; each match is masked for later stages."""
-    for stage, (pattern, needles, accept, mask_rejected) in enumerate(_STAGES):
+    for stage, ((pattern, _, accept, mask_rejected), needle) in enumerate(
+        zip(_STAGES, _STAGE_NEEDLE, strict=True)
+    ):
         if not text:
             return
-        if needles and not any(n in text for n in needles):
+        if needle is not None and needle.search(text) is None:
             continue
         spans: list[tuple[int, int]] = []
         for m in pattern.finditer(text):
