@@ -373,3 +373,36 @@ def test_rewriting_many_orphans_holds_no_per_line_copies() -> None:
     assert plan.reserialized >= 5_000
     assert verify(plan.data, plan, strict_structure=True).leaf_id == "b0000005"
     assert peak < 8 * len(data), (peak, len(data))
+
+
+def test_the_check_of_a_successor_shares_the_planned_entries() -> None:
+    """The successor ``verify`` loads holds the planned transcript's entries (or, for an orphan whose dangling
+    ``parentId`` the successor clears, its message) instead of a second parsed copy of each."""
+    lines = [HEADER]
+    for n in range(50):
+        orphan = {"type": "message", "id": f"o{n:07x}", "parentId": f"gone{n:07x}"}
+        lines.append(
+            orjson.dumps({**orphan, "timestamp": "2026-01-01T00:00:00.000Z", "message": _msg("user", "x")})
+        )
+    parent = None
+    for n in range(6):
+        role = "user" if n % 2 == 0 else "assistant"
+        entry = {
+            "type": "message",
+            "id": f"b{n:07x}",
+            "parentId": parent,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+        }
+        lines.append(orjson.dumps({**entry, "message": _msg(role, f"turn {n}")}))
+        parent = entry["id"]
+    data = b"\n".join(lines) + b"\n"
+    transcript = parse_transcript(data)
+    planned = transcript.by_id()
+    plan = build_successor(data, transcript, compaction_for("b0000004"), None, {})
+    loaded = verify(plan.data, plan, strict_structure=True)
+    orphans = [e for e in loaded.entries if e["id"].startswith("o")]
+    assert len(orphans) == 50 and all(e["parentId"] is None for e in orphans)
+    assert all(e["message"] is planned[e["id"]]["message"] for e in orphans)
+    assert loaded.by_id()["b0000005"] is planned["b0000005"]  # unchanged: the entry itself
+    assert loaded.by_id()["b0000004"] is not planned["b0000004"]  # re-parented under the compaction
+    assert loaded.by_id()["b0000004"]["parentId"] != planned["b0000004"]["parentId"]

@@ -910,3 +910,26 @@ def test_the_iterative_parser_accepts_and_builds_exactly_what_the_json_module_do
         return
     assert _parse_iteratively(text) == expected
     assert json.dumps(_parse_iteratively(text)) == json.dumps(expected)  # same key order, types, -0.0
+
+
+def test_reuse_shares_equal_entries_once_and_never_those_of_an_older_version() -> None:
+    def data(version: int, ids: list[str]) -> bytes:
+        header = {"type": "session", "version": version, "id": "s", "timestamp": "2026-01-01T00:00:00.000Z"}
+        rows = [header] + [
+            {"type": "custom", "id": i, "parentId": None, "timestamp": "2026-01-01T00:00:00.000Z"}
+            for i in ids
+        ]
+        return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+    v3 = data(3, ["a", "b", "a"])
+    known = parse_transcript(v3)
+    again = parse_transcript(v3, reuse=known.by_id())
+    assert again.entries == known.entries
+    assert again.entries[1] is known.by_id()["b"]
+    first, last = (e for e in again.entries if e["id"] == "a")
+    assert first is known.by_id()["a"] and last is not first  # shared once: a repeated id's lines stay two
+    v2 = data(2, ["a", "b"])
+    older = parse_transcript(v2)
+    assert not any(
+        x is y for x, y in zip(parse_transcript(v2, reuse=older.by_id()).entries, older.entries, strict=True)
+    )

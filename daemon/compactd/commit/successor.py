@@ -26,7 +26,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -383,6 +383,8 @@ class Plan:
     summarized: int = 0
     kept: int = 0
     reserialized: int = 0
+    # The planned transcript's entries by id: the check shares those its result holds unchanged (see verify).
+    reuse: Mapping[str, Entry] | None = field(default=None, repr=False)
 
 
 def build_successor(
@@ -550,6 +552,7 @@ def build_successor(
         thinking_level=original.thinking_level,
         allowed_pairing=_pairing(transcript),
         session_id=transcript.session_id,
+        reuse=transcript.by_id(),
         new_ids=new_ids,
         summarized=len(summarized),
         kept=len(new_kept),
@@ -648,6 +651,7 @@ def build_append(
         thinking_level=original.thinking_level,
         allowed_pairing=_pairing(transcript),
         session_id=transcript.session_id,
+        reuse=transcript.by_id(),
         new_ids=[i for e in out if (i := _entry_id(e)) is not None],
         summarized=cut,
         kept=len(branch) - cut,
@@ -664,7 +668,7 @@ def verify(candidate: bytes, plan: Plan, *, strict_structure: bool) -> Transcrip
     ``strict_structure``: the candidate is entirely ours (a successor), so it must parse without any problem a
     loader would stumble on; an append candidate keeps whatever the agent's earlier lines had.
     """
-    loaded = parse_transcript(candidate)
+    loaded = parse_transcript(candidate, reuse=plan.reuse)  # one copy of each kept entry, not two
     if not loaded.usable or loaded.session_id != plan.session_id:
         raise PlanError("check failed: the result has no valid session header")
     if strict_structure:

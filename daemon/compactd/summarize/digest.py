@@ -35,7 +35,7 @@ from compactd.summarize.identifiers import (
     identifier_line,
     rank_identifiers,
 )
-from compactd.summarize.redact import redact_secrets
+from compactd.summarize.redact import SpanText, redact_secrets
 from compactd.transcript.messages import (
     Message,
     is_runtime_context,
@@ -224,20 +224,6 @@ TextOf = Callable[[Message], str]
 
 def _text(message: Message) -> str:
     return redact_secrets(text_of(message))
-
-
-def _memo_text() -> TextOf:
-    """``_text`` remembered per message for one digest: every section reads the same texts, and redaction is
-    the expensive part."""
-    cache: dict[int, str] = {}
-
-    def text(message: Message) -> str:
-        key = id(message)
-        if key not in cache:
-            cache[key] = _text(message)
-        return cache[key]
-
-    return text
 
 
 # --- extraction -------------------------------------------------------------------------------------------
@@ -612,8 +598,11 @@ def build_digest(
     previous_details: dict[str, Any] | None = None,
     include_failures: bool = True,
     include_files: bool = True,
+    texts: SpanText | None = None,
 ) -> str:
     """The five headings filled from ``messages`` (and a previous summary), deterministic and capped.
+
+    ``texts``: the job's redacted message texts, shared with the identifier extraction (redacted once).
 
     ``identifiers`` is the ranked list the engine guarantees (computed here when None). The extra sections
     (tool failures, files) come after the five required ones; turn them off when the augmentation appends its
@@ -621,7 +610,7 @@ def build_digest(
     """
     span = [m for m in messages if not is_runtime_context(m)]
     carried = _carried(previous_summary)
-    read = _memo_text()
+    read = texts if texts is not None else SpanText()
     decisions = _decisions(span, read)
     if not span and not carried[DECISIONS]:
         decisions = ["- No prior history."]
@@ -632,7 +621,9 @@ def build_digest(
 
     # The identifiers are what peers lose most (design.md §7.8), so they are budgeted first: the ranked ones
     # get up to IDENTIFIERS_RESERVED_CHARS, and the other sections shrink in proportion to leave that room.
-    ranked = list(identifiers) if identifiers is not None else rank_identifiers(extract_identifiers(span))
+    ranked = (
+        list(identifiers) if identifiers is not None else rank_identifiers(extract_identifiers(span, read))
+    )
     id_lines = _dedupe([*(identifier_line(i.text) for i in ranked), *carried[EXACT_IDENTIFIERS]])
     reserve = min(_cost(identifier_line(i.text) for i in ranked), IDENTIFIERS_RESERVED_CHARS)
     room = DIGEST_MAX_CHARS - reserve - _STRUCTURE_CHARS

@@ -36,7 +36,7 @@ from compactd.summarize.identifiers import (
     with_carried,
 )
 from compactd.summarize.pace import Pace
-from compactd.summarize.redact import redact_secrets, redact_value
+from compactd.summarize.redact import SpanText, redact_secrets, redact_value
 from compactd.summarize.stages import (
     LEVEL_DIGEST,
     LEVEL_LLM,
@@ -207,22 +207,26 @@ class CompactionEngine:
         prefix = list(llm_visible(plan.turn_prefix))
         failures = augment.collect_tool_failures(plan.to_summarize)  # with details: exit codes live there
         previous = plan.previous_summary
+        texts = SpanText()  # each message's joined text redacted once, for the extraction and the digest
         if s.redact:  # everything below reads these, so a cap or a cut can never leave half a secret
+            read = [*span, *prefix]
             span = [redact_value(m) for m in span]
             prefix = [redact_value(m) for m in prefix]
+            texts = SpanText.of(read, [*span, *prefix])
+            del read
             failures = [redact_value(m) for m in failures]
             previous = redact_secrets(previous) if previous else previous
         # What the previous summary guaranteed is guaranteed again, or a poor model loses it at this compaction.
-        found = with_carried(extract_identifiers([*span, *prefix]), previous)
+        found = with_carried(extract_identifiers([*span, *prefix], texts), previous)
         ranked = rank_identifiers(found, cap=s.identifier_cap)
         latest_ask = latest_user_ask([*span, *prefix])
 
         body, level, quality_info, calls, notes = await self._summarize(
-            list(span), previous, ranked, latest_ask
+            list(span), previous, ranked, latest_ask, texts
         )
         split_summary = None
         if prefix:
-            split_summary, extra_calls = await self._split_turn(prefix)
+            split_summary, extra_calls = await self._split_turn(prefix, texts)
             calls += extra_calls
         # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
         body, id_report = ensure_identifiers(self._clean(body), ranked)
@@ -325,6 +329,7 @@ class CompactionEngine:
         previous: str | None,
         ranked: list[Identifier],
         latest_ask: str | None,
+        texts: SpanText,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
         if span:
             body = build_digest(
@@ -333,6 +338,7 @@ class CompactionEngine:
                 identifiers=ranked,
                 include_failures=False,  # the augmentation lists failures and files once, after the body
                 include_files=False,
+                texts=texts,
             )
         else:
             body = quality.fallback_summary(previous)
@@ -345,6 +351,7 @@ class CompactionEngine:
         previous: str | None,
         ranked: list[Identifier],
         latest_ask: str | None,
+        texts: SpanText,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
         """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest.
 
@@ -355,7 +362,7 @@ class CompactionEngine:
         same deadline. A cut-off chunk summary that later calls folded on is judged like any summary.
         """
         if not span or self.client is None:
-            return self._digest(span, previous, ranked, latest_ask)
+            return self._digest(span, previous, ranked, latest_ask, texts)
         from compactd.summarize.outcomes import LLMError
 
         s = self.settings
@@ -380,7 +387,7 @@ class CompactionEngine:
             log.warning("full summary failed (%s: %s); trying without oversized messages", exc.kind, exc)
             source, notes = stages.without_oversized(span)
             if not (notes and source):
-                result = self._digest(span, previous, ranked, latest_ask)
+                result = self._digest(span, previous, ranked, latest_ask, texts)
                 return (*result[:3], stages.stats.calls, [])
             try:
                 body = await stages.summarize_in_stages(source, previous_summary=previous)
@@ -388,7 +395,7 @@ class CompactionEngine:
                 cut, body_cut = stages.cut_answers, stages.summary_cut
             except LLMError as exc2:
                 log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
-                result = self._digest(span, previous, ranked, latest_ask)
+                result = self._digest(span, previous, ranked, latest_ask, texts)
                 return (*result[:3], stages.stats.calls, [])
 
         def with_notes(text: str) -> str:
@@ -426,7 +433,7 @@ class CompactionEngine:
                     "the summary cut off at the deadline fails the checks after repair (%s); using the digest",
                     ", ".join(repaired_whole.reasons),
                 )
-                result = self._digest(span, previous, ranked, latest_ask)
+                result = self._digest(span, previous, ranked, latest_ask, texts)
                 return (*result[:3], stages.stats.calls, [])
         if cut:
             level = LEVEL_PARTIAL  # some of the model's answers stopped at their deadline
@@ -435,7 +442,7 @@ class CompactionEngine:
         info["deadline_partials"] = stages.stats.deadline_partials
         return body, level, info, stages.stats.calls, notes
 
-    async def _split_turn(self, prefix: list[dict[str, Any]]) -> tuple[str, int]:
+    async def _split_turn(self, prefix: list[dict[str, Any]], texts: SpanText) -> tuple[str, int]:
         if self.client is not None:
             from compactd.summarize.outcomes import LLMError
 
@@ -454,7 +461,7 @@ class CompactionEngine:
                 return await stages.summarize_split_turn(prefix), stages.stats.calls
             except LLMError as exc:
                 log.warning("split-turn summary failed (%s); using the digest for the prefix", exc.kind)
-        return build_digest(prefix), 0
+        return build_digest(prefix, texts=texts), 0
 
 
 def _quality_json(report: quality.QualityReport, attempts: int, *, repaired: bool) -> dict[str, Any]:

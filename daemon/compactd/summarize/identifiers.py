@@ -57,8 +57,8 @@ from typing import Any
 
 from compactd.defaults import IDENTIFIER_CAP
 from compactd.summarize.headings import EXACT_IDENTIFIERS, SECTION_BREAK, is_heading_line, split_sections
-from compactd.summarize.redact import redact_secrets
-from compactd.transcript.messages import Message, blocks_of, is_runtime_context, role_of, text_of, tool_calls
+from compactd.summarize.redact import SpanText, redact_secrets
+from compactd.transcript.messages import Message, is_runtime_context, role_of, tool_calls
 
 # --- kinds --------------------------------------------------------------------------------------------------
 PATH = "path"
@@ -746,6 +746,11 @@ _STAGES: tuple[
 )
 
 
+# Each stage's needles as one pattern: one C-level search per word and stage, not a generator over them.
+_STAGE_NEEDLE: tuple[re.Pattern[str] | None, ...] = tuple(
+    re.compile("|".join(map(re.escape, needles))) if needles else None for _, needles, _, _ in _STAGES
+)
+
 # Every identifier kind holds one of these characters, and none holds whitespace: words without them (most
 # prose and code) are dropped before the patterns run, which halves the scanning time on real sessions.
 _CANDIDATE_CHAR = re.compile(r"[0-9/\\.:@]")
@@ -845,10 +850,12 @@ def _stage_of(item: tuple[int, str, str]) -> int:
 
 def _scan_stages(text: str) -> Iterator[tuple[int, str, str]]:
     """(stage index, identifier, kind) in ``text``, stage by stage; each match is masked for later stages."""
-    for stage, (pattern, needles, accept, mask_rejected) in enumerate(_STAGES):
+    for stage, ((pattern, _, accept, mask_rejected), needle) in enumerate(
+        zip(_STAGES, _STAGE_NEEDLE, strict=True)
+    ):
         if not text:
             return
-        if needles and not any(n in text for n in needles):
+        if needle is not None and needle.search(text) is None:
             continue
         spans: list[tuple[int, int]] = []
         for m in pattern.finditer(text):
@@ -899,26 +906,24 @@ def _scan_tool_call(block: dict[str, Any], index: int, out: _Collector) -> None:
     out.scan(redact_secrets("\n".join(rest)), index, user=False, agent=True)
 
 
-def extract_identifiers(messages: Sequence[Message]) -> list[Identifier]:
-    """Every identifier of the span, in order of first appearance; ``last_index`` indexes ``messages``."""
+def extract_identifiers(messages: Sequence[Message], texts: SpanText | None = None) -> list[Identifier]:
+    """Every identifier of the span, in order of first appearance; ``last_index`` indexes ``messages``.
+
+    ``texts``: the job's redacted message texts (one redaction per message, shared with the digest)."""
     out = _Collector()
+    read = texts if texts is not None else SpanText()
     for index, message in enumerate(messages):
         if is_runtime_context(message):
             continue
         role = role_of(message)
         if role == "user":
-            out.scan(redact_secrets(text_of(message)), index, user=True, agent=False)
+            out.scan(read(message), index, user=True, agent=False)
         elif role == "assistant":
-            out.scan(redact_secrets(text_of(message)), index, user=False, agent=True, wrote=True)
+            out.scan(read(message), index, user=False, agent=True, wrote=True)
             for block in tool_calls(message):
                 _scan_tool_call(block, index, out)
         elif role == "toolResult":
-            text = "\n".join(
-                b["text"]
-                for b in blocks_of(message)
-                if b.get("type") == "text" and isinstance(b.get("text"), str)
-            )
-            out.scan(redact_secrets(text), index, user=False, agent=False)
+            out.scan(read(message), index, user=False, agent=False)  # text_of: its text blocks, joined
         elif role == "bashExecution":
             if message.get("excludeFromContext"):
                 continue
@@ -931,7 +936,7 @@ def extract_identifiers(messages: Sequence[Message]) -> list[Identifier]:
             if isinstance(output, str):
                 out.scan(redact_secrets(output), index, user=False, agent=False)
         elif role in ("custom", "compactionSummary", "branchSummary"):
-            out.scan(redact_secrets(text_of(message)), index, user=False, agent=False)
+            out.scan(read(message), index, user=False, agent=False)
     return [
         Identifier(
             a.text, a.kind, a.from_user, a.count, a.last_index, a.first_index, a.from_agent, a.agent_wrote

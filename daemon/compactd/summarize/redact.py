@@ -10,9 +10,11 @@ never touched.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from compactd.transcript.messages import Message, role_of, text_of
 
 Replacer = Callable[[re.Match[str]], str]
 
@@ -329,3 +331,35 @@ def redact_value(value: Any) -> Any:
         fields = {k: v if k in _LINK_KEYS else redact_value(v) for k, v in value.items()}
         return value if all(fields[k] is v for k, v in value.items()) else fields
     return value
+
+
+class SpanText:
+    """Each message's joined text (``text_of``), redacted once for one job and read by every consumer (the
+    identifier extraction, the digest's sections) instead of each re-joining and re-redacting it.
+
+    The join is redacted, not its blocks one by one: an assignment split across two text blocks is a secret
+    only once they are joined. Built with :meth:`of`, a text is taken from the message as read and filed under
+    the message the engine handed on (its redacted copy, or itself); any other message is read as it is.
+    Texts are made on first read and kept, except a tool result's (the bulk of a span, read once). Keyed by
+    identity, the messages are held so that no id is reused while the value lives."""
+
+    def __init__(self) -> None:
+        self._source: dict[int, tuple[Message, Message]] = {}
+        self._texts: dict[int, tuple[Message, str]] = {}
+
+    @classmethod
+    def of(cls, read: Sequence[Message], handed_on: Sequence[Message]) -> SpanText:
+        texts = cls()
+        texts._source = {id(m): (m, source) for source, m in zip(read, handed_on, strict=True)}
+        return texts
+
+    def __call__(self, message: Message) -> str:
+        key = id(message)
+        got = self._texts.get(key)
+        if got is not None and got[0] is message:
+            return got[1]
+        pair = self._source.get(key)
+        text = redact_secrets(text_of(pair[1] if pair is not None and pair[0] is message else message))
+        if role_of(message) != "toolResult":
+            self._texts[key] = (message, text)
+        return text

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,8 +238,14 @@ def iter_lines(data: bytes, start: int = 0) -> Iterator[tuple[int, int, memoryvi
         pos = end + 1
 
 
-def parse_transcript(data: bytes, *, check: bool = True) -> Transcript:
+def parse_transcript(
+    data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None = None
+) -> Transcript:
     """Parse a whole file's bytes. Never raises on any input (see ``_parse``).
+
+    ``reuse``: entries already parsed (the planned transcript, when a commit checks its result): a parsed
+    entry (or field of it) equal to that of its id there is replaced by that one as it is read, so the check
+    of a successor does not hold a second copy of every kept entry (entries are never changed once parsed).
 
     The cyclic garbage collector is paused meanwhile: parsed entries are acyclic dicts, and letting it scan
     every one of them again at each allocation threshold costs more than the parsing itself on large files.
@@ -247,7 +253,7 @@ def parse_transcript(data: bytes, *, check: bool = True) -> Transcript:
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _parse(data, check=check)
+        return _parse(data, check=check, reuse=reuse)
     finally:
         if paused:
             gc.enable()
@@ -391,13 +397,23 @@ class Scan:
         return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 
-def _parse(data: bytes, *, check: bool = True) -> Transcript:
+def _parse(data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None = None) -> Transcript:
     scan = Scan(data)
     entries: list[Entry] = []
     lines: list[int] = []
     spans: list[tuple[int, int]] = []
     positions: list[int] = []  # index of each entry in pi's parsed array (v1 firstKeptEntryIndex uses it)
+    shared: set[str] = set()
     for value, begin, end, line_no, position in scan.entries():
+        if (
+            reuse and isinstance(value, dict) and scan.version >= CURRENT_VERSION
+        ):  # (older: migrated in place)
+            key = value.get("id")
+            if isinstance(key, str) and key not in shared:
+                known = reuse.get(key)
+                if known is not None:
+                    shared.add(key)  # once: a repeated id's lines stay distinct objects
+                    value = _shared(value, known)
         entries.append(value)
         positions.append(position)
         lines.append(line_no)
@@ -448,6 +464,18 @@ def _parse(data: bytes, *, check: bool = True) -> Transcript:
     if check:
         transcript.problems.extend(validate(transcript, data))
     return transcript
+
+
+def _shared(parsed: Entry, known: Entry) -> Entry:
+    """``known`` if ``parsed`` equals it, else ``parsed`` holding ``known``'s equal values (a successor changes
+    a kept entry's ``parentId`` at most, not its message)."""
+    if parsed == known:
+        return known
+    for name, value in parsed.items():
+        old = known.get(name)
+        if old is not None and old is not value and old == value:
+            parsed[name] = old
+    return parsed
 
 
 def _migrate_v1(header: Entry, entries: list[Entry], positions: list[int]) -> None:
