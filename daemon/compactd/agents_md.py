@@ -20,11 +20,7 @@ from compactd.defaults import POST_COMPACTION_MAX_CHARS, POST_COMPACTION_SECTION
 
 __all__ = [
     "AGENTS_MD",
-    "AGENTS_MD_MAX_BYTES",
-    "CUSTOM_PROSE",
-    "DATE_PLACEHOLDER",
     "DEFAULT_LABEL",
-    "DEFAULT_PROSE",
     "HEADER",
     "LEGACY_SECTIONS",
     "TRUNCATED_MARKER",
@@ -32,7 +28,6 @@ __all__ = [
     "find_agents_md",
     "post_compaction_context",
     "read_agents_md",
-    "select_sections",
 ]
 
 logger = logging.getLogger(__name__)

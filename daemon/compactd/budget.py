@@ -26,9 +26,6 @@ from compactd.tokens import MAX_TOKENS
 
 __all__ = [
     "Budget",
-    "Guard",
-    "Thresholds",
-    "WindowSource",
     "budget_for_window",
     "compute_budget",
     "guard",

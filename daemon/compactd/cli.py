@@ -15,19 +15,7 @@ import orjson
 
 from compactd import __version__
 
-__all__ = [
-    "build_parser",
-    "cmd_compact",
-    "cmd_doctor",
-    "cmd_inspect",
-    "cmd_once",
-    "cmd_run",
-    "cmd_status",
-    "cmd_summarize",
-    "cmd_validate",
-    "default_config_path",
-    "main",
-]
+__all__ = ["main"]
 
 
 def _print_json(data: Any, out: TextIO) -> None:

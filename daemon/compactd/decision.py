@@ -36,7 +36,6 @@ __all__ = [
     "ROUTES",
     "Decision",
     "Figures",
-    "Readiness",
     "Recorded",
     "Route",
     "blocked_reason",
@@ -45,7 +44,6 @@ __all__ = [
     "prune_target_tokens",
     "readiness",
     "route_after_summary",
-    "skip_reason",
 ]
 
 # The one vocabulary of routes (OpenClaw's precheck names them so): every output says one of these.

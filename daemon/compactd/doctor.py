@@ -12,19 +12,7 @@ import anyio
 from compactd.config import Config, ConfigError, load_config
 from compactd.watch import discover_roots, scan_root
 
-__all__ = [
-    "ARCHIVE_WARN_FS_SHARE",
-    "HEADER_READ_BYTES",
-    "MAX_LISTED",
-    "check_archives",
-    "check_roots",
-    "check_sessions",
-    "check_state_dir",
-    "check_summarizer",
-    "check_summarizer_speed",
-    "check_workspaces",
-    "run_doctor",
-]
+__all__ = ["run_doctor"]
 
 # A session header is one line of at most a few hundred bytes; junk before it is rare.
 HEADER_READ_BYTES = 64 * 1024

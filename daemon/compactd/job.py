@@ -42,6 +42,18 @@ from compactd.workspace import workspace_for as choose_workspace
 if TYPE_CHECKING:
     from compactd.commit.commit import Successor
 
+__all__ = [
+    "Fill",
+    "JobResult",
+    "committed_note_chars",
+    "compact_file",
+    "engine_settings",
+    "make_client",
+    "snapshot_size",
+    "turn_in_flight",
+    "workspace_for",
+]
+
 log = logging.getLogger(__name__)
 
 

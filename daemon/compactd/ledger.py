@@ -46,7 +46,7 @@ from compactd.transcript.reader import (
 from compactd.turns import Turn, turn_of_branch
 from compactd.turns import step as turn_step
 
-__all__ = ["LEDGER_SNAPSHOT_VERSION", "CapFor", "SessionLedger", "message_tokens"]
+__all__ = ["CapFor", "SessionLedger", "message_tokens"]
 
 log = logging.getLogger(__name__)
 

@@ -28,17 +28,7 @@ from compactd.config import Config
 from compactd.summarize.engine import CompactionEngine, iso_now
 from compactd.transcript.reader import Transcript, parse_transcript
 
-__all__ = [
-    "CONTINUATION_TEXT",
-    "INPUT_MAX_BYTES",
-    "RequestError",
-    "SummaryRequest",
-    "dump_answer",
-    "parse_request",
-    "run_summarize",
-    "span_transcript",
-    "summarize_request",
-]
+__all__ = ["RequestError", "run_summarize"]
 
 log = logging.getLogger(__name__)
 

@@ -36,16 +36,9 @@ from compactd.tokens import js_len, message_chars
 from compactd.transcript.messages import Message, role_of
 
 __all__ = [
-    "HEAD_NEWLINE_SHARE",
-    "IMPORTANT_TAIL_WINDOW",
     "MIDDLE_MARKER",
-    "RECOVERY_MIN_KEEP_CHARS",
-    "TAIL_MAX_CHARS",
-    "TAIL_NEWLINE_SHARE",
-    "TAIL_SHARE",
     "PruneEdit",
     "PrunePlan",
-    "Suffix",
     "has_important_tail",
     "max_tool_result_chars",
     "plan_pruning",

@@ -43,15 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "RESUME_DIR",
-    "Snapshot",
-    "SnapshotStore",
-    "config_fingerprint",
-    "content_hash",
-    "mismatch",
-    "mismatch_of_stat",
-]
+__all__ = ["RESUME_DIR", "Snapshot", "SnapshotStore", "config_fingerprint", "mismatch", "mismatch_of_stat"]
 
 RESUME_DIR = "resume"
 # Bumped when a shard's layout changes; a shard of another format (or of another compactd) is not trusted.

@@ -16,7 +16,6 @@ import stat
 from collections.abc import Sequence
 
 __all__ = [
-    "FORBIDDEN_ROOT_TREES",
     "IntactDirs",
     "forbidden_root",
     "is_session_path",

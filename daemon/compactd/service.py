@@ -44,21 +44,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUSY_RETRY_SECONDS",
-    "EXIT_ALREADY_RUNNING",
     "IDLE_WAKE_SECONDS",
-    "ONCE_POLL_SECONDS",
-    "RETENTION_SWEEP_SECONDS",
-    "STATE_HEARTBEAT_SECONDS",
-    "WATCH_HEARTBEAT_MS",
     "Outcome",
     "Service",
     "Session",
-    "ShutdownTrigger",
-    "limit_malloc_arenas",
-    "release_free_memory",
     "run_once",
     "run_service",
-    "seed_tracker",
 ]
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any
 from compactd.transcript.jsjson import is_js_blank, js_trim_bounds
 from compactd.transcript.reader import Transcript, parse_line, parse_transcript
 
-__all__ = ["MAX_PARTIAL_BYTES", "Change", "FileCursor", "Update"]
+__all__ = ["Change", "FileCursor", "Update"]
 
 # A torn tail longer than this is not buffered across polls; it is re-read once it completes.
 MAX_PARTIAL_BYTES = 1 << 20

@@ -27,7 +27,7 @@ from compactd.transcript.context import entry_to_message, js_timestamp
 from compactd.transcript.messages import TOOL_CALL_BLOCK_TYPES, blocks_of, role_of
 from compactd.transcript.reader import Entry
 
-__all__ = ["Turn", "closes_turn", "message_time", "step", "turn_of_branch"]
+__all__ = ["Turn", "step", "turn_of_branch"]
 
 
 @dataclass(frozen=True, slots=True)

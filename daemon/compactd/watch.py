@@ -22,15 +22,7 @@ if TYPE_CHECKING:
 from compactd.config import expand_user
 from compactd.roots import forbidden_root, literal_base, resolve_links, untrusted_link, within
 
-__all__ = [
-    "Refusal",
-    "discover_roots",
-    "expand_roots",
-    "is_transcript_name",
-    "root_is_intact",
-    "scan_root",
-    "watch_root",
-]
+__all__ = ["discover_roots", "expand_roots", "scan_root", "watch_root"]
 
 log = logging.getLogger(__name__)
 

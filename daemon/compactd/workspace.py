@@ -37,12 +37,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "SHARED_DIRS",
-    "SYSTEM_TREES",
     "Identity",
     "Workspace",
     "WorkspaceChildError",
-    "WorkspaceChoice",
     "claimed_workspace",
     "configured_workspace",
     "read_agents_md",

@@ -37,6 +37,8 @@ from compactd.commit.successor import (
 )
 from compactd.transcript.reader import parse_line, parse_transcript
 
+__all__ = ["append_commit"]
+
 log = logging.getLogger(__name__)
 
 # A writer that keeps slipping lines between our read and our write gets this many corrections, then we stop

@@ -43,6 +43,29 @@ from compactd.commit.successor import dumps_entry, fresh_id, leaf_pointer_entry,
 from compactd.timestamps import archive_stamp
 from compactd.transcript.reader import Transcript, parse_line, parse_transcript, same_reading
 
+__all__ = [
+    "ARCHIVE_INFIX",
+    "CRASH_POINTS",
+    "Abandon",
+    "Outcome",
+    "Snapshot",
+    "archive_path_for",
+    "checked_path",
+    "crash_point",
+    "current_transcript",
+    "fsync_dir",
+    "is_our_tmp",
+    "open_snapshot",
+    "os_reason",
+    "pread_all",
+    "replace_with_successor",
+    "step_hook",
+    "tmp_path_for",
+    "tmp_pid",
+    "utc_stamp",
+    "write_all",
+]
+
 log = logging.getLogger(__name__)
 
 # Every step of the commit path where a kill test may kill the committing process, in the order they run.

@@ -26,7 +26,7 @@ from typing import Any
 from compactd.commit.atomic import fsync_dir
 from compactd.transcript.reader import Transcript
 
-__all__ = ["CLAIMS_DIR", "ClaimBusy", "SessionClaim", "flush_cycle"]
+__all__ = ["ClaimBusy", "SessionClaim", "flush_cycle"]
 
 CLAIMS_DIR = "claims"
 # The record is one JSON line; a claim file is a few hundred bytes.

@@ -35,6 +35,8 @@ from compactd.commit.successor import PlanError
 from compactd.defaults import ARCHIVE_KEEP_COUNT, ARCHIVE_KEEP_DAYS, ROTATE_GRACE_SECONDS
 from compactd.transcript.reader import Transcript, read_transcript
 
+__all__ = ["MODES", "CommitMode", "CommitResult", "CompactionEntries", "Successor", "commit"]
+
 log = logging.getLogger(__name__)
 
 CommitMode = Literal["append", "rotate"]

@@ -627,4 +627,4 @@ def _clean_directory(directory: str, report: RecoveryReport, journal: Journal) -
             report.errors.append(f"{full}: {os_reason(exc)}")
 
 
-__all__ = ["JOURNAL_NAME", "Journal", "RecoveryReport", "recover"]
+__all__ = ["Journal", "RecoveryReport", "recover"]

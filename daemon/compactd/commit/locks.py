@@ -40,7 +40,6 @@ __all__ = [
     "InstanceLock",
     "LockInfo",
     "SessionBusy",
-    "describe_holder",
     "flocked",
     "hold_session_lock",
     "lock_holder",

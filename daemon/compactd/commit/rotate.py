@@ -24,6 +24,8 @@ from compactd.commit.request import CommitRequest
 from compactd.commit.successor import archive_note, build_successor, verify
 from compactd.transcript.reader import parse_line
 
+__all__ = ["rotate_commit"]
+
 log = logging.getLogger(__name__)
 
 # The leaf reported after a rotation is read from the file's last line, found within this many final bytes.

@@ -25,7 +25,6 @@ from compactd.defaults import KEEP_RECENT_TURNS, SUMMARY_MAX_CHARS
 from compactd.transcript.messages import Message, blocks_of, role_of, text_of, tool_call_id, tool_calls
 
 __all__ = [
-    "ELLIPSIS",
     "FILE_LIST_MAX_CHARS",
     "FILE_SECTION_MAX_CHARS",
     "RECENT_TURNS_HEADING",
@@ -39,15 +38,11 @@ __all__ = [
     "cap_summary",
     "collect_tool_failures",
     "exit_code_of",
-    "first_per_call",
     "is_tool_failure",
     "render_file_lists",
-    "render_recent_turns",
-    "render_tool_failure",
     "render_tool_failures",
     "render_turn",
     "select_recent_turns",
-    "status_of",
 ]
 
 # Caps from OpenClaw's compaction safeguard (design.md §6.8): enough to recognise a turn or an error, small enough

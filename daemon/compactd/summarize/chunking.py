@@ -16,12 +16,7 @@ from compactd.transcript.messages import role_of, tool_call_id, tool_calls
 
 __all__ = [
     "BASE_CHUNK_RATIO",
-    "MIN_CHUNK_RATIO",
-    "OVERSIZED_SHARE",
-    "SUMMARIZATION_OVERHEAD_TOKENS",
-    "Cost",
     "Message",
-    "adaptive_chunk_ratio",
     "call_groups",
     "chunk_by_max_tokens",
     "is_oversized",

@@ -45,6 +45,17 @@ from compactd.transcript.messages import (
     tool_calls,
 )
 
+__all__ = [
+    "DIGEST_MAX_CHARS",
+    "FAILURES_HEADING",
+    "FILES_HEADING",
+    "LAST_ASK_MAX_CHARS",
+    "MAX_FAILURES",
+    "Ask",
+    "build_digest",
+    "tool_failures",
+]
+
 # --- size limits ------------------------------------------------------------------------------------------
 # The digest must leave room in the 16,000-character committed summary (design.md §6.8) for the augmentation
 # (the last summarized turns, tool failures, file lists), so it keeps to half of it.

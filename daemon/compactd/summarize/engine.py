@@ -52,6 +52,8 @@ from compactd.transcript.messages import llm_visible, role_of, text_of
 from compactd.transcript.reader import Transcript
 from compactd.transcript.repair import repair_tool_pairing
 
+__all__ = ["CompactionEngine", "EngineResult", "EngineSettings", "iso_now", "latest_user_ask"]
+
 log = logging.getLogger(__name__)
 
 POST_COMPACTION_CUSTOM_TYPE = "compactd.post_compaction_context"

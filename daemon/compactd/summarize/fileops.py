@@ -15,7 +15,7 @@ from typing import Any
 
 from compactd.transcript.messages import TOOL_CALL_BLOCK_TYPES, Message, blocks_of, role_of
 
-__all__ = ["EDIT_TOOLS", "PATH_KEYS", "READ_TOOLS", "WRITE_TOOLS", "FileOps", "file_operations"]
+__all__ = ["FileOps", "file_operations"]
 
 # pi's tool names, and the Claude-Code-style names other harnesses log (compared case-insensitively).
 READ_TOOLS = frozenset({"read", "read_file"})

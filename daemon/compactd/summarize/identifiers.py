@@ -60,6 +60,32 @@ from compactd.summarize.headings import EXACT_IDENTIFIERS, SECTION_BREAK, is_hea
 from compactd.summarize.redact import SpanText, redact_secrets
 from compactd.transcript.messages import Message, is_runtime_context, role_of, tool_calls
 
+__all__ = [
+    "COMMAND_MAX_CHARS",
+    "IP",
+    "KINDS",
+    "PATH",
+    "PORT",
+    "URL",
+    "UUID",
+    "WRITTEN_MAX",
+    "Identifier",
+    "IdentifierReport",
+    "WordMemo",
+    "candidate_text",
+    "carried_identifiers",
+    "command_identifier",
+    "ensure_identifiers",
+    "extract_identifiers",
+    "identifier_line",
+    "identifier_score",
+    "in_summary",
+    "missing_identifiers",
+    "rank_identifiers",
+    "scan_text",
+    "with_carried",
+]
+
 # --- kinds --------------------------------------------------------------------------------------------------
 PATH = "path"
 URL = "url"

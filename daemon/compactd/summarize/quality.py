@@ -14,22 +14,14 @@ from dataclasses import dataclass, field
 from compactd.summarize.headings import REQUIRED_HEADINGS
 
 __all__ = [
-    "ASK_KEYWORDS_FOR_TWO_MATCHES",
-    "ASK_KEYWORDS_MAX",
-    "NONE_CAPTURED",
-    "NONE_TEXT",
     "NO_PRIOR_HISTORY",
-    "REASON_IDENTIFIERS_SHOWN",
-    "STOPWORDS",
     "QualityReport",
     "ask_keywords",
-    "ask_reflected",
     "better",
     "check_summary",
     "fallback_summary",
     "has_headings_in_order",
     "heading_lines",
-    "identifier_present",
     "missing_identifiers",
     "repair_headings",
     "score",

@@ -16,6 +16,8 @@ from typing import Any
 
 from compactd.transcript.messages import Message, role_of, text_of
 
+__all__ = ["SpanText", "redact_secrets", "redact_secrets_counted", "redact_url_secrets", "redact_value"]
+
 Replacer = Callable[[re.Match[str]], str]
 
 # Values of secret-named assignments that are references or placeholders, not secrets.

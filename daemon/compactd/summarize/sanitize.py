@@ -26,7 +26,6 @@ from compactd.summarize.prompts import FENCE_TAGS
 
 __all__ = [
     "MARKER_TAGS",
-    "QUOTED_HEADING",
     "defuse_markers",
     "escape_controls",
     "reserved_headings",

@@ -17,15 +17,7 @@ from compactd.defaults import SUMMARIZER_TOOL_RESULT_MAX_CHARS as SUMMARIZER_TOO
 from compactd.summarize.redact import redact_secrets
 from compactd.transcript.messages import Message, blocks_of, llm_visible, role_of, text_of, tool_calls
 
-__all__ = [
-    "IMAGE_PLACEHOLDER",
-    "PART_SEPARATOR",
-    "content_text",
-    "format_tool_call",
-    "json_value",
-    "serialize_transcript",
-    "truncate_for_summary",
-]
+__all__ = ["PART_SEPARATOR", "format_tool_call", "serialize_transcript", "truncate_for_summary"]
 
 IMAGE_PLACEHOLDER = "[image]"
 # Separator between messages: pi joins its parts with a blank line.

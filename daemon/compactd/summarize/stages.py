@@ -46,21 +46,7 @@ from compactd.summarize.pace import (
 from compactd.summarize.serialize import SUMMARIZER_TOOL_RESULT_MAX_CHARS, serialize_transcript
 from compactd.transcript.messages import role_of
 
-__all__ = [
-    "DEFAULT_PARTS",
-    "MAX_OVERFLOW_SPLITS",
-    "MIN_MESSAGES_FOR_SPLIT",
-    "PARTIAL_MIN_CONTENT_CHARS",
-    "Message",
-    "StageSettings",
-    "StageStats",
-    "Stages",
-    "Summarizer",
-    "SummaryFailed",
-    "serialized_cost",
-    "text_tokens",
-    "usable_prefix",
-]
+__all__ = ["Message", "StageSettings", "Stages", "Summarizer"]
 
 log = logging.getLogger(__name__)
 

@@ -17,17 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = [
-    "JS_WHITESPACE",
-    "is_js_blank",
-    "js_int",
-    "js_number",
-    "js_string",
-    "js_trim_bounds",
-    "loads",
-    "nesting",
-    "stringify",
-]
+__all__ = ["JS_WHITESPACE", "is_js_blank", "js_number", "js_trim_bounds", "loads", "nesting", "stringify"]
 
 # Integers orjson keeps exact (64-bit); beyond them it gives the double, as JavaScript always does.
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1

@@ -24,13 +24,9 @@ from compactd.transcript.messages import role_of, tool_call_id, tool_calls
 __all__ = [
     "BLOCKING_KINDS",
     "BOM",
-    "CURRENT_VERSION",
-    "EDGE_BYTES",
     "FATAL_KINDS",
-    "HEADER_VISIBLE_BYTES",
     "MAX_DEPTH",
     "Entry",
-    "Problem",
     "Scan",
     "Transcript",
     "iter_lines",

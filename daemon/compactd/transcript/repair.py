@@ -18,14 +18,7 @@ from typing import Any, Literal
 
 from compactd.transcript.messages import Message, blocks_of, is_error_turn, role_of, tool_call_id
 
-__all__ = [
-    "SYNTHETIC_RESULT_TEXT",
-    "ErroredPolicy",
-    "RepairReport",
-    "RepairResult",
-    "repair_tool_pairing",
-    "synthetic_result",
-]
+__all__ = ["SYNTHETIC_RESULT_TEXT", "RepairReport", "repair_tool_pairing"]
 
 ErroredPolicy = Literal["preserve", "drop"]
 
