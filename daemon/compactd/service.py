@@ -22,6 +22,7 @@ import anyio
 import anyio.abc
 
 from compactd import __version__
+from compactd._worker import work
 from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.ledger import SessionLedger
@@ -730,15 +731,7 @@ class Service:
     # --- loops ----------------------------------------------------------------------------------------------
     async def worker(self) -> None:
         """Act on the fullest ready session; otherwise sleep until one is due, goes idle or ends its back-off."""
-        while not self.stopping:
-            now = time.time()
-            ready = self.ready_sessions(now)
-            if ready:
-                await self.act(ready[0])
-                continue
-            self.wakeup = anyio.Event()
-            with anyio.move_on_after(self.next_wake(now)):
-                await self.wakeup.wait()
+        await work(self, self.ready_sessions, self.act)
 
     def next_wake(self, now: float) -> float:
         """Seconds until a due session may become ready (idle, its turn abandoned, or out of back-off); long

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from compactd._worker import work
 from compactd.config import Config
 from compactd.decision import Decision, Figures, Recorded, decide, readiness
 from compactd.openclaw._discovery import Agent, Install, discover
@@ -474,15 +475,7 @@ class OpenClawSource:
         self.watching.pop(directory, None)
 
     async def _worker(self) -> None:
-        while not self.stopping:
-            now = time.time()
-            ready = self.ready(now)
-            if ready:
-                await self.act(ready[0])
-                continue
-            self.wakeup = anyio.Event()
-            with anyio.move_on_after(self.next_wake(now)):
-                await self.wakeup.wait()
+        await work(self, self.ready, self.act)
 
     def stop(self) -> None:
         self.stopping = True

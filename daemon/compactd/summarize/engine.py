@@ -367,19 +367,7 @@ class CompactionEngine:
             return self._digest(span, previous, ranked, latest_ask, texts)
         from compactd.summarize.outcomes import LLMError
 
-        s = self.settings
-        stages = Stages(
-            self._model(),
-            StageSettings(
-                window=s.summarizer_window,
-                identifier_policy=s.identifier_policy,
-                identifier_instructions=s.identifier_instructions,
-                custom_instructions=s.custom_instructions,
-                max_output_tokens=s.max_output_tokens,
-                redact=s.redact,
-                reserved_sections=s.post_compaction_sections,
-            ),
-        )
+        stages = self._stages(instructions=True)
         notes: list[str] = []
         source, level = span, LEVEL_LLM
         try:
@@ -406,7 +394,7 @@ class CompactionEngine:
         body = with_notes(body)
         first = report = self._check(body, latest_ask)
         attempts = 1
-        retries = min(s.quality_retries, 3) if s.quality_guard else 0
+        retries = min(self.settings.quality_retries, 3) if self.settings.quality_guard else 0
         while not report.ok and attempts <= retries and not body_cut:
             attempts += 1
             try:
@@ -444,21 +432,28 @@ class CompactionEngine:
         info["deadline_partials"] = stages.stats.deadline_partials
         return body, level, info, stages.stats.calls, notes
 
+    def _stages(self, *, instructions: bool) -> Stages:
+        """The staged summarizer on this engine's model; the operator's instructions shape the summary, not
+        the split-turn prefix's."""
+        s = self.settings
+        return Stages(
+            self._model(),
+            StageSettings(
+                window=s.summarizer_window,
+                identifier_policy=s.identifier_policy,
+                identifier_instructions=s.identifier_instructions if instructions else None,
+                custom_instructions=s.custom_instructions if instructions else None,
+                max_output_tokens=s.max_output_tokens,
+                redact=s.redact,
+                reserved_sections=s.post_compaction_sections,
+            ),
+        )
+
     async def _split_turn(self, prefix: list[dict[str, Any]], texts: SpanText) -> tuple[str, int]:
         if self.client is not None:
             from compactd.summarize.outcomes import LLMError
 
-            s = self.settings
-            stages = Stages(
-                self._model(),
-                StageSettings(
-                    window=s.summarizer_window,
-                    identifier_policy=s.identifier_policy,
-                    max_output_tokens=s.max_output_tokens,
-                    redact=s.redact,
-                    reserved_sections=s.post_compaction_sections,
-                ),
-            )
+            stages = self._stages(instructions=False)
             try:
                 return await stages.summarize_split_turn(prefix), stages.stats.calls
             except LLMError as exc:
