@@ -340,13 +340,10 @@ def test_plans_refuse_a_transcript_whose_reading_may_differ_from_pis(kind: str) 
             build()
 
 
-def test_rewriting_many_orphans_holds_no_per_line_copies() -> None:
-    """Every orphan is re-serialized (its parent is gone); the successor's bytes are built in one buffer, so
-    its working memory stays a few times the file (a list of orjson results held ~4 KB per line: ~25x)."""
-    import tracemalloc
-
+def _orphans_then_branch(orphans: int) -> bytes:
+    """A header, ``orphans`` entries whose parent is gone, then a six-message branch b0000000..b0000005."""
     lines = [HEADER]
-    for n in range(5_000):
+    for n in range(orphans):
         orphan = {"type": "message", "id": f"o{n:07x}", "parentId": f"gone{n:07x}"}
         lines.append(
             orjson.dumps({**orphan, "timestamp": "2026-01-01T00:00:00.000Z", "message": _msg("user", "x")})
@@ -362,7 +359,15 @@ def test_rewriting_many_orphans_holds_no_per_line_copies() -> None:
         }
         lines.append(orjson.dumps({**entry, "message": _msg(role, f"turn {n}")}))
         parent = entry["id"]
-    data = b"\n".join(lines) + b"\n"
+    return b"\n".join(lines) + b"\n"
+
+
+def test_rewriting_many_orphans_holds_no_per_line_copies() -> None:
+    """Every orphan is re-serialized (its parent is gone); the successor's bytes are built in one buffer, so
+    its working memory stays a few times the file (a list of orjson results held ~4 KB per line: ~25x)."""
+    import tracemalloc
+
+    data = _orphans_then_branch(5_000)
     transcript = parse_transcript(data)
     tracemalloc.start()
     try:
@@ -378,24 +383,7 @@ def test_rewriting_many_orphans_holds_no_per_line_copies() -> None:
 def test_the_check_of_a_successor_shares_the_planned_entries() -> None:
     """The successor ``verify`` loads holds the planned transcript's entries (or, for an orphan whose dangling
     ``parentId`` the successor clears, its message) instead of a second parsed copy of each."""
-    lines = [HEADER]
-    for n in range(50):
-        orphan = {"type": "message", "id": f"o{n:07x}", "parentId": f"gone{n:07x}"}
-        lines.append(
-            orjson.dumps({**orphan, "timestamp": "2026-01-01T00:00:00.000Z", "message": _msg("user", "x")})
-        )
-    parent = None
-    for n in range(6):
-        role = "user" if n % 2 == 0 else "assistant"
-        entry = {
-            "type": "message",
-            "id": f"b{n:07x}",
-            "parentId": parent,
-            "timestamp": "2026-01-01T00:00:00.000Z",
-        }
-        lines.append(orjson.dumps({**entry, "message": _msg(role, f"turn {n}")}))
-        parent = entry["id"]
-    data = b"\n".join(lines) + b"\n"
+    data = _orphans_then_branch(50)
     transcript = parse_transcript(data)
     planned = transcript.by_id()
     plan = build_successor(data, transcript, compaction_for("b0000004"), None, {})

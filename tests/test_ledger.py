@@ -21,8 +21,10 @@ from compactd.tracker import SessionTracker
 from compactd.transcript.context import build_context
 from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
 from compactd.transcript.reader import MAX_DEPTH, read_transcript
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.support.properties import ON_DISK
 
 Json = dict[str, Any]
 REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
@@ -483,15 +485,7 @@ def _check_tracker_against_one_go(
 
 
 @pytest.mark.slow  # hypothesis-heavy, files on disk
-@settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-)
+@ON_DISK
 @given(st.data())
 def test_one_read_equals_random_sized_appends(tmp_path: Path, data: st.DataObject) -> None:
     blob = data.draw(session_bytes(), label="transcript")
@@ -725,15 +719,7 @@ def _reducible_of_full_read(path: Path, cap: int) -> int | None:
     return reducible_chars(tool_result_items(transcript), cap)
 
 
-@settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-)
+@ON_DISK
 @given(st.data())
 def test_ledger_reducible_equals_the_full_read_after_random_appends(
     tmp_path: Path, data: st.DataObject

@@ -21,10 +21,11 @@ from compactd.ledger import SessionLedger
 from compactd.resume import RESUME_DIR, SHARDS, Snapshot, SnapshotStore
 from compactd.tail import Change
 from compactd.tracker import SessionTracker
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.cli import REPO
+from tests.support.properties import ON_DISK
 from tests.test_ledger import Session, header, line, one_go, session_bytes
 from tests.test_service_e2e import wait_for
 
@@ -342,15 +343,7 @@ def _other_session(blob: bytes, n: int) -> bytes:
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-)
+@ON_DISK
 @given(data=st.data())
 def test_resumed_ledger_equals_a_cold_read(tmp_path: Path, data: st.DataObject) -> None:
     run = next(_names)
