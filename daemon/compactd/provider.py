@@ -25,7 +25,8 @@ from typing import Any
 import orjson
 
 from compactd.config import Config
-from compactd.summarize.engine import CompactionEngine, iso_now
+from compactd.summarize.engine import CompactionEngine
+from compactd.timestamps import js_iso
 from compactd.transcript.reader import Transcript, parse_transcript
 
 __all__ = ["RequestError", "run_summarize"]
@@ -86,7 +87,7 @@ def parse_request(data: bytes) -> SummaryRequest:
 
 def span_transcript(request: SummaryRequest, *, cwd: str = "/") -> Transcript:
     """The request as a pi branch whose cut (keeping nothing but the stand-in) summarizes every message."""
-    stamp = iso_now()
+    stamp = js_iso()
     entries: list[dict[str, Any]] = [
         {"type": "session", "version": 3, "id": "compactd-provider", "timestamp": stamp, "cwd": cwd}
     ]

@@ -299,18 +299,16 @@ def remove_stale_lock(lock_path: str | os.PathLike[str], seen: LockInfo) -> bool
     return True
 
 
-def _iso_now() -> str:
-    # JS toISOString() form, which OpenClaw writes and parses: millisecond precision, "Z".
-    return js_iso()
-
-
 def _create_lock(lock_path: Path) -> tuple[int, bytes]:
     """Create the lock with its body already in it: write a temp file, then ``link`` it to the lock name.
 
     ``link`` fails when the name exists, like ``O_EXCL``, but the lock never exists empty: a kill between
     create and write would otherwise leave a body-less lock that OpenClaw honours for 30 minutes.
     """
-    payload: dict[str, object] = {"pid": os.getpid(), "createdAt": _iso_now()}
+    payload: dict[str, object] = {
+        "pid": os.getpid(),
+        "createdAt": js_iso(),
+    }  # toISOString(), as OpenClaw writes it
     starttime = process_starttime(os.getpid())
     if starttime is not None:
         payload["starttime"] = starttime

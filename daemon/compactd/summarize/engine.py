@@ -52,7 +52,7 @@ from compactd.transcript.messages import llm_visible, role_of, text_of
 from compactd.transcript.reader import Transcript
 from compactd.transcript.repair import repair_tool_pairing
 
-__all__ = ["CompactionEngine", "EngineResult", "EngineSettings", "iso_now", "latest_user_ask"]
+__all__ = ["CompactionEngine", "EngineResult", "EngineSettings", "latest_user_ask"]
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,6 @@ def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
 def new_entry_id(taken: set[str]) -> str:
     """pi's id shape: 8 lowercase hex characters, unique within the file (and added to ``taken``)."""
     return fresh_id(taken, reserve=True)
-
-
-def iso_now(now: datetime | None = None) -> str:
-    return js_iso(now)
 
 
 def latest_user_ask(messages: Sequence[dict[str, Any]]) -> str | None:
@@ -265,7 +261,7 @@ class CompactionEngine:
         summary = augment.cap_summary(body, suffix, s.summary_max_chars)
 
         taken = set(transcript.by_id())
-        stamp = iso_now(now)
+        stamp = js_iso(now)
         tokens_before = estimate_context_tokens(list(llm_visible(build_context(transcript).messages))).tokens
         compaction = {
             "type": "compaction",
