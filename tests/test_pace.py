@@ -39,6 +39,7 @@ from compactd.summarize.prompts import RETRY_INSTRUCTION
 from compactd.transcript.reader import read_transcript
 
 from tests.support.llm_server import Reply, chunk_payload, sse_event
+from tests.support.pi import rotate_and_load
 
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer
@@ -361,8 +362,6 @@ def _endless(prefix: str, *, interval: float = 0.05) -> Reply:
 def test_a_good_prefix_cut_off_by_the_deadline_is_committed_as_llm_partial(
     llm_server: StubLLMServer, pi: Pi, tmp_path: Path
 ) -> None:
-    from compactd.commit.commit import CompactionEntries, commit
-    from compactd.job import snapshot_size
 
     llm_server.responder = lambda r: _endless(GOOD_PREFIX)
     path = coding_session(pi, tmp_path / "s", turns=3, result_chars=600)
@@ -375,20 +374,7 @@ def test_a_good_prefix_cut_off_by_the_deadline_is_committed_as_llm_partial(
     assert all(h in lines for h in REQUIRED_HEADINGS)
     assert "PAY-4100" in result.summary and "/srv/payments/module_02.py" in result.summary  # appended
     assert result.quality["deadline_partials"] == 1 and result.quality["ok"]
-    committed = commit(
-        path,
-        CompactionEntries(
-            result.compaction, result.post_message, snapshot_size(transcript), transcript.leaf_id or ""
-        ),
-        mode="rotate",
-        state_dir=tmp_path / "state",
-        idle_seconds=0,
-        force=True,
-    )
-    assert committed.committed, committed.reason
-    loaded = pi.load(path)
-    assert loaded["messages"][0]["role"] == "compactionSummary"
-    assert loaded["messages"][0]["summary"] == result.summary
+    rotate_and_load(path, result, transcript, tmp_path / "state")
 
 
 @pytest.mark.slow  # waits out a deadline

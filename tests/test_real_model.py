@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from compactd.summarize.llm import LLMError, SummarizerClient
 
+from tests.support.pi import rotate_and_load
 from tests.support.real_model import REAL_MODEL_ALIAS, REAL_MODEL_N_CTX
 
 if TYPE_CHECKING:
@@ -81,8 +82,6 @@ async def test_a_rambling_real_model_still_yields_a_summary_with_every_heading_a
     real_model_url: str, tmp_path: Path, pi: Pi
 ) -> None:
     """SmolLM2 ignores the headings and invents names: the checks and repairs must still deliver."""
-    from compactd.commit.commit import CompactionEntries, commit
-    from compactd.job import snapshot_size
     from compactd.summarize.engine import CompactionEngine, EngineSettings
     from compactd.summarize.headings import REQUIRED_HEADINGS
     from compactd.summarize.identifiers import extract_identifiers, rank_identifiers
@@ -124,20 +123,7 @@ async def test_a_rambling_real_model_still_yields_a_summary_with_every_heading_a
     assert all(h in lines for h in REQUIRED_HEADINGS)
     ranked = rank_identifiers(extract_identifiers(list(llm_visible(result.plan.to_summarize))), cap=64)
     assert ranked and all(i.text.lower() in result.summary.lower() for i in ranked)
-    committed = commit(
-        path,
-        CompactionEntries(
-            result.compaction, result.post_message, snapshot_size(transcript), transcript.leaf_id or ""
-        ),
-        mode="rotate",
-        state_dir=tmp_path / "state",
-        idle_seconds=0,
-        force=True,
-    )
-    assert committed.committed, committed.reason
-    loaded = pi.load(path)
-    assert loaded["messages"][0]["role"] == "compactionSummary"
-    assert loaded["messages"][0]["summary"] == result.summary
+    rotate_and_load(path, result, transcript, tmp_path / "state")
 
 
 # --- a real summary from a slow local model (issue 10 item 4) ---------------------------------------------

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fcntl
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cache import cache_dir, install_once
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
 
 OPENCLAW_PACKAGE = "openclaw"
@@ -76,10 +76,7 @@ class OpenClawError(RuntimeError):
 
 
 def install_root() -> Path:
-    configured = os.environ.get("COMPACTD_OPENCLAW_DIR")
-    if configured:
-        return Path(configured).expanduser().resolve()
-    return Path.home() / ".cache" / "compactd-tests" / f"openclaw-{OPENCLAW_VERSION}"
+    return cache_dir(f"openclaw-{OPENCLAW_VERSION}", "COMPACTD_OPENCLAW_DIR")
 
 
 @dataclass(frozen=True)
@@ -182,31 +179,27 @@ def ensure_openclaw() -> OpenClawInstall:
     if _install is not None:
         return _install
     install = OpenClawInstall(install_root())
-    install.root.mkdir(parents=True, exist_ok=True)
-    with open(install.root / ".install.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        ready = _installed(install)
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        if not ready:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if _version_of(install.node_bin.parent, "bin/node") != NODE_VERSION:
-                _npm_install(
-                    install.root / "node",
-                    "compactd-openclaw-node",
-                    NODE_PACKAGE,
-                    NODE_VERSION,
-                    os.environ["PATH"],
-                )
-            if not _installed(install):
-                # Under Node 24, so the package's install scripts run on the Node it will run on.
-                _npm_install(
-                    install.root / "openclaw",
-                    "compactd-openclaw-harness",
-                    OPENCLAW_PACKAGE,
-                    OPENCLAW_VERSION,
-                    install.path_env(),
-                )
-            fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def npm_installs() -> None:
+        if _version_of(install.node_bin.parent, "bin/node") != NODE_VERSION:
+            _npm_install(
+                install.root / "node",
+                "compactd-openclaw-node",
+                NODE_PACKAGE,
+                NODE_VERSION,
+                os.environ["PATH"],
+            )
+        if not _installed(install):
+            # Under Node 24, so the package's install scripts run on the Node it will run on.
+            _npm_install(
+                install.root / "openclaw",
+                "compactd-openclaw-harness",
+                OPENCLAW_PACKAGE,
+                OPENCLAW_VERSION,
+                install.path_env(),
+            )
+
+    install_once(install.root, lambda: _installed(install), npm_installs)
     if not _installed(install):
         pytest.fail(
             f"{install.root} holds no complete {OPENCLAW_PACKAGE}@{OPENCLAW_VERSION} after npm install"

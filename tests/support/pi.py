@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import json
 import os
 import queue
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+
+from tests.support.cache import cache_dir, install_once
 
 PI_PACKAGE = "@mariozechner/pi-coding-agent"
 PI_VERSION = "0.73.1"
@@ -59,10 +60,7 @@ class PiError(RuntimeError):
 
 
 def _install_root() -> Path:
-    configured = os.environ.get("COMPACTD_PI_DIR")
-    if configured:
-        return Path(configured).expanduser().resolve()
-    return Path.home() / ".cache" / "compactd-tests" / f"pi-{PI_VERSION}"
+    return cache_dir(f"pi-{PI_VERSION}", "COMPACTD_PI_DIR")
 
 
 def _package_path(root: Path) -> Path:
@@ -118,26 +116,16 @@ _package_dir: Path | None = None
 def pi_package_dir() -> Path:
     """The directory of the pinned pi package, installed with npm on first use.
 
-    Several pytest processes may race here: readers check under a shared ``flock``, the installer holds it
-    exclusively, so nobody sees a half-installed tree. Fails (never skips) when it cannot be installed.
+    Safe across pytest processes (``cache.install_once``). Fails (never skips) when it cannot be installed.
     """
     global _package_dir
     if _package_dir is not None:
         return _package_dir
     _node()
     root = _install_root()
-    root.mkdir(parents=True, exist_ok=True)
     package = _package_path(root)
-    with open(root / ".install.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        version = _installed_version(package)
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        if version != PI_VERSION:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if _installed_version(package) != PI_VERSION:
-                _npm_install(root)
-            version = _installed_version(package)
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    install_once(root, lambda: _installed_version(package) == PI_VERSION, lambda: _npm_install(root))
+    version = _installed_version(package)
     if version != PI_VERSION:
         pytest.fail(f"{package} holds {PI_PACKAGE} version {version!r} after npm install, not {PI_VERSION}")
     _package_dir = package
@@ -612,6 +600,23 @@ class NodeAppender(_NodeProcess):
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def rotate_and_load(path: Path, result: Any, transcript: Any, state_dir: Path) -> JsonDict:
+    """Commit an engine result by rotation and load the file with pi: pi's context opens with exactly the
+    committed summary."""
+    from compactd.commit.commit import CompactionEntries, commit
+    from compactd.job import snapshot_size
+
+    entries = CompactionEntries(
+        result.compaction, result.post_message, snapshot_size(transcript), transcript.leaf_id or ""
+    )
+    committed = commit(path, entries, mode="rotate", state_dir=state_dir, idle_seconds=0, force=True)
+    assert committed.committed, committed.reason
+    loaded = pi_load(path)
+    assert loaded["messages"][0]["role"] == "compactionSummary"
+    assert loaded["messages"][0]["summary"] == result.summary
+    return loaded
 
 
 # ------------------------------------------------------------------------------------------------------------
