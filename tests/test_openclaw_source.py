@@ -230,7 +230,14 @@ def test_a_session_with_a_run_in_progress_is_left_alone(
             waiting = row is not None and str(row["next_action"]).startswith(("busy", "retry: "))
             return row if waiting else None
 
-        row = wait_for(busy, 60, "compactd to hold back")
+        try:
+            row = wait_for(busy, 60, "compactd to hold back")
+        except AssertionError:
+            logged = (base / "compactd.log").read_text().splitlines()
+            raise AssertionError(
+                f"status row: {status_rows(base / 'state').get(KEY)}\nentry: {node_entry(openclaw_gateway, KEY)}\n"
+                + "\n".join(line for line in logged[-20:] if "watchfiles" not in line)
+            ) from None
         assert row["compactions"] == 0 and row["tokens"] >= 24_000 and row["failures"] == 0
         assert "action=compacted" not in (base / "compactd.log").read_text()
         assert compaction_count(openclaw_gateway, KEY) == 0

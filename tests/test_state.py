@@ -180,6 +180,23 @@ def test_failures_back_off_and_a_success_resets() -> None:
     assert Backoff.record_failure(state, NOW, 10.0, 100.0) == 10.0  # starts over
 
 
+def test_a_session_waiting_out_a_back_off_says_so_until_the_wait_is_over() -> None:
+    state = SessionState(path="/s")
+    state.show_next("compact_only", NOW)
+    assert state.next_action == "compact_only"
+    state.backoff_until, state.next_action = NOW + 10, "retry: the session has an active run"
+    state.show_next("compact_only", NOW + 5)  # decided again while it waits: still waiting
+    assert state.next_action == "retry: the session has an active run"
+    state.show_next("busy: run r1 in progress", NOW + 6)  # what holds it now is shown
+    assert state.next_action == "busy: run r1 in progress"
+    state.next_action = "retry in 10s"
+    state.show_next(None, NOW + 7)  # no longer due: nothing next
+    assert state.next_action is None
+    state.next_action = "retry in 10s"
+    state.show_next("prune_then_compact", NOW + 10)  # the wait is over
+    assert state.next_action == "prune_then_compact"
+
+
 def test_backoff_survives_a_restart(tmp_path: Path) -> None:
     store = StateStore(tmp_path)
     state = SessionState(path="/s.jsonl")

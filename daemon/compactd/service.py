@@ -346,7 +346,7 @@ class Service:
                 budget.estimated_with_margin,
                 budget.compact_threshold,
             )
-        st.next_action = decision.next_action
+        st.show_next(decision.next_action, time.time())
         session.due = decision.due
         session.decision = decision
         self.resume.mark_decided(path)

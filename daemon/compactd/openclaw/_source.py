@@ -189,11 +189,11 @@ class OpenClawSource:
         self.changed()
         session.due = decision.due
         if not session.due:
-            st.next_action = None
+            st.show_next(None, now)
         elif node.active_run:
-            st.next_action = f"busy: run {node.active_run} in progress"
+            st.show_next(f"busy: run {node.active_run} in progress", now)
         else:
-            st.next_action = decision.action
+            st.show_next(decision.action, now)
         if session.due:
             self.wakeup.set()
 

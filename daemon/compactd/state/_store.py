@@ -153,6 +153,14 @@ class SessionState:
         return False
 
     # --- updates ---------------------------------------------------------------------------------------
+    def show_next(self, action: str | None, now: float) -> None:
+        """What ``status`` shows next: the decision's ``action``, except that a due session waiting out a
+        back-off or a busy retry goes on saying ``retry …`` until the wait is over (a new decision while it
+        waits changes what will be done, not when); ``busy: …`` (what holds it now) is always shown."""
+        waiting = self.in_backoff(now) and (self.next_action or "").startswith("retry")
+        if action is None or action.startswith("busy") or not waiting:
+            self.next_action = action
+
     def mark_flushed(self, now: float) -> None:
         self.flushed_cycle = self.compactions
         self.last_action, self.last_action_at = "flush", now
