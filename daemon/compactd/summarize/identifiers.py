@@ -824,8 +824,12 @@ def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
     """The phrase-shaped identifiers of ``text``, and the text with them blanked out."""
     found: list[tuple[str, str]] = []
     spans: list[tuple[int, int]] = []
+    present: dict[tuple[str, ...], bool] = {}  # two patterns share the month names: looked for once
     for pattern, needles, accept in _PHRASES:
-        if not any(n in text for n in needles):
+        seen = present.get(needles)
+        if seen is None:
+            seen = present[needles] = any(n in text for n in needles)
+        if not seen:
             continue
         for m in pattern.finditer(text):
             got = accept(m)
