@@ -71,3 +71,20 @@ def test_compact_refuses_a_file_under_a_sqlite_backed_agent(tmp_path: Path) -> N
     result = compactd("compact", str(current / "sessions" / LONG), "--config", str(config), "--json", env=env)
     assert "SQLite-backed" in result.stdout + result.stderr
     assert snapshot(current) == before
+
+
+def test_one_pass_asks_each_directory_once_and_answers_as_a_fresh_look(tmp_path: Path) -> None:
+    from compactd.openclaw._guard import refusal
+
+    _config, legacy, current, _env = two_agents(tmp_path)
+    files = [str(agent / "sessions" / LONG) for agent in (legacy, current)]
+    files += [str(current / "sessions" / "other.jsonl"), str(tmp_path / "pi" / "sessions" / "x.jsonl")]
+    known: dict[str, str | None] = {}
+    assert [refusal(f, known) for f in files] == [refusal(f) for f in files]
+    assert [refusal(f) is not None for f in files] == [False, True, True, False]
+    assert len(known) == 3  # two files of one directory: one answer
+    # Within the pass the answer stands; the next pass (a fresh ``known``, or none) sees the new database.
+    database = legacy / "agent" / "openclaw-agent.sqlite"
+    database.parent.mkdir()
+    sqlite3.connect(database).close()
+    assert refusal(files[0], known) is None and refusal(files[0], {}) is not None

@@ -149,6 +149,9 @@ class Service:
         self._state_write_error: str | None = None
         self._unreadable: dict[str, tuple[int, ...] | None] = {}  # path -> its stat when reading it failed
         self._dirs = IntactDirs()  # realpath once per directory, not once per file
+        # During one discovery pass: which session directories belong to a SQLite-backed agent (acting on a
+        # file checks again, so a database that appears after the pass is still seen in time).
+        self._agent_dirs: dict[str, str | None] | None = None
         # The second session source: OpenClaw 2026.9+ agents, followed in their databases.
         self.openclaw = OpenClawSource(config, self.env, client=self.client, changed=self._mark_dirty)
 
@@ -201,7 +204,7 @@ class Service:
             self._unreadable.pop(path, None)
 
     def _refresh(self, path: str, *, seeded: bool = False) -> None:
-        sqlite_refusal = openclaw_refusal(path)
+        sqlite_refusal = openclaw_refusal(path, self._agent_dirs)
         if sqlite_refusal is not None:  # never a session to act on (compactd writes nothing there)
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
@@ -956,16 +959,20 @@ class Service:
         append is not swallowed by it. Returns the paths seen."""
         seen: set[str] = set()
         now = time.time()
-        for root in self.root_paths():
-            for path in scan_root(root):
-                seen.add(path)
-                self.refresh(path)
-                session = self.sessions.get(path)
-                if seal and session is not None and session.tracker.cursor.partial:
-                    try:
-                        self.seal(session, now)
-                    except Exception as exc:
-                        self.fail(path, "seal", exc)
+        self._agent_dirs = {}
+        try:
+            for root in self.root_paths():
+                for path in scan_root(root):
+                    seen.add(path)
+                    self.refresh(path)
+                    session = self.sessions.get(path)
+                    if seal and session is not None and session.tracker.cursor.partial:
+                        try:
+                            self.seal(session, now)
+                        except Exception as exc:
+                            self.fail(path, "seal", exc)
+        finally:
+            self._agent_dirs = None
         return seen
 
     async def serve(self, shutdown_trigger: ShutdownTrigger | None = None) -> int:

@@ -23,21 +23,28 @@ def is_sqlite_agent(agent_dir: str) -> bool:
     return os.path.lexists(database_of(agent_dir))
 
 
-def sqlite_agent_of(path: str) -> str | None:
+def sqlite_agent_of(path: str, known: dict[str, str | None] | None = None) -> str | None:
     """The SQLite-backed agent directory a transcript path lies in (``<agent>/sessions/<file>``), or None.
 
     None for every OpenClaw install before 2026.9 (no database beside ``sessions/``) and for pi's files.
+    ``known``: the answers of one pass over many files, by directory (one ``lstat`` per directory, not per file).
     """
     sessions_dir = os.path.dirname(os.path.abspath(path))
-    agent_dir = os.path.dirname(sessions_dir)
-    if os.path.basename(sessions_dir) != "sessions" or not agent_dir:
-        return None
-    return agent_dir if is_sqlite_agent(agent_dir) else None
+    if known is not None and sessions_dir in known:
+        return known[sessions_dir]
+    agent_dir: str | None = os.path.dirname(sessions_dir)
+    if os.path.basename(sessions_dir) != "sessions" or not agent_dir or not is_sqlite_agent(agent_dir):
+        agent_dir = None
+    if known is not None:
+        known[sessions_dir] = agent_dir
+    return agent_dir
 
 
-def refusal(path: str) -> str | None:
-    """Why compactd must not act on this transcript file, or None (the one rule the file sessions obey)."""
-    agent = sqlite_agent_of(path)
+def refusal(path: str, known: dict[str, str | None] | None = None) -> str | None:
+    """Why compactd must not act on this transcript file, or None (the one rule the file sessions obey).
+
+    ``known``: as :func:`sqlite_agent_of`'s, for one pass over many files."""
+    agent = sqlite_agent_of(path, known)
     if agent is None:
         return None
     return (
