@@ -233,11 +233,11 @@ def test_a_session_with_a_run_in_progress_is_left_alone(
         try:
             row = wait_for(busy, 60, "compactd to hold back")
         except AssertionError:
-            logged = (base / "compactd.log").read_text().splitlines()
-            raise AssertionError(
-                f"status row: {status_rows(base / 'state').get(KEY)}\nentry: {node_entry(openclaw_gateway, KEY)}\n"
-                + "\n".join(line for line in logged[-20:] if "watchfiles" not in line)
-            ) from None
+            entry = node_entry(openclaw_gateway, KEY)
+            run = {k: entry.get(k) for k in ("status", "activeWriterRunId", "compactionCount", "updatedAt")}
+            logged = [x for x in (base / "compactd.log").read_text().splitlines() if "watchfiles" not in x]
+            row = status_rows(base / "state").get(KEY)
+            raise AssertionError(f"status row: {row}\nsession: {run}\n" + "\n".join(logged[-20:])) from None
         assert row["compactions"] == 0 and row["tokens"] >= 24_000 and row["failures"] == 0
         assert "action=compacted" not in (base / "compactd.log").read_text()
         assert compaction_count(openclaw_gateway, KEY) == 0
