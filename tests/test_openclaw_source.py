@@ -285,6 +285,25 @@ def test_an_idle_session_over_its_threshold_is_compacted_through_the_gateway(
     assert row["window"] == 32_000 and row["compact_threshold"] == 24_000 and row["tokens"] < 24_000
     log = (base / "compactd.log").read_text()
     assert "action=compacted via=gateway" in log and openclaw_gateway.token not in log
+
+    def metrics() -> dict[str, str] | None:
+        """metrics.prom's compactions and the session's token series, once they show the compaction."""
+        try:
+            lines = (base / "state" / "metrics.prom").read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        found = {
+            name: line
+            for line in lines
+            for name in ("compactd_compactions_total{", "compactd_session_tokens{")
+            if line.startswith(name) and (name != "compactd_session_tokens{" or KEY in line)
+        }
+        return found if 'level="gateway"' in found.get("compactd_compactions_total{", "") else None
+
+    prom = wait_for(metrics, 30, "metrics.prom to count the gateway's compaction")
+    assert 'route="compact_only"' in prom["compactd_compactions_total{"]
+    assert prom["compactd_compactions_total{"].endswith(" 1.0")
+    assert float(prom["compactd_session_tokens{"].rsplit(" ", 1)[1]) == row["tokens"]
     assert any(e["event"].get("type") == "compaction" for e in openclaw_gateway.transcript_events())
     print(f"\nidle to compaction: {elapsed:.1f} s (compactd's start-up included)")
 

@@ -153,7 +153,9 @@ class Service:
         # file checks again, so a database that appears after the pass is still seen in time).
         self._agent_dirs: dict[str, str | None] | None = None
         # The second session source: OpenClaw 2026.9+ agents, followed in their databases.
-        self.openclaw = OpenClawSource(config, self.env, client=self.client, changed=self._mark_dirty)
+        self.openclaw = OpenClawSource(
+            config, self.env, client=self.client, changed=self._mark_dirty, metrics=self.metrics
+        )
 
     def _mark_dirty(self) -> None:
         self.dirty = True
@@ -828,7 +830,11 @@ class Service:
 
         self.dirty = False
         self.last_written = time.monotonic()
-        self.metrics.set_sessions(len(self.sessions), self.near_threshold())
+        openclaw = self.openclaw.states().values()
+        self.metrics.set_sessions(
+            len(self.sessions) + len(openclaw),
+            self.near_threshold() + sum(s.near_threshold() for s in openclaw),
+        )
         try:
             write_status(self.config.state_dir, self.status())
             self.store.save_sessions(self.state)

@@ -29,7 +29,7 @@ from compactd.openclaw._follower import Follower, read_transcript
 from compactd.openclaw._gateway import GatewayError, RpcError, call
 from compactd.openclaw._guard import DATABASE_NAME
 from compactd.openclaw._store import Node, Store, StoreError
-from compactd.state import Backoff, SessionState, describe_error
+from compactd.state import Backoff, Metrics, SessionState, describe_error
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class OpenClawSource:
     client: Callable[[], Any] = lambda: None  # the summarizer client for the memory flush (None: digest only)
     task_group: Any = None  # where fire-and-forget hooks run (the service's)
     changed: Callable[[], None] = lambda: None  # tells the service its status files are stale
+    metrics: Metrics = field(default_factory=Metrics)  # the service's: its sessions beside the file ones
     install: Install | None = None
     sessions: dict[str, OpenClawSession] = field(default_factory=dict)
     stores: dict[str, Store] = field(default_factory=dict)
@@ -162,6 +163,7 @@ class OpenClawSource:
             p for p, s in self.sessions.items() if s.agent.database == agent.database and p not in seen
         ]:
             self.sessions.pop(path, None)
+            self.metrics.forget_session(path)
 
     def _plan(self, session: OpenClawSession, now: float) -> None:
         """The one decision point (:func:`compactd.decision.decide`) on OpenClaw 2026.9's thresholds."""
@@ -185,6 +187,9 @@ class OpenClawSource:
         st.tokens = st.planning_tokens = tokens
         st.window, st.compact_threshold = budget.context_window, budget.compact_threshold
         st.flush_threshold = budget.flush_threshold or None
+        self.metrics.set_session(
+            st.path, session_id=node.session_id, tokens=tokens, window=budget.context_window
+        )
         session.decision = decision
         self.changed()
         session.due = decision.due
@@ -255,6 +260,7 @@ class OpenClawSource:
         delay = Backoff.record_failure(
             st, time.time(), s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
         )
+        self.metrics.record_failure(stage.replace(" ", "_"))
         st.next_action = f"retry in {delay:.0f}s"
         self.changed()
         log.warning(
@@ -325,6 +331,7 @@ class OpenClawSource:
             )
         elapsed = time.monotonic() - started
         st.mark_compacted(time.time(), level="gateway", route="compact_only")
+        self.metrics.record_compaction("compact_only", "gateway")
         Backoff.record_success(st)
         self.changed()
         result = payload.get("result")
@@ -395,7 +402,8 @@ class OpenClawSource:
 
             async def hooks() -> None:
                 try:
-                    await run_hooks(self.config.memory_flush.hooks, event)
+                    for result in await run_hooks(self.config.memory_flush.hooks, event):
+                        self.metrics.record_hook(result.status)
                 except Exception:
                     log.exception("session=%s action=hooks_failed", st.path)
 
@@ -425,6 +433,9 @@ class OpenClawSource:
             prompt=self.config.memory_flush.prompt,
             system_prompt=self.config.memory_flush.system_prompt,
         )
+        self.metrics.record_flush(result.status)
+        if result.latency_s is not None:
+            self.metrics.observe_summarizer_latency(result.latency_s, purpose="memory_flush")
         log.info("session=%s action=memory_flush status=%s file=%s", st.path, result.status, result.path)
 
     # --- loops --------------------------------------------------------------------------------------------
