@@ -519,7 +519,9 @@ class OpenClawSource:
 
     # --- status -------------------------------------------------------------------------------------------
     def states(self) -> dict[str, SessionState]:
-        return {path: s.state for path, s in self.sessions.items()}
+        """Every session's state, from a copy of the table taken at once (a worker thread's refresh may add or
+        drop sessions meanwhile)."""
+        return {path: s.state for path, s in list(self.sessions.items())}
 
     def annotate(self, status: dict[str, Any]) -> None:
         """Mark each ``status.json`` row with its source; OpenClaw rows get the session key, the agent, the

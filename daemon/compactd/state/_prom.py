@@ -63,6 +63,10 @@ def exposition(metrics: Metrics, now: float) -> str:
     return generate_latest(registry).decode("utf-8")
 
 
+def _first(item: tuple[str, object]) -> str:
+    return item[0]
+
+
 def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
     yield _gauge(
         "compactd_start_time_seconds",
@@ -85,8 +89,8 @@ def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
     tokens: dict[Labels, float] = {}
     windows: dict[Labels, float] = {}
     retention: dict[Labels, float] = {}
-    for path in sorted(metrics._sessions):
-        g = metrics._sessions[path]
+    # A copy taken at once (the OpenClaw source updates its sessions from a worker thread meanwhile).
+    for _path, g in sorted(list(metrics._sessions.items()), key=_first):
         base: Labels = (("session_id", g.session_id), ("file", g.file))
         if base in tokens:
             continue  # two copies of one session in different roots: one series, never a duplicate
