@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
@@ -678,49 +677,36 @@ class Service:
     async def flush(self, path: str, transcript: Any, budget: Any) -> None:
         """Hooks (fire-and-forget) and the built-in memory extraction; neither can block the compaction."""
         from compactd.job import engine_settings, workspace_for
-        from compactd.memory import before_compaction_event, flush_memories, run_hooks
+        from compactd.memory import flush_span, start_hooks
         from compactd.summarize.engine import CompactionEngine
 
         workspace = workspace_for(self.config, path, transcript)  # None when its cwd is not trusted
-        if self.config.memory_flush.hooks:
-            event = before_compaction_event(
-                session_id=transcript.session_id,
-                session_file=path,
-                tokens=budget.estimated_with_margin,
-                context_window=budget.context_window,
-                flush_threshold=budget.flush_threshold,
-                compact_threshold=budget.compact_threshold,
-                memory_dir=workspace.memory_dir if workspace else None,
-            )
-
-            async def hooks() -> None:
-                try:
-                    for result in await run_hooks(self.config.memory_flush.hooks, event):
-                        self.metrics.record_hook(result.status)
-                except Exception:  # run in the service's task group: an escape would stop the service
-                    log.exception("session=%s action=hooks_failed", path)
-
-            if self.task_group is not None:
-                self.task_group.start_soon(hooks)
-            else:
-                await hooks()
-        plan = CompactionEngine(engine_settings(self.config)).plan(transcript)
-        if workspace is None or plan is None:
+        await start_hooks(
+            self.config,
+            self.metrics,
+            self.task_group,
+            session_file=path,
+            session_id=transcript.session_id,
+            tokens=budget.estimated_with_margin,
+            context_window=budget.context_window,
+            flush_threshold=budget.flush_threshold,
+            compact_threshold=budget.compact_threshold,
+            memory_dir=workspace.memory_dir if workspace else None,
+        )
+        if workspace is None:
             return
-        result = await flush_memories(
+        plan = CompactionEngine(engine_settings(self.config)).plan(transcript)
+        if plan is None:
+            return
+        await flush_span(
+            self.config,
+            self.metrics,
             self.client(),
             plan.to_summarize,
             workspace=workspace,
+            session_file=path,
             session_id=transcript.session_id,
-            now=datetime.now().astimezone(),
-            redact=self.config.compaction.redact_secrets,
-            prompt=self.config.memory_flush.prompt,
-            system_prompt=self.config.memory_flush.system_prompt,
         )
-        self.metrics.record_flush(result.status)
-        if result.latency_s is not None:
-            self.metrics.observe_summarizer_latency(result.latency_s, purpose="memory_flush")
-        log.info("session=%s action=memory_flush status=%s file=%s", path, result.status, result.path)
 
     def client(self) -> Any:
         if self._client is None:

@@ -10,7 +10,8 @@ the write is made as the workspace's owner (:mod:`compactd.workspace`), so their
 is theirs.
 
 A facade over :mod:`._hooks` (before-compaction hooks), :mod:`._writer` (the confined append to the memory
-file) and :mod:`._flush` (the built-in flush), so ``from compactd.memory import ...`` keeps working.
+file), :mod:`._flush` (the built-in flush) and :mod:`._step` (both, as an action of either session source runs
+them), so ``from compactd.memory import ...`` keeps working.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from compactd.memory._hooks import (
     encode_event,
     run_hooks,
 )
+from compactd.memory._step import flush_span, start_hooks
 from compactd.memory._writer import (
     FORBIDDEN_NAMES,
     MEMORY_DIR_NAME,
@@ -60,7 +62,9 @@ __all__ = [
     "encode_event",
     "flush_memories",
     "flush_prompts",
+    "flush_span",
     "local_date",
     "memory_file_for",
     "run_hooks",
+    "start_hooks",
 ]

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import anyio
@@ -375,7 +374,7 @@ class OpenClawSource:
         """compactd's memory-flush hooks and built-in flush into the agent workspace's ``memory/`` (OpenClaw's
         own flush runs only inside turns); neither can stop the compaction."""
         from compactd.job import engine_settings
-        from compactd.memory import before_compaction_event, flush_memories, run_hooks
+        from compactd.memory import flush_span, start_hooks
         from compactd.summarize.engine import CompactionEngine
         from compactd.workspace import claimed_workspace
 
@@ -389,28 +388,18 @@ class OpenClawSource:
                 agent.workspace,
                 choice.reason,
             )
-        if self.config.memory_flush.hooks:
-            event = before_compaction_event(
-                session_id=st.session_id,
-                session_file=st.path,
-                tokens=st.planning_tokens,
-                context_window=st.window or 0,
-                flush_threshold=st.flush_threshold or 0,
-                compact_threshold=st.compact_threshold or 0,
-                memory_dir=workspace.memory_dir if workspace else None,
-            )
-
-            async def hooks() -> None:
-                try:
-                    for result in await run_hooks(self.config.memory_flush.hooks, event):
-                        self.metrics.record_hook(result.status)
-                except Exception:
-                    log.exception("session=%s action=hooks_failed", st.path)
-
-            if self.task_group is not None:
-                self.task_group.start_soon(hooks)
-            else:
-                await hooks()
+        await start_hooks(
+            self.config,
+            self.metrics,
+            self.task_group,
+            session_file=st.path,
+            session_id=st.session_id,
+            tokens=st.planning_tokens,
+            context_window=st.window or 0,
+            flush_threshold=st.flush_threshold or 0,
+            compact_threshold=st.compact_threshold or 0,
+            memory_dir=workspace.memory_dir if workspace else None,
+        )
         if workspace is None or st.session_id is None:
             return
         session_id = st.session_id
@@ -423,20 +412,15 @@ class OpenClawSource:
         plan = CompactionEngine(engine_settings(self.config)).plan(transcript)
         if plan is None:
             return
-        result = await flush_memories(
+        await flush_span(
+            self.config,
+            self.metrics,
             self.client(),
             plan.to_summarize,
             workspace=workspace,
+            session_file=st.path,
             session_id=session_id,
-            now=datetime.now().astimezone(),
-            redact=self.config.compaction.redact_secrets,
-            prompt=self.config.memory_flush.prompt,
-            system_prompt=self.config.memory_flush.system_prompt,
         )
-        self.metrics.record_flush(result.status)
-        if result.latency_s is not None:
-            self.metrics.observe_summarizer_latency(result.latency_s, purpose="memory_flush")
-        log.info("session=%s action=memory_flush status=%s file=%s", st.path, result.status, result.path)
 
     # --- loops --------------------------------------------------------------------------------------------
     async def run(self) -> None:
