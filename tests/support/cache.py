@@ -4,6 +4,7 @@ every pytest process."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,18 @@ def cache_dir(name: str, env_var: str) -> Path:
     if configured:
         return Path(configured).expanduser().resolve()
     return Path.home() / ".cache" / "compactd-tests" / name
+
+
+def installed_version(package: Path, marker: str) -> str | None:
+    """The ``package.json`` version of a complete npm install (its ``marker`` file, written last, is there),
+    or None: missing, partial or unreadable."""
+    if not (package / marker).is_file():
+        return None
+    try:
+        version = json.loads((package / "package.json").read_text("utf-8")).get("version")
+    except (OSError, ValueError):
+        return None
+    return version if isinstance(version, str) else None
 
 
 def install_once(root: Path, ready: Callable[[], bool], install: Callable[[], None]) -> None:

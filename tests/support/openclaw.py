@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cache import cache_dir, install_once
+from tests.support.cache import cache_dir, install_once, installed_version
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
 
 OPENCLAW_PACKAGE = "openclaw"
@@ -109,22 +109,11 @@ class OpenClawInstall:
         return f"{self.node_bin}{os.pathsep}{rest}"
 
 
-def _version_of(package: Path, marker: str) -> str | None:
-    """The version of a complete install (its ``marker`` file exists), or None."""
-    if not (package / marker).exists():
-        return None
-    try:
-        version = json.loads((package / "package.json").read_text("utf-8")).get("version")
-    except (OSError, ValueError):
-        return None
-    return version if isinstance(version, str) else None
-
-
 def _installed(install: OpenClawInstall) -> bool:
     node_package = install.node_bin.parent
     return (
-        _version_of(node_package, "bin/node") == NODE_VERSION
-        and _version_of(install.package, "openclaw.mjs") == OPENCLAW_VERSION
+        installed_version(node_package, "bin/node") == NODE_VERSION
+        and installed_version(install.package, "openclaw.mjs") == OPENCLAW_VERSION
         and (install.package / "dist").is_dir()
     )
 
@@ -181,7 +170,7 @@ def ensure_openclaw() -> OpenClawInstall:
     install = OpenClawInstall(install_root())
 
     def npm_installs() -> None:
-        if _version_of(install.node_bin.parent, "bin/node") != NODE_VERSION:
+        if installed_version(install.node_bin.parent, "bin/node") != NODE_VERSION:
             _npm_install(
                 install.root / "node",
                 "compactd-openclaw-node",

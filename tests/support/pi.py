@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.support.cache import cache_dir, install_once
+from tests.support.cache import cache_dir, install_once, installed_version
 
 PI_PACKAGE = "@mariozechner/pi-coding-agent"
 PI_VERSION = "0.73.1"
@@ -68,14 +68,7 @@ def _package_path(root: Path) -> Path:
 
 
 def _installed_version(package: Path) -> str | None:
-    """The version of a complete install, or None (missing, partial or unreadable)."""
-    if not (package / "dist" / "core" / "compaction" / "compaction.js").is_file():
-        return None
-    try:
-        version = json.loads((package / "package.json").read_text("utf-8")).get("version")
-    except (OSError, ValueError):
-        return None
-    return version if isinstance(version, str) else None
+    return installed_version(package, "dist/core/compaction/compaction.js")
 
 
 def _node() -> str:
