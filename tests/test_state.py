@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from compactd.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS
+from compactd.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS, BUSY_RETRY_SECONDS
 from compactd.state import (
     METRICS_FILE,
     SESSIONS_FILE,
@@ -184,7 +184,8 @@ def test_a_session_waiting_out_a_back_off_says_so_until_the_wait_is_over() -> No
     state = SessionState(path="/s")
     state.show_next("compact_only", NOW)
     assert state.next_action == "compact_only"
-    state.backoff_until, state.next_action = NOW + 10, "retry: the session has an active run"
+    state.retry_later(NOW, 0, "the session has an active run")
+    assert state.backoff_until == NOW + BUSY_RETRY_SECONDS and state.failures == 0
     state.show_next("compact_only", NOW + 5)  # decided again while it waits: still waiting
     assert state.next_action == "retry: the session has an active run"
     state.show_next("busy: run r1 in progress", NOW + 6)  # what holds it now is shown
@@ -193,8 +194,8 @@ def test_a_session_waiting_out_a_back_off_says_so_until_the_wait_is_over() -> No
     state.show_next(None, NOW + 7)  # no longer due: nothing next
     assert state.next_action is None
     state.next_action = "retry in 10s"
-    state.show_next("prune_then_compact", NOW + 10)  # the wait is over
-    assert state.next_action == "prune_then_compact"
+    state.show_next("compact_then_truncate", NOW + BUSY_RETRY_SECONDS)  # the wait is over
+    assert state.next_action == "compact_then_truncate"
 
 
 def test_backoff_survives_a_restart(tmp_path: Path) -> None:

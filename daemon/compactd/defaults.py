@@ -95,6 +95,9 @@ IDLE_SECONDS = 30.0
 # model) is left alone whatever its quiet time, until the turn ends or nothing has been written for this long
 # (an abandoned turn: the agent died mid-turn). 15 minutes outlasts a slow local model's reply.
 ABANDONED_TURN_SECONDS = 900.0
+# A session its agent is at work on (a file locked or being written, an OpenClaw run in progress) is looked at
+# again after this long, or after the idle time if that is longer; not counted as a failure.
+BUSY_RETRY_SECONDS = 10.0
 # Archives (``*.jsonl.bak.<ts>``) are the only copy of the lines a rotation summarized: they are removed by age
 # only. A count cap (0 = none) is opt-in: 30 compactions of a busy session in an hour would otherwise delete
 # thousands of lines that exist nowhere else within that hour.

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from compactd.transcript.reader import Transcript
 
 __all__ = [
-    "BUSY_RETRY_SECONDS",
     "IDLE_WAKE_SECONDS",
     "Outcome",
     "Service",
@@ -55,8 +54,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
-# A session an agent has locked (or is writing) is looked at again after this long; not counted as a failure.
-BUSY_RETRY_SECONDS = 10.0
 # A worker with nothing due sleeps this long at most (new work wakes it at once).
 IDLE_WAKE_SECONDS = 60.0
 # Watchers yield an empty batch this often when nothing happens: the heartbeat the watchdog checks. Stopping
@@ -633,8 +630,7 @@ class Service:
 
     def _retry_later(self, st: SessionState, reason: str) -> None:
         """Look again after a short wait without counting a failure (a live agent holds or writes the file)."""
-        st.backoff_until = time.time() + max(BUSY_RETRY_SECONDS, self.config.sessions.idle_seconds)
-        st.next_action = f"retry: {reason}"
+        st.retry_later(time.time(), self.config.sessions.idle_seconds, reason)
 
     def _back_off(
         self, st: SessionState, now: float, reason: str, stage: str, exc: BaseException | None = None

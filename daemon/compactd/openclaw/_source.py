@@ -23,6 +23,7 @@ import anyio
 from compactd._worker import work
 from compactd.config import Config
 from compactd.decision import Decision, Figures, Recorded, decide, readiness
+from compactd.defaults import BUSY_RETRY_SECONDS
 from compactd.openclaw._discovery import Agent, Install, discover
 from compactd.openclaw._follower import Follower, read_transcript
 from compactd.openclaw._gateway import GatewayError, RpcError, call
@@ -33,8 +34,6 @@ from compactd.state import Backoff, Metrics, SessionState, describe_error
 log = logging.getLogger(__name__)
 
 SOURCE = "openclaw"
-# A busy session (a run in progress, the gateway answering "active run") is looked at again after this long.
-BUSY_RETRY_SECONDS = 10.0
 # How long the gateway may take over one compaction (its summarizer's timeout is 180 s by default).
 COMPACT_TIMEOUT_SECONDS = 240.0
 # How long the database may take to show the compaction the gateway reported.
@@ -248,8 +247,7 @@ class OpenClawSource:
 
     # --- acting -------------------------------------------------------------------------------------------
     def _retry_later(self, st: SessionState, reason: str) -> dict[str, Any]:
-        st.backoff_until = time.time() + max(BUSY_RETRY_SECONDS, self.config.sessions.idle_seconds)
-        st.next_action = f"retry: {reason}"
+        st.retry_later(time.time(), self.config.sessions.idle_seconds, reason)
         self.changed()
         log.info("session=%s action=busy reason=%s", st.path, reason)
         return {"action": "busy", "reason": reason}

@@ -23,7 +23,7 @@ import orjson
 
 from compactd.commit.atomic import os_reason
 from compactd.commit.locks import pid_alive
-from compactd.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS
+from compactd.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS, BUSY_RETRY_SECONDS
 from compactd.durable import TEMP_NAME, write_atomic
 
 if TYPE_CHECKING:
@@ -153,6 +153,12 @@ class SessionState:
         return False
 
     # --- updates ---------------------------------------------------------------------------------------
+    def retry_later(self, now: float, idle_seconds: float, reason: str) -> None:
+        """Look again after a short wait (``BUSY_RETRY_SECONDS``, or the idle time if longer) without counting
+        a failure: the session's agent is at work on it. ``status`` says so until then (:meth:`show_next`)."""
+        self.backoff_until = now + max(BUSY_RETRY_SECONDS, idle_seconds)
+        self.next_action = f"retry: {reason}"
+
     def show_next(self, action: str | None, now: float) -> None:
         """What ``status`` shows next: the decision's ``action``, except that a due session waiting out a
         back-off or a busy retry goes on saying ``retry …`` until the wait is over (a new decision while it
