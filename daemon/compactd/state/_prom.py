@@ -8,6 +8,7 @@ several Metrics in one process), rendered by ``generate_latest``. Imported only 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import (
@@ -63,10 +64,6 @@ def exposition(metrics: Metrics, now: float) -> str:
     return generate_latest(registry).decode("utf-8")
 
 
-def _first(item: tuple[str, object]) -> str:
-    return item[0]
-
-
 def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
     yield _gauge(
         "compactd_start_time_seconds",
@@ -89,8 +86,8 @@ def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
     tokens: dict[Labels, float] = {}
     windows: dict[Labels, float] = {}
     retention: dict[Labels, float] = {}
-    # A copy taken at once (the OpenClaw source updates its sessions from a worker thread meanwhile).
-    for _path, g in sorted(list(metrics._sessions.items()), key=_first):
+    # sorted() copies the items at once (the OpenClaw source updates its sessions from a worker thread).
+    for _path, g in sorted(metrics._sessions.items(), key=itemgetter(0)):
         base: Labels = (("session_id", g.session_id), ("file", g.file))
         if base in tokens:
             continue  # two copies of one session in different roots: one series, never a duplicate
