@@ -104,6 +104,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
             "version",
             "entries",
             "leaf_id",
+            "rules",
             "context_messages",
             "context_tokens",
             "tokens_source",

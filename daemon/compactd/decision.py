@@ -66,6 +66,9 @@ class Figures:
     # session in an OpenClaw 2026.9 database, that version's own (design.md §6.13) on ``window``.
     thresholds: Literal["openclaw-2026.5", "openclaw-2026.9"] = "openclaw-2026.5"
     window: int | None = None
+    # pi 1.x: its figure once a context edit is appended (no usage anchor then: the whole projection is
+    # estimated), which is what a pruning must bring under the threshold; None for other agents.
+    edited_tokens: int | None = None
 
     @classmethod
     def of_ledger(
@@ -261,6 +264,17 @@ def decide(
             reducible_chars=figures.reducible_chars or 0,
         )
     route = choose_route(budget)
+    if route == "truncate_tool_results_only" and (figures.edited_tokens or 0) > figures.tokens:
+        # pi 1.x measures a pruned session without its usage anchor: truncation alone must suffice for that.
+        route = choose_route(
+            compute_budget(
+                config,
+                provider=figures.provider,
+                model=figures.model,
+                estimated_tokens=figures.edited_tokens or 0,
+                reducible_chars=figures.reducible_chars or 0,
+            )
+        )
     skip = skip_reason(budget)
     flush = skip is None and not recorded.flushed_this_cycle and flush_due(config, budget, figures.size)
     verdict = readiness(config, turn=figures.turn, quiet_seconds=now - figures.mtime, force=force)

@@ -8,8 +8,8 @@ from typing import Any
 from compactd.ledger import SessionLedger
 from compactd.prune import tool_result_text_chars
 from compactd.tokens import estimate_tokens
-from compactd.transcript.context import SessionContext, build_context
-from compactd.transcript.messages import llm_visible, role_of
+from compactd.transcript.context import SessionContext, build_context, rules_reason
+from compactd.transcript.messages import PI_1, llm_visible, role_of
 from compactd.transcript.reader import FATAL_KINDS, Transcript, read_transcript
 
 __all__ = ["inspect_transcript", "validation_exit_code"]
@@ -32,10 +32,11 @@ def inspect_transcript(
     figures = ledger.figures()
     by_role: dict[str, int] = {}
     tool_chars = count = 0
+    pi1 = context.rules == PI_1
     for message in llm_visible(context.messages):
         count += 1
         role = role_of(message)
-        by_role[role] = by_role.get(role, 0) + estimate_tokens(message)
+        by_role[role] = by_role.get(role, 0) + estimate_tokens(message, pi1=pi1)
         if role == "toolResult":
             tool_chars += tool_result_text_chars(message)
     return {
@@ -44,6 +45,7 @@ def inspect_transcript(
         "version": transcript.version,
         "entries": len(transcript.entries),
         "leaf_id": transcript.leaf_id,
+        "rules": ("pi 1.x" if pi1 else "pi 0.73") + ": " + rules_reason(transcript.branch())[1],
         "context_messages": count,
         "context_tokens": figures["tokens"],
         "estimated_with_margin": ledger.estimate.with_margin,

@@ -279,7 +279,8 @@ async def compact_file(
             return JobResult(path, "none", reason=busy)
     # Asked for by name (or by a caller that decided already): the route is the decision's, and a session
     # that fits is compacted anyway.
-    decision = decide(config, figures_of(config, transcript), now=time.time(), force=True)
+    figures = figures_of(config, transcript)
+    decision = decide(config, figures, now=time.time(), force=True)
     budget = decision.budget
     chosen: Route = route or decision.job_route
     commit_mode = mode or config.compaction.commit
@@ -287,7 +288,8 @@ async def compact_file(
     replacements: dict[str, dict[str, Any]] = {}
     kept_ids: set[str] | None = None
     summary_tokens = post_tokens = 0
-    remaining = budget.estimated_tokens  # what stays in the context before pruning
+    # What stays in the context before pruning; pi 1.x measures a pruned context without its usage anchor.
+    remaining = max(budget.estimated_tokens, figures.edited_tokens or 0)
     if chosen != "truncate_tool_results_only":
         engine = CompactionEngine(engine_settings(config), client)
         workspace = workspace_for(config, path, transcript)
@@ -298,10 +300,14 @@ async def compact_file(
             return result
         e = result.engine
         kept_ids = {x["id"] for x in e.plan.path[e.plan.first_kept_index :] if isinstance(x.get("id"), str)}
+        checkpoint = e.compaction.get("systemMessage")
+        pi1 = isinstance(checkpoint, dict)  # pi 1.x counts the checkpoint, system messages and user images
         summary_tokens = estimate_tokens(compaction_message(e.compaction))
+        summary_tokens += estimate_tokens(checkpoint, pi1=True) if isinstance(checkpoint, dict) else 0
         post = entry_to_message(e.post_message) if e.post_message is not None else None
         post_tokens = sum(estimate_tokens(m) for m in llm_visible([post] if post is not None else []))
-        remaining = summary_tokens + post_tokens + sum(estimate_tokens(m) for m in llm_visible(e.plan.kept))
+        kept_tokens = sum(estimate_tokens(m, pi1=pi1) for m in llm_visible(e.plan.kept))
+        remaining = summary_tokens + post_tokens + kept_tokens
     need = remaining - prune_target_tokens(budget, chosen)
     chosen = route_after_summary(chosen, need)  # the summary may have been enough: the kept turns stay
     pruned_tokens = 0
@@ -314,7 +320,10 @@ async def compact_file(
             need,
             only=kept_ids,
             note=FULL_TEXT_PLACEHOLDER,
-            committed_note_chars=committed_note_chars(path, commit_mode),
+            # pi 1.x prunes with context edits: the original stays in the file, the note names its entry.
+            committed_note_chars=committed_note_chars(
+                path, "append" if figures.edited_tokens is not None else commit_mode
+            ),
         )
         replacements = {edit.entry_id: edit.new_message for edit in pruning.edits}
         result.pruned = len(replacements)

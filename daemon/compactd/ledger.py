@@ -26,12 +26,14 @@ from compactd.transcript.context import (
     SessionContext,
     build_context,
     compaction_message,
-    context_entries,
+    context_estimate,
     entry_to_message,
+    is_pi1_marker,
     js_same,
+    message_entries,
 )
 from compactd.transcript.jsjson import nesting
-from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
+from compactd.transcript.messages import PI_0_73, PI_1, RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
 from compactd.transcript.reader import (
     BLOCKING_KINDS,
     FATAL_KINDS,
@@ -52,7 +54,7 @@ log = logging.getLogger(__name__)
 
 _CONTEXT_TYPES = frozenset({"message", "custom_message", "branch_summary"})
 # Bumped whenever the ledger's fields or what they mean change: a snapshot of another version is not trusted.
-LEDGER_SNAPSHOT_VERSION = 2
+LEDGER_SNAPSHOT_VERSION = 3
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 # The per-result cap (``budget.tool_result_max_chars``) to count a ledger's reducible characters at, or None
@@ -88,6 +90,8 @@ class SessionLedger:
     # session's route needs no second read. None: not known (no cap given, a reading a compaction may not be
     # built from, or a tool result appended since: its cut depends on text the ledger does not keep).
     reducible: tuple[int, int] | None = None
+    # Whose rules the figures follow (``context.rules_of``): pi 1.x's projected estimate or pi 0.73's.
+    rules: str = PI_0_73
 
     @classmethod
     def from_bytes(
@@ -130,6 +134,19 @@ class SessionLedger:
         model = context.model or {}
         ledger.provider = _str_or_none(model.get("provider"))
         ledger.model = _str_or_none(model.get("modelId"))
+        ledger.rules = context.rules
+        if context.rules == PI_1:
+            # pi 1.x's figure is its projected estimate: an anchor older than the newest context edit or
+            # compaction is not trusted, so the whole projection is estimated instead (no stale_total needed).
+            estimate = context_estimate(context)
+            ledger.anchor_seen = estimate.last_usage_index is not None
+            ledger.anchor_tokens, ledger.trailing_tokens = estimate.usage_tokens, estimate.trailing_tokens
+            if ledger.anchor_seen:
+                ledger.anchor_ts = _num_or_none(
+                    context.messages[estimate.last_usage_index or 0].get("timestamp")
+                )
+            ledger._count_reducible(transcript, context, cap_for)
+            return ledger
         messages = [m for m in context.messages if not is_runtime_context(m)]
         if messages and messages[0].get("role") == "compactionSummary":
             ledger.compaction_ts = _num_or_none(messages[0].get("timestamp"))
@@ -145,18 +162,22 @@ class SessionLedger:
         ledger.trailing_tokens = sum(message_tokens(m) for m in messages[start:])
         if ledger.anchor_seen and ledger.anchor_is_stale:
             ledger.stale_total = sum(message_tokens(m) for m in messages[:start]) + ledger.trailing_tokens
-        if cap_for is not None and transcript.committable:
-            items = [
-                (str(entry.get("id")), message)
-                for entry in context_entries(transcript.branch())
-                if (message := entry_to_message(entry)) is not None
-                and role_of(message) == "toolResult"
-                and isinstance(entry.get("id"), str)
-            ]
-            cap = cap_for(ledger)
-            if cap is not None:
-                ledger.reducible = (cap, reducible_chars(items, cap))
+        ledger._count_reducible(transcript, context, cap_for)
         return ledger
+
+    def _count_reducible(
+        self, transcript: Transcript, context: SessionContext, cap_for: CapFor | None
+    ) -> None:
+        if cap_for is None or not transcript.committable:
+            return
+        items = [
+            (str(entry.get("id")), message)
+            for entry, message in message_entries(transcript.branch(), context.rules)
+            if role_of(message) == "toolResult" and isinstance(entry.get("id"), str)
+        ]
+        cap = cap_for(self)
+        if cap is not None:
+            self.reducible = (cap, reducible_chars(items, cap))
 
     def to_snapshot(self) -> tuple[Any, ...]:
         """Every field, as JSON values (non-finite floats as strings: JSON has none), for ``compactd.resume``."""
@@ -179,15 +200,18 @@ class SessionLedger:
             self.reload_on_append,
             None if turn is None else (_float_out(turn.since), turn.pending_tools),
             self.reducible,
+            self.rules,
         )
 
     @classmethod
     def from_snapshot(cls, fields: Any) -> SessionLedger:
         """The ledger ``to_snapshot`` described; ValueError for anything else (another version, a wrong type)."""
-        if not isinstance(fields, list | tuple) or len(fields) != 17 or fields[0] != LEDGER_SNAPSHOT_VERSION:
+        if not isinstance(fields, list | tuple) or len(fields) != 18 or fields[0] != LEDGER_SNAPSHOT_VERSION:
             raise ValueError("not a ledger snapshot of this version")
         _, session_id, version, leaf, anchor, seen, anchor_ts, trailing, compaction_ts, stale = fields[:10]
-        provider, model, entries, usable, reload_on_append, turn, reducible = fields[10:]
+        provider, model, entries, usable, reload_on_append, turn, reducible, rules = fields[10:]
+        if rules not in (PI_0_73, PI_1):
+            raise ValueError(f"unknown rules: {rules!r}")
         reducible_value = None
         if reducible is not None:
             if not isinstance(reducible, list | tuple) or len(reducible) != 2:
@@ -215,6 +239,7 @@ class SessionLedger:
             reload_on_append=_bool_in(reload_on_append),
             turn=turn_value,
             reducible=reducible_value,
+            rules=rules,
         )
 
     @property
@@ -227,7 +252,7 @@ class SessionLedger:
     def _fold_message(self, message: dict[str, Any]) -> None:
         if is_runtime_context(message):
             return
-        tokens = message_tokens(message)
+        tokens = message_tokens(message, pi1=self.rules == PI_1)
         if self.stale_total is not None:
             self.stale_total += tokens
         anchor = usage_tokens(message)
@@ -248,8 +273,10 @@ class SessionLedger:
             kind = entry.get("type")
             if kind == "session" or not isinstance(entry_id, str) or self.version < 3:
                 return False
-            if entry.get("parentId") != self.leaf_id or kind == "compaction":
+            if entry.get("parentId") != self.leaf_id or kind in ("compaction", "context_edit"):
                 return False
+            if is_pi1_marker(entry) and self.rules != PI_1:
+                return False  # pi 1.x now writes this session: its rules apply from the start of the branch
             if self.leaf_id is None and self.entries:
                 return False  # the leaf had no usable id: where this entry attaches needs the whole file
             self.entries += 1
@@ -263,6 +290,8 @@ class SessionLedger:
                 message = entry_to_message(entry)
                 if message is None:
                     continue
+                if role_of(message) == "system" and not self.anchor_seen:
+                    return False  # the projection's system messages are replayed into one: not additive
                 self.turn = turn_step(self.turn, entry, message)
                 if role_of(message) == "assistant":
                     self.provider = _str_or_none(message.get("provider"))
@@ -308,6 +337,7 @@ class SessionLedger:
             "entries": self.entries,
             "turn_since": self.turn.since if self.turn is not None else None,
             "turn_pending_tools": self.turn.pending_tools if self.turn is not None else None,
+            "rules": self.rules,
         }
 
 
@@ -329,7 +359,19 @@ class _Rec:
     Assistant details are kept raw (``said``) and interpreted only for the one that ends up the anchor.
     """
 
-    __slots__ = ("end", "entry_id", "extra", "kind", "parent", "said", "speaks", "start", "texts", "tokens")
+    __slots__ = (
+        "end",
+        "entry_id",
+        "extra",
+        "kind",
+        "parent",
+        "pi1",
+        "said",
+        "speaks",
+        "start",
+        "texts",
+        "tokens",
+    )
 
     def __init__(self, entry: Entry, start: int, end: int, keep_texts: bool) -> None:
         self.start, self.end = start, end
@@ -344,6 +386,7 @@ class _Rec:
         # speaks: the entry adds a message to the context (entry_to_message) that is not runtime context
         self.speaks = False
         self.texts: list[str] | None = None  # a tool result's text blocks, while the cold read needs them
+        self.pi1 = is_pi1_marker(entry)  # only pi 1.x writes this entry: the branch follows its rules
         if kind == "message":
             message = entry.get("message")
             if isinstance(message, dict):
@@ -414,6 +457,8 @@ def _cold_read(data: bytes, cap_for: CapFor | None) -> SessionLedger:
             parent_key = (parent or None) if type(parent) is str else link_key(parent)
             current = index.get(parent_key) if parent_key is not None else None
         path.reverse()
+    if any(rec.pi1 for rec in path):  # pi 1.x's projection (edits, checkpoints): the exact reader
+        return SessionLedger.from_transcript(parse_transcript(data, check=keep), cap_for=cap_for)
     compaction = None
     model: tuple[Any, ...] = (None, None)
     for rec in path:
@@ -518,11 +563,11 @@ def _entries_newest_first(data: bytes, path: list[_Rec]) -> Iterable[Entry]:
                 yield value
 
 
-def message_tokens(message: dict[str, Any]) -> int:
+def message_tokens(message: dict[str, Any], *, pi1: bool = False) -> int:
     """``estimate_tokens``, with a one-pass fast path for tool results (three quarters of the bytes)."""
     if message.get("role") == "toolResult":
         return -(-_tool_result_chars(message.get("content"))[0] // CHARS_PER_TOKEN)
-    return estimate_tokens(message)
+    return estimate_tokens(message, pi1=pi1)
 
 
 def _tool_result_chars(content: Any) -> tuple[int, int]:

@@ -14,9 +14,9 @@ from compactd.budget import Budget, resolve_window, tool_result_max_chars
 from compactd.config import Config
 from compactd.decision import Figures, decide
 from compactd.prune import PrunePlan, plan_pruning, reducible_chars
-from compactd.tokens import estimate_for_planning
-from compactd.transcript.context import SessionContext, build_context, context_entries, entry_to_message
-from compactd.transcript.messages import llm_visible, role_of, strip_for_llm
+from compactd.tokens import projected_estimate
+from compactd.transcript.context import SessionContext, build_context, context_estimate, message_entries
+from compactd.transcript.messages import PI_1, role_of, strip_for_llm
 from compactd.transcript.reader import Transcript
 from compactd.turns import turn_of_branch
 
@@ -30,10 +30,9 @@ def tool_result_items(transcript: Transcript, *, strip: bool = True) -> list[tup
     """(entry id, message) of every tool result in the current context, oldest first; ``strip=False`` leaves
     ``details`` in (no copy of each message) for a caller that reads lengths only and sends nothing on."""
     items: list[tuple[str, dict[str, Any]]] = []
-    for entry in context_entries(transcript.branch()):
-        message = entry_to_message(entry)
+    for entry, message in message_entries(transcript.branch()):
         entry_id = entry.get("id")
-        if message is not None and role_of(message) == "toolResult" and isinstance(entry_id, str):
+        if role_of(message) == "toolResult" and isinstance(entry_id, str):
             items.append((entry_id, strip_for_llm(message) if strip else message))
     return items
 
@@ -48,7 +47,10 @@ def figures_of(
     model = context.model or {}
     provider = model.get("provider") if isinstance(model.get("provider"), str) else None
     model_id = model.get("modelId") if isinstance(model.get("modelId"), str) else None
-    estimate = estimate_for_planning(list(llm_visible(context.messages)))
+    estimate = context_estimate(context)
+    edited = None
+    if context.rules == PI_1:  # the figure pi computes once a context edit follows every usage anchor
+        edited = projected_estimate(context.messages, len(context.messages) + 1).tokens
     window, _ = resolve_window(config, provider, model_id)
     return Figures(
         provider=provider,
@@ -60,6 +62,7 @@ def figures_of(
         reducible_chars=reducible_chars(
             tool_result_items(transcript, strip=False), tool_result_max_chars(config, window)
         ),
+        edited_tokens=edited,
     )
 
 

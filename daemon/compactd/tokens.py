@@ -1,4 +1,4 @@
-"""pi's token estimate, to the token (``dist/core/compaction/compaction.js`` of pi 0.73.1).
+"""pi's token estimate, to the token (``dist/core/compaction/compaction.js`` of pi 0.73.1 and 1.6.0).
 
 Lengths are JavaScript string lengths (UTF-16 code units), and a tool call's arguments count as the length of
 ``JSON.stringify(arguments)``; both are reproduced exactly, because the differential test against pi's own
@@ -17,7 +17,7 @@ import orjson
 
 from compactd.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
 from compactd.transcript.jsjson import js_number, stringify
-from compactd.transcript.messages import Message
+from compactd.transcript.messages import Message, current_system_message
 
 __all__ = [
     "IMAGE_CHARS",
@@ -29,11 +29,14 @@ __all__ = [
     "js_json_len",
     "js_len",
     "message_chars",
+    "projected_estimate",
     "usage_tokens",
     "usage_total",
 ]
 
-IMAGE_CHARS = 4800  # pi counts an image in a tool result or custom message as 4,800 characters.
+IMAGE_CHARS = (
+    4800  # pi counts an image in a tool result or custom message (pi 1.x: any message) as 4,800 chars.
+)
 # The largest token figure we hold (Number.MAX_SAFE_INTEGER): a usage beyond it is clamped to it (and reported
 # by the reader as ``figure_overflow``), so no budget arithmetic downstream can overflow.
 MAX_TOKENS = 2**53 - 1
@@ -95,11 +98,16 @@ def _text_chars(content: Any, *, images: bool) -> int:
     return chars
 
 
-def message_chars(message: Message) -> int:
-    """The characters pi's ``estimateTokens`` counts for one message (0 for roles it does not count)."""
+def message_chars(message: Message, *, pi1: bool = False) -> int:
+    """The characters pi's ``estimateTokens`` counts for one message (0 for roles it does not count).
+
+    ``pi1``: pi 1.x's rules, which count images in user messages and system messages (content, sections and
+    the JSON of the tools they add)."""
     role = message.get("role")
     if role == "user":
-        return _text_chars(message.get("content"), images=False)
+        return _text_chars(message.get("content"), images=pi1)
+    if role == "system":
+        return _system_chars(message) if pi1 else 0
     if role in ("toolResult", "custom"):
         return _text_chars(message.get("content"), images=True)
     if role == "assistant":
@@ -125,9 +133,28 @@ def message_chars(message: Message) -> int:
     return 0
 
 
-def estimate_tokens(message: Message) -> int:
+def _system_chars(message: Message) -> int:
+    chars = _text_chars(message.get("content"), images=True)
+    sections = message.get("sections")
+    if isinstance(sections, dict):
+        chars += sum(js_len(text) for text in sections.values() if isinstance(text, str))
+    tools = message.get("toolsAdded")
+    if _js_truthy(tools):
+        chars += js_json_len(tools)
+    return chars
+
+
+def _js_truthy(value: Any) -> bool:
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    if isinstance(value, int | float):
+        return bool(value == value and value != 0)
+    return bool(value != "")
+
+
+def estimate_tokens(message: Message, *, pi1: bool = False) -> int:
     """pi's ``estimateTokens``: counted characters / 4, rounded up."""
-    return -(-message_chars(message) // CHARS_PER_TOKEN)
+    return -(-message_chars(message, pi1=pi1) // CHARS_PER_TOKEN)
 
 
 def usage_tokens(message: Message) -> int | None:
@@ -189,15 +216,28 @@ class ContextEstimate:
         return math.ceil(self.tokens * SAFETY_MARGIN)
 
 
-def estimate_context_tokens(messages: Sequence[Message]) -> ContextEstimate:
+def estimate_context_tokens(messages: Sequence[Message], *, pi1: bool = False) -> ContextEstimate:
     """Usage of the last anchoring assistant message plus the estimate of every message after it."""
     for index in range(len(messages) - 1, -1, -1):
         anchor = usage_tokens(messages[index])
         if anchor is not None:
-            trailing = sum(estimate_tokens(m) for m in messages[index + 1 :])
+            trailing = sum(estimate_tokens(m, pi1=pi1) for m in messages[index + 1 :])
             return ContextEstimate(anchor + trailing, anchor, trailing, index)
-    total = sum(estimate_tokens(m) for m in messages)
+    total = sum(estimate_tokens(m, pi1=pi1) for m in messages)
     return ContextEstimate(total, 0, total, None)
+
+
+def projected_estimate(messages: Sequence[Message], trusted_from: int) -> ContextEstimate:
+    """pi 1.x's ``estimateProjectedContextTokens``: the usage-anchored figure while its anchor postdates every
+    context edit and compaction on the branch (``trusted_from``); else the current system message (every
+    system message replayed into one) plus the estimate of every other message."""
+    estimate = estimate_context_tokens(messages, pi1=True)
+    if estimate.last_usage_index is not None and estimate.last_usage_index >= trusted_from:
+        return estimate
+    system = current_system_message(list(messages))
+    tokens = estimate_tokens(system, pi1=True) if system is not None else 0
+    tokens += sum(estimate_tokens(m, pi1=True) for m in messages if m.get("role") != "system")
+    return ContextEstimate(tokens, 0, tokens, None)
 
 
 def estimate_for_planning(messages: Sequence[Message]) -> ContextEstimate:

@@ -33,6 +33,8 @@ from compactd.commit.rotate import rotate_commit
 from compactd.commit.seal import seal_if_torn
 from compactd.commit.successor import PlanError
 from compactd.defaults import ARCHIVE_KEEP_COUNT, ARCHIVE_KEEP_DAYS, ROTATE_GRACE_SECONDS
+from compactd.transcript.context import rules_of
+from compactd.transcript.messages import PI_1
 from compactd.transcript.reader import Transcript, read_transcript
 
 __all__ = ["MODES", "CommitMode", "CommitResult", "CompactionEntries", "Successor", "commit"]
@@ -135,6 +137,8 @@ def commit(
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if entries is None and planned is not None and rules_of(planned.branch()) == PI_1:
+        mode = "append"  # pi 1.x prunes with appended context edits: nothing to rotate, nothing to archive
     clock = time.time() if now is None else now
     replacements: dict[str, dict[str, Any]] = {}
     if entries is not None:

@@ -18,6 +18,13 @@ Append mode adds, chained from the current leaf: (pruning) a new branch from the
 entry that re-appends every later branch entry with the replacements in, fresh ids, parents, first-kept and
 label targets remapped (OpenClaw's way; the old entries stay as an abandoned branch); then the compaction and
 the post-compaction message. Context: summary, kept messages, post-compaction message.
+
+A branch pi 1.x wrote (``context.rules_of``) is committed as pi 1.x commits (design.md §6.14): the compaction
+carries the ``systemMessage`` checkpoint (the engine puts it in); a pruning is a ``context_edit`` per result,
+appended after everything else and rewriting no line; in a rotated successor the branch's system messages (the
+prompt and tool loadout pi restores from the branch) form a chain *before* the compaction, out of the context
+as pi keeps them, and the last line is a context edit (the pruning's, else one that changes nothing) so that
+the kept turns' usage, measured before the compaction, is no longer pi's anchor.
 """
 
 from __future__ import annotations
@@ -33,8 +40,15 @@ import orjson
 
 from compactd.ids import fresh_id as fresh_id  # its home is compactd.ids; imported from here too
 from compactd.timestamps import js_iso
-from compactd.transcript.context import compaction_message, context_from_path, entry_to_message
+from compactd.transcript.context import (
+    compaction_message,
+    context_from_path,
+    entry_to_message,
+    is_system_message,
+    rules_of,
+)
 from compactd.transcript.jsjson import stringify
+from compactd.transcript.messages import PI_1
 from compactd.transcript.reader import Entry, Transcript, parse_line, parse_transcript
 
 __all__ = ["Entry"]
@@ -236,7 +250,8 @@ def successor_anchor(transcript: Transcript) -> str | None:
     """Where a rotated successor hangs what forked inside its summarized part (see :func:`build_successor`):
     the parent of the compaction's first kept entry (the post-compaction message or the settings chain), or
     the compaction itself. None when the file does not start with a compaction."""
-    first = transcript.entries[0] if transcript.entries else None
+    # A pi 1.x successor opens with the branch's system messages, then the compaction.
+    first = next((e for e in transcript.entries if not is_system_message(e)), None)
     if first is None or first.get("type") != "compaction" or not isinstance(first.get("id"), str):
         return None
     kept = transcript.by_id().get(first.get("firstKeptEntryId"))  # type: ignore[arg-type]
@@ -350,6 +365,56 @@ def _with_ids(compaction: Entry, post: Entry | None, taken: set[str]) -> tuple[E
     return compaction, post
 
 
+def context_edits(
+    replacements: Mapping[str, Entry], parent: str | None, taken: set[str], *, invalidate: Entry | None = None
+) -> list[Entry]:
+    """pi 1.x's way of pruning: one ``context_edit`` per replaced entry (its message's new content), chained
+    from ``parent``; with none, and ``invalidate`` given, one edit of that entry that changes nothing it shows
+    (pi trusts no usage recorded before a context edit: see the module docstring)."""
+    edits: list[tuple[str, Any]] = [
+        (entry_id, (entry.get("message") or {}).get("content")) for entry_id, entry in replacements.items()
+    ]
+    if not edits and invalidate is not None and isinstance(invalidate.get("id"), str):
+        edits = [(invalidate["id"], _shown_content(invalidate))]
+    out: list[Entry] = []
+    for target, content in edits:
+        entry_id = fresh_id(taken)
+        taken.add(entry_id)
+        out.append(
+            {
+                "type": "context_edit",
+                "id": entry_id,
+                "parentId": parent,
+                "timestamp": iso_timestamp(),
+                "targetId": target,
+                "replacement": {"content": content},
+            }
+        )
+        parent = entry_id
+    return out
+
+
+def _shown_content(entry: Entry) -> Any:
+    """What a no-op edit of ``entry`` replaces its content with: the content it shows already."""
+    if entry.get("type") == "message":
+        return (entry.get("message") or {}).get("content")
+    return entry.get("content")
+
+
+def _invalidation_target(post: Entry | None, kept: list[Entry]) -> Entry | None:
+    """The entry a no-op context edit names: the post-compaction message, else the first kept message pi lets
+    an edit name (a user, assistant or tool-result message, or a custom message)."""
+    if post is not None:
+        return post
+    for entry in kept:
+        kind = entry.get("type")
+        message = entry.get("message")
+        role = message.get("role") if isinstance(message, dict) else None
+        if kind == "custom_message" or (kind == "message" and role in ("user", "assistant", "toolResult")):
+            return entry
+    return None
+
+
 def refuse_blocked(transcript: Transcript) -> None:
     """No compaction is built on a reading that may differ from the agent's (see ``Transcript.blocking``)."""
     blocking = transcript.blocking
@@ -410,13 +475,24 @@ def build_successor(
         raise PlanError("compaction has no firstKeptEntryId")
     branch = current_branch(transcript, [first_kept, snapshot_leaf_id])
     original = context_from_path(branch)
+    pi1 = original.rules == PI_1
     index = transcript.by_id()
     positions = {_entry_id(e): i for i, e in enumerate(branch)}
     cut = positions[first_kept] if first_kept is not None else 0
     summarized = branch[:cut]
     kept = branch[cut:]
     summarized_objs = {id(e) for e in summarized}
-    fix_replacements = _prepare_replacements(replacements, note_for)
+    # pi 1.x: a pruned result's original stays in the file (an edit rewrites nothing), so the note names it.
+    fix_replacements = _prepare_replacements(replacements, entry_note if pi1 else note_for)
+    edit_replacements: dict[str, Entry] = {}
+    moved: list[Entry] = []  # pi 1.x: the branch's system messages, chained before the compaction
+    if pi1:
+        edit_replacements, fix_replacements = fix_replacements, {}
+        if compaction is not None:
+            if branch and is_system_message(branch[-1]):
+                raise PlanError("the branch ends with a system message: a request is being prepared")
+            moved = [e for e in branch if is_system_message(e)]
+    moved_objs = {id(e) for e in moved}
 
     taken = set(index)
     new_compaction: Entry | None = None
@@ -438,7 +514,11 @@ def build_successor(
         entry_id = _entry_id(entry)
         return entry_id is None or index.get(entry_id) is entry
 
-    rest = [e for e in transcript.entries if id(e) not in summarized_objs and canonical(e)]
+    rest = [
+        e
+        for e in transcript.entries
+        if id(e) not in summarized_objs and id(e) not in moved_objs and canonical(e)
+    ]
     present = {_entry_id(e) for e in rest if e.get("type") != "label"}
     present |= {_entry_id(e) for e in chain_candidates if e.get("type") != "label"}
     if new_compaction is not None:
@@ -467,7 +547,12 @@ def build_successor(
 
     anchor: str | None = None
     chain_parent: dict[int, str | None] = {}
+    moved_out: list[Entry] = []
+    for entry in moved:
+        moved_out.append({**entry, "parentId": anchor})
+        anchor = _entry_id(entry)
     if new_compaction is not None:
+        new_compaction["parentId"] = anchor
         anchor = new_compaction["id"]
         for entry in chain:
             chain_parent[id(entry)] = anchor
@@ -507,12 +592,17 @@ def build_successor(
         start, end = transcript.header_span
         emit(data[start:end])
     reserialized = 0
+    for entry in moved_out:
+        emit(dumps_entry(entry))
+        reserialized += 1
+    chain_out: list[Entry] = []
     if new_compaction is not None:
         emit(dumps_entry(new_compaction))
         for entry in chain:
             new = dict(entry)
             new["parentId"] = chain_parent[id(entry)]
             emit(dumps_entry(new))
+            chain_out.append(new)
             reserialized += 1
         if new_post is not None:
             emit(dumps_entry(new_post))
@@ -537,7 +627,19 @@ def build_successor(
             kept_out[id(entry)] = out
 
     new_kept = [kept_out[id(e)] for e in kept if id(e) in kept_out]
-    if new_compaction is not None:
+    leaf_id = _entry_id(branch[-1])
+    edits: list[Entry] = []
+    if pi1 and (new_compaction is not None or edit_replacements):
+        target = _invalidation_target(new_post, new_kept) if new_compaction is not None else None
+        edits = context_edits(edit_replacements, leaf_id, taken, invalidate=target)
+        for entry in edits:
+            emit(dumps_entry(entry))
+        leaf_id = _entry_id(edits[-1]) if edits else leaf_id
+    if pi1:
+        opening = [new_compaction, *chain_out, new_post] if new_compaction is not None else []
+        planned = [*moved_out, *(e for e in opening if e is not None), *new_kept, *edits]
+        expected = context_from_path(planned, PI_1).messages
+    elif new_compaction is not None:
         expected = [compaction_message(new_compaction)]
         if new_post is not None:
             expected.extend(_messages([new_post]))
@@ -545,9 +647,10 @@ def build_successor(
     else:
         expected = context_from_path(new_kept).messages
     new_ids = [i for i in (_entry_id(new_compaction or {}), _entry_id(new_post or {})) if i is not None]
+    new_ids += [i for e in edits if (i := _entry_id(e)) is not None]
     return Plan(
         data=bytes(out_data),
-        leaf_id=_entry_id(branch[-1]),
+        leaf_id=leaf_id,
         expected=expected,
         thinking_level=original.thinking_level,
         allowed_pairing=_pairing(transcript),
@@ -594,6 +697,8 @@ def build_append(
     replaced_at = [i for i, entry_id in enumerate(ids) if entry_id in fix and i >= cut]
     if compaction is None and not replaced_at:
         raise PlanError("nothing to prune on the current branch")
+    if rules_of(branch) == PI_1:
+        return _build_append_pi1(transcript, branch, cut, compaction, post, fix, replaced_at, used)
 
     out: list[Entry] = []
     parent = ids[-1] if ids else None
@@ -648,6 +753,47 @@ def build_append(
         data=b"".join(dumps_entry(e) + b"\n" for e in out),
         leaf_id=parent,
         expected=expected,
+        thinking_level=original.thinking_level,
+        allowed_pairing=_pairing(transcript),
+        session_id=transcript.session_id,
+        reuse=transcript.by_id(),
+        new_ids=[i for e in out if (i := _entry_id(e)) is not None],
+        summarized=cut,
+        kept=len(branch) - cut,
+        reserialized=len(out),
+    )
+
+
+def _build_append_pi1(
+    transcript: Transcript,
+    branch: list[Entry],
+    cut: int,
+    compaction: Entry | None,
+    post: Entry | None,
+    fix: Mapping[str, Entry],
+    replaced_at: list[int],
+    used: set[str],
+) -> Plan:
+    """pi 1.x's append: the compaction (with its checkpoint) and the post-compaction message after the leaf,
+    then a ``context_edit`` per pruned result; no line is re-appended and none rewritten."""
+    out: list[Entry] = []
+    parent = _entry_id(branch[-1]) if branch else None
+    if compaction is not None:
+        new_compaction, new_post = _with_ids(compaction, post, used)
+        new_compaction["parentId"] = parent
+        out.append(new_compaction)
+        parent = new_compaction["id"]
+        if new_post is not None:
+            new_post["parentId"] = parent
+            out.append(new_post)
+            parent = new_post["id"]
+    replaced = {i: fix[i] for pos in replaced_at if (i := _entry_id(branch[pos])) is not None}
+    out.extend(context_edits(replaced, parent, used))
+    original = context_from_path(branch)
+    return Plan(
+        data=b"".join(dumps_entry(e) + b"\n" for e in out),
+        leaf_id=_entry_id(out[-1]) if out else parent,
+        expected=context_from_path([*branch, *out], PI_1).messages,
         thinking_level=original.thinking_level,
         allowed_pairing=_pairing(transcript),
         session_id=transcript.session_id,

@@ -7,12 +7,13 @@ split turn whose prefix is summarized separately, as pi does.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.tokens import estimate_tokens
-from compactd.transcript.context import entry_to_message
+from compactd.transcript.context import entry_to_message, projected_entries, rules_of
+from compactd.transcript.messages import PI_1, role_of
 from compactd.transcript.reader import Entry
 
 __all__ = ["CutPlan", "plan_cut"]
@@ -84,14 +85,30 @@ def _is_user(entry: Entry) -> bool:
     return entry.get("type") == "message" and isinstance(message, dict) and message.get("role") == "user"
 
 
-def _message_for_summary(entry: Entry) -> dict[str, Any] | None:
-    return None if entry.get("type") == "compaction" else entry_to_message(entry)
+Shown = Callable[[Entry], list[dict[str, Any]]]
+
+
+def _shown_by(path: list[Entry]) -> tuple[Shown, bool]:
+    """What each entry of the branch shows the model, by the branch's rules, and whether they are pi 1.x's.
+
+    pi 1.x: the projection's messages (context edits applied, omitted ones gone), system messages left out:
+    they are prompt state, which the compaction's checkpoint carries (pi's ``prepareCompaction`` does the same).
+    """
+    if rules_of(path) != PI_1:
+        return (lambda e: [] if (m := entry_to_message(e)) is None else [m]), False
+    shown = {
+        id(entry): [m for m in messages if role_of(m) != "system"]
+        for entry, messages in projected_entries(path)
+        if entry.get("type") != "compaction"
+    }
+    return (lambda e: shown.get(id(e), [])), True
 
 
 def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: int) -> CutPlan | None:
     """The cut for a root → leaf path, or None when there is nothing to summarize."""
     if not path or path[-1].get("type") == "compaction":
         return None
+    shown, pi1 = _shown_by(path)
     previous = next((i for i in range(len(path) - 1, -1, -1) if path[i].get("type") == "compaction"), -1)
     start = 0
     if previous >= 0:
@@ -107,9 +124,12 @@ def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: i
     accumulated = 0
     for i in range(end - 1, start - 1, -1):
         entry = path[i]
-        if entry.get("type") != "message" or not isinstance(entry.get("message"), dict):
+        if pi1:
+            accumulated += sum(estimate_tokens(m, pi1=True) for m in shown(entry))
+        elif entry.get("type") != "message" or not isinstance(entry.get("message"), dict):
             continue
-        accumulated += estimate_tokens(entry["message"])
+        else:
+            accumulated += estimate_tokens(entry["message"])
         if accumulated >= keep_recent_tokens:
             token_cut = next((c for c in cut_points if c >= i), cut_points[-1])
             break
@@ -131,10 +151,10 @@ def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: i
     if not isinstance(path[cut].get("id"), str):
         return None  # an unmigrated entry cannot be named by firstKeptEntryId
     plan = CutPlan(path, start, cut, turn_start, previous)
-    plan.to_summarize = [m for e in path[start:history_end] if (m := _message_for_summary(e)) is not None]
+    plan.to_summarize = [m for e in path[start:history_end] for m in shown(e)]
     if turn_start >= 0:
-        plan.turn_prefix = [m for e in path[turn_start:cut] if (m := _message_for_summary(e)) is not None]
-    plan.kept = [m for e in path[cut:] if (m := entry_to_message(e)) is not None]
+        plan.turn_prefix = [m for e in path[turn_start:cut] for m in shown(e)]
+    plan.kept = [m for e in path[cut:] for m in shown(e)]
     if not plan.to_summarize and not plan.turn_prefix:
         return None
     return plan

@@ -46,9 +46,9 @@ from compactd.summarize.stages import (
     Summarizer,
 )
 from compactd.timestamps import js_iso
-from compactd.tokens import estimate_context_tokens, estimate_tokens
-from compactd.transcript.context import build_context, compaction_message
-from compactd.transcript.messages import llm_visible, role_of, text_of
+from compactd.tokens import estimate_tokens
+from compactd.transcript.context import build_context, compaction_message, context_estimate, js_timestamp
+from compactd.transcript.messages import PI_1, current_system_message, llm_visible, role_of, text_of
 from compactd.transcript.reader import Transcript
 from compactd.transcript.repair import repair_tool_pairing
 
@@ -112,9 +112,11 @@ class EngineResult:
     def expected_context(self, mode: str) -> list[dict[str, Any]]:
         """What pi will build after the commit: rotate puts the post message before the kept ones."""
         summary = compaction_message(self.compaction)
+        checkpoint = self.compaction.get("systemMessage")
+        head = [checkpoint, summary] if isinstance(checkpoint, dict) else [summary]  # pi 1.x: prompt first
         post = [_custom_message(self.post_message)] if self.post_message else []
         kept = self.plan.kept
-        return [summary, *post, *kept] if mode == "rotate" else [summary, *kept, *post]
+        return [*head, *post, *kept] if mode == "rotate" else [*head, *kept, *post]
 
 
 class RedactedPrompts:
@@ -262,8 +264,9 @@ class CompactionEngine:
 
         taken = set(transcript.by_id())
         stamp = js_iso(now)
-        tokens_before = estimate_context_tokens(list(llm_visible(build_context(transcript).messages))).tokens
-        compaction = {
+        context = build_context(transcript)
+        tokens_before = context_estimate(context).tokens
+        compaction: dict[str, Any] = {
             "type": "compaction",
             "id": new_entry_id(taken),
             "parentId": None,
@@ -274,6 +277,11 @@ class CompactionEngine:
             "details": {"readFiles": ops.read, "modifiedFiles": ops.modified},
             "fromHook": False,
         }
+        checkpoint = current_system_message(context.messages) if context.rules == PI_1 else None
+        if checkpoint is not None:
+            # pi 1.x's appendCompaction: the replayed system message, stamped with the compaction's time, which
+            # pi puts before the summary so that its next request has the one prompt and tools it had.
+            compaction["systemMessage"] = {**checkpoint, "timestamp": js_timestamp(stamp)}
         post_message = None
         if post_text:
             post_message = {
@@ -303,7 +311,7 @@ class CompactionEngine:
         )
         # Counted as pi counts a freshly loaded context, but without kept usage figures that predate the summary.
         after = list(llm_visible(result.expected_context("rotate")))
-        result.tokens_after = sum(estimate_tokens(m) for m in after)
+        result.tokens_after = sum(estimate_tokens(m, pi1=context.rules == PI_1) for m in after)
         return result
 
     def _clean(self, text: str) -> str:

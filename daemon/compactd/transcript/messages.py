@@ -10,10 +10,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 __all__ = [
+    "PI_0_73",
+    "PI_1",
     "RUNTIME_CONTEXT_TYPE",
     "TOOL_CALL_BLOCK_TYPES",
     "Message",
     "blocks_of",
+    "current_system_message",
     "is_error_turn",
     "is_runtime_context",
     "llm_visible",
@@ -26,7 +29,10 @@ __all__ = [
 
 Message = dict[str, Any]
 
+_ABSENT: Any = object()  # a key the message does not have
 RUNTIME_CONTEXT_TYPE = "openclaw.runtime-context"
+PI_0_73 = "pi-0.73"  # @mariozechner/pi-coding-agent up to 0.73.x (and OpenClaw's JSONL transcripts)
+PI_1 = "pi-1"  # @earendil-works/pi-coding-agent 1.x: system messages, context edits, compaction checkpoints
 TOOL_CALL_BLOCK_TYPES = frozenset({"toolCall", "toolUse", "functionCall"})
 
 
@@ -103,3 +109,57 @@ def llm_visible(messages: Iterable[Message]) -> Iterator[Message]:
     for message in messages:
         if not is_runtime_context(message):
             yield strip_for_llm(message)
+
+
+def _content_text(content: Any) -> str:
+    """pi-ai's ``contentText``: a string, or the text blocks joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        b["text"]
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
+
+
+def current_system_message(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """pi-ai's ``getCurrentSystemMessage``: every system message replayed into one holding the current prompt
+    (contents appended, sections patched by name) and tools (added and removed by name, first position kept)."""
+    content: list[str] = []
+    sections: dict[str, Any] = {}
+    tools: dict[Any, Any] = {}
+    timestamp: Any = _ABSENT
+    for message in messages:
+        if message.get("role") != "system":
+            continue
+        if timestamp is _ABSENT or timestamp is None:
+            timestamp = message.get("timestamp", _ABSENT)
+        text = _content_text(message.get("content"))
+        if text:
+            content.append(text)
+        patch = message.get("sections")
+        if isinstance(patch, dict):
+            for name, value in patch.items():
+                if value is None:
+                    sections.pop(name, None)
+                else:
+                    sections[name] = value
+        for key, adding in (("toolsRemoved", False), ("toolsAdded", True)):
+            listed = message.get(key)
+            for tool in listed if isinstance(listed, list) else ():
+                name = tool.get("name") if isinstance(tool, dict) else None
+                if adding:
+                    tools[name] = tool
+                else:
+                    tools.pop(name, None)
+    if timestamp is _ABSENT and not tools:
+        return None
+    merged: dict[str, Any] = {"role": "system", "content": "\n\n".join(content)}
+    if sections:
+        merged["sections"] = sections
+    if tools:
+        merged["toolsAdded"] = list(tools.values())
+    merged["timestamp"] = 0 if timestamp is _ABSENT or timestamp is None else timestamp
+    return merged
