@@ -142,9 +142,19 @@ class _WindowTerms:
     flush_threshold: int
 
     @classmethod
-    def of(cls, config: Config, window: int, source: WindowSource) -> _WindowTerms:
+    def of(
+        cls,
+        config: Config,
+        window: int,
+        source: WindowSource,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> _WindowTerms:
         window = max(1, math.floor(window))
         reserve_tokens = config.compaction.reserve_tokens
+        pi = config.pi.settings
+        if pi is not None:  # pi's own reserveTokens, where the user set it (design.md §6.14)
+            reserve_tokens = pi.for_model(provider, model)[0] or reserve_tokens
         floor_prompt = min_prompt_budget(window)
         reserve = min(reserve_tokens, max(0, window - floor_prompt))
         prompt_budget = max(1, window - reserve)
@@ -177,7 +187,7 @@ def _terms_for(config: Config, provider: str | None, model: str | None) -> _Wind
     terms = table.get((provider, model))
     if terms is None:
         window, source = resolve_window(config, provider, model)
-        terms = table[(provider, model)] = _WindowTerms.of(config, window, source)
+        terms = table[(provider, model)] = _WindowTerms.of(config, window, source, provider, model)
     return terms
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Mapping
 from typing import TextIO
 
 import anyio
@@ -162,6 +163,42 @@ def _list(out: TextIO, lines: list[str], fix: str) -> None:
         _bad(out, line, fix)
     if len(lines) > MAX_LISTED:
         out.write(f"      ... and {len(lines) - MAX_LISTED:,} more like these\n")
+
+
+def check_pi(config: Config, out: TextIO, env: Mapping[str, str]) -> int:
+    """Which pi serves this host and which of its compaction settings compactd takes as thresholds."""
+    from compactd.pi_settings import find_pi
+
+    found = find_pi(env)
+    if found is None:
+        _ok(out, "no pi on PATH: each session follows the rules of the pi that wrote it (design.md §6.14)")
+    else:
+        package, version, executable = found
+        rules = "pi 1.x" if not version.startswith("0.") else "pi 0.73"
+        _ok(
+            out,
+            f"pi on PATH: {package} {version} ({executable}); the sessions it writes follow {rules} rules "
+            "(a session says which pi wrote it: `compactd inspect FILE` names the rules and why)",
+        )
+    settings = config.pi.settings
+    if settings is None:
+        return 0
+    if settings.empty:
+        _ok(out, f"pi settings {settings.source}: no compaction thresholds set; compactd's own apply")
+    else:
+        parts = [
+            f"{name}={value}"
+            for name, value in (
+                ("reserveTokens", settings.reserve_tokens),
+                ("keepRecentTokens", settings.keep_recent_tokens),
+            )
+            if value is not None
+        ]
+        parts += [f"modelOverrides[{key}]" for key in settings.overrides]
+        _ok(out, f"pi settings {settings.source}: {', '.join(parts)} are the thresholds where they apply")
+    for problem in settings.problems:
+        _warn(out, f"pi settings {settings.source}: {problem}", "fix pi's settings.json (pi refuses it too)")
+    return 0
 
 
 def check_state_dir(config: Config, out: TextIO) -> int:
@@ -327,6 +364,7 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
     _ok(out, f"config {config.source} is valid")
     problems = (
         check_roots(config, out)
+        + check_pi(config, out, os.environ)
         + check_sessions(config, out)
         + check_state_dir(config, out)
         + check_archives(config, out)

@@ -57,11 +57,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def engine_settings(config: Config) -> EngineSettings:
+def engine_settings(config: Config, provider: str | None = None, model: str | None = None) -> EngineSettings:
+    """The engine's settings for a session of this model: pi's own keepRecentTokens where the user set it."""
     c = config.compaction
+    pi = config.pi.settings
+    keep_recent = pi.for_model(provider, model)[1] if pi is not None else None
     return EngineSettings(
         keep_recent_turns=c.keep_recent_turns,
-        keep_recent_tokens=c.keep_recent_tokens,
+        keep_recent_tokens=c.keep_recent_tokens if keep_recent is None else keep_recent,
         identifier_policy=c.identifier_policy,
         identifier_instructions=c.identifier_instructions,
         identifier_cap=c.identifier_cap,
@@ -291,7 +294,7 @@ async def compact_file(
     # What stays in the context before pruning; pi 1.x measures a pruned context without its usage anchor.
     remaining = max(budget.estimated_tokens, figures.edited_tokens or 0)
     if chosen != "truncate_tool_results_only":
-        engine = CompactionEngine(engine_settings(config), client)
+        engine = CompactionEngine(engine_settings(config, figures.provider, figures.model), client)
         workspace = workspace_for(config, path, transcript)
         rules = await anyio.to_thread.run_sync(read_agents_md, workspace) if workspace else None
         result.engine = await engine.compact(transcript, agents_md=rules, now=now)

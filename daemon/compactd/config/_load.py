@@ -18,6 +18,7 @@ from compactd.config._checks import _check_across
 from compactd.config._env import CONFIG_MAX_BYTES, _Refused, read_small_file
 from compactd.config._schema import Config
 from compactd.config._validate import ConfigError, ConfigProblem, _Ctx, _dotted, _kind
+from compactd.pi_settings import pi_agent_dir, read_pi_compaction
 
 
 def _build(
@@ -50,7 +51,11 @@ def _build(
         raise ConfigError(
             source, sorted(ctx.problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0))
         )
-    return cast(Config, dataclasses.replace(config, source=source))
+    config = cast(Config, dataclasses.replace(config, source=source))
+    if config.pi.use_settings:  # pi's own thresholds, read once per loaded configuration (design.md §6.14)
+        agent_dir = Path(config.pi.agent_dir).expanduser() if config.pi.agent_dir else pi_agent_dir(ctx.env)
+        object.__setattr__(config.pi, "settings", read_pi_compaction(agent_dir))
+    return config
 
 
 def _collect_marks(

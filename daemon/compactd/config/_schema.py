@@ -42,6 +42,7 @@ from compactd.config._parsers import (
     _parse_workspaces,
 )
 from compactd.config._validate import ConfigError, ConfigProblem, _Ctx, _empty_mapping, _Invalid, _kind, _opt
+from compactd.pi_settings import PiCompaction
 
 CommitMode = Literal["rotate", "append"]
 IdentifierPolicy = Literal["strict", "off", "custom"]
@@ -299,6 +300,18 @@ class OpenClawConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PiConfig:
+    """pi's own compaction settings (``reserveTokens``, ``keepRecentTokens``, ``modelOverrides`` in its
+    ``settings.json``) are a session's thresholds where the user set them (null agent_dir:
+    ``$PI_CODING_AGENT_DIR``, else ``~/.pi/agent``)."""
+
+    use_settings: bool = _opt(True)
+    agent_dir: str | None = _opt(None)
+    # Read from pi's settings.json when the configuration is loaded (not a key of compactd's own file).
+    settings: PiCompaction | None = field(default=None, init=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceConfig:
     rescan_seconds: float = _opt(d.RESCAN_SECONDS, gt=0)
     debounce_ms: int = _opt(d.WATCH_DEBOUNCE_MS, ge=0)
@@ -322,6 +335,7 @@ class Config:
     summarizer: SummarizerConfig = field(default_factory=SummarizerConfig)
     service: ServiceConfig = field(default_factory=ServiceConfig)
     openclaw: OpenClawConfig = field(default_factory=OpenClawConfig)
+    pi: PiConfig = field(default_factory=PiConfig)
     state_dir: Path = _opt(  # noqa: RUF009 - resolved from the environment when built
         factory=lambda: resolve_state_dir(os.environ), parse=_parse_state_dir, resolve_absent=True
     )
