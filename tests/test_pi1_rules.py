@@ -277,3 +277,16 @@ def test_a_pruning_is_measured_against_the_figure_pi_has_once_an_edit_is_appende
     figures = figures_of(config, s.transcript())
     assert figures.tokens == 1005 and figures.edited_tokens is not None
     assert figures.edited_tokens > 6 * 5000
+
+
+def test_validate_reports_context_edits_pi_cannot_apply_and_ones_that_change_nothing() -> None:
+    s = Session()
+    s.message(system("prompt", added=TOOLS))
+    target = s.message(user("hi", ts=1))
+    s.edit(target, {"content": "fine"})
+    s.edit("nowhere", None)
+    clean = s.transcript()
+    assert [p.kind for p in clean.problems] == ["context_edit_target_missing"] and clean.committable
+    s.edit(target, {"text": "no content key"})
+    broken = s.transcript()
+    assert "context_edit_invalid" in [p.kind for p in broken.problems] and not broken.committable

@@ -53,9 +53,10 @@ MAX_DEPTH = 200
 # Problem kinds that make the file unusable for an agent (pi would wipe it on open).
 FATAL_KINDS = frozenset({"no_header", "unreadable"})
 # Problem kinds that forbid building a compaction on our reading: pi keeps a line we cannot carry faithfully.
-BLOCKING_KINDS = frozenset({"too_deep", "non_string_id", "message_not_object"})
+BLOCKING_KINDS = frozenset({"too_deep", "non_string_id", "message_not_object", "context_edit_invalid"})
 
 _TRUE_KEY = ("bool", True)
+_ABSENT: Any = object()
 
 
 def link_key(value: Any) -> Hashable | None:
@@ -572,9 +573,43 @@ def validate(transcript: Transcript, data: bytes | None = None) -> list[Problem]
                     f"compaction keeps from {first_kept!r}, which is not on the branch: nothing before it is kept",
                 )
             )
+    problems.extend(_context_edit_problems(branch, branch_ids, line_of))
     problems.extend(_pairing_problems(branch, line_of))
     problems.extend(_overflow_problems(branch, line_of))
     problems.extend(_depth_problems(transcript, data))
+    return problems
+
+
+def _context_edit_problems(
+    branch: list[Entry], branch_ids: set[str], line_of: dict[int, int]
+) -> list[Problem]:
+    """pi 1.x's context edits (design.md §6.14): one whose replacement pi cannot apply makes pi throw when it
+    builds the context (never compacted); one naming an entry not on the branch changes nothing."""
+    problems: list[Problem] = []
+    for entry in branch:
+        if entry.get("type") != "context_edit":
+            continue
+        line = line_of.get(id(entry))
+        replacement = entry.get("replacement", _ABSENT)
+        content = replacement.get("content") if isinstance(replacement, dict) else None
+        if replacement is not None and not isinstance(content, str | list):
+            problems.append(
+                Problem(
+                    "context_edit_invalid",
+                    line,
+                    "context edit's replacement is neither null nor {content: string or array}: pi 1.x throws "
+                    "when it builds this branch's context; this session is never compacted",
+                )
+            )
+        target = entry.get("targetId")
+        if not (isinstance(target, str) and target in branch_ids):
+            problems.append(
+                Problem(
+                    "context_edit_target_missing",
+                    line,
+                    f"context edit names {target!r}, which is not on the branch: it changes nothing",
+                )
+            )
     return problems
 
 
