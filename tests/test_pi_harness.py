@@ -253,13 +253,14 @@ def _server_pid() -> int:
     """The pid of the pi server this process talks to now (starting one if none runs)."""
     from tests.support import pi as harness
 
-    return harness._server()._proc.pid
+    return harness._server(harness.PI_VERSION)._proc.pid
 
 
 def _server_alive() -> bool:
     from tests.support import pi as harness
 
-    return bool(harness._servers) and harness._servers[0].alive
+    server = harness._servers.get(harness.PI_VERSION)
+    return server is not None and server.alive
 
 
 def _wait_until(condition: Callable[[], bool], seconds: float) -> None:

@@ -1,8 +1,9 @@
 // Shared helpers for the node scripts that drive pi's real SessionManager (tests/support/pi.py runs them).
-// PI_PACKAGE_DIR points at node_modules/@mariozechner/pi-coding-agent of the pinned install.
+// PI_PACKAGE_DIR points at the pinned install's node_modules/@mariozechner/pi-coding-agent (0.73) or
+// node_modules/@earendil-works/pi-coding-agent (1.x).
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
-import { realpathSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 
 const packageDir = process.env.PI_PACKAGE_DIR;
@@ -22,6 +23,15 @@ export async function sessionManagerModule() {
 /** pi's compaction.js; the package's exports map does not list it, so it is imported by file URL. */
 export async function compactionModule() {
   return import(moduleUrl("dist/core/compaction/compaction.js"));
+}
+
+/** pi-ai's transcript helpers (getCurrentSystemMessage, getCurrentTools) beside pi 1.x, or null (pi 0.73). */
+export async function transcriptModule() {
+  for (const relative of ["../pi-ai/dist/utils/transcript.js", "node_modules/@earendil-works/pi-ai/dist/utils/transcript.js"]) {
+    const path = join(packageDir, relative);
+    if (existsSync(path)) return import(pathToFileURL(path).href);
+  }
+  return null;
 }
 
 /** Whether the module at `url` is the script node was started with (not imported by another one). */

@@ -4,10 +4,19 @@
 // Imported (by server.mjs), it runs nothing and exports loadPaths.
 import { readFileSync, existsSync } from "node:fs";
 import { dirname, resolve } from "node:path";
-import { compactionModule, emit, errorText, isMain, readStdinJson, sessionManagerModule } from "./_pi.mjs";
+import {
+  compactionModule,
+  emit,
+  errorText,
+  isMain,
+  readStdinJson,
+  sessionManagerModule,
+  transcriptModule,
+} from "./_pi.mjs";
 
 const sm = await sessionManagerModule();
 const compaction = await compactionModule();
+const transcript = await transcriptModule(); // null before pi 1.x
 
 // pi's JSON.parse reads any depth, but JSON.stringify (and Python's json module) stop after a few thousand
 // levels: in a value nested deeper than this, each part at this depth is replaced by {"$deep": its JSON text},
@@ -98,6 +107,14 @@ function loadOne(path) {
   try {
     result.estimate = compaction.estimateContextTokens(context.messages);
     result.message_tokens = context.messages.map((m) => compaction.estimateTokens(m));
+    if (typeof manager.buildSessionProjection === "function") {
+      // pi 1.x: what its auto-compaction compares with its threshold, and what agent-session restores.
+      const branch = manager.getBranch();
+      result.projected_estimate = compaction.estimateProjectedContextTokens(manager.buildSessionProjection(), branch);
+      const systemMessages = branch.flatMap((e) => (e.type === "message" && e.message?.role === "system" ? [e.message] : []));
+      result.tools = transcript.getCurrentTools(systemMessages).map((tool) => tool.name);
+      result.system_prompt = clipDeep(transcript.getCurrentSystemMessage(context.messages) ?? null);
+    }
   } catch (error) {
     result.estimate = null;
     result.estimate_error = errorText(error);

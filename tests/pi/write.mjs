@@ -12,8 +12,12 @@
 //   appendLabelChange {target, label?}  appendSessionInfo {name}
 //   branch {target}                     resetLeaf {}
 //   branchWithSummary {target, summary, details?, fromHook?}
+// pi 1.x only:
+//   appendContextEdit {target, replacement}  (replacement null omits the target's content)
+//   appendUsage {kind, provider, model, usage, note?}
+//   appendCompaction with firstKeptEntryId null is a retain-none compaction (1.x records its own id).
 // With "open": an existing file is opened with SessionManager.open instead of creating a new session.
-// pi writes nothing until the session holds an assistant message, so "exists" may be false.
+// pi writes nothing until the session holds an assistant message (1.x: a user message), so "exists" may be false.
 // Imported (by server.mjs), it runs nothing and exports writeSpecs.
 import { existsSync } from "node:fs";
 import { emit, errorText, isMain, readStdinJson, sessionManagerModule } from "./_pi.mjs";
@@ -52,6 +56,10 @@ function runOp(manager, op, ids, index) {
       return manager.appendCustomMessageEntry(op.customType, op.content, op.display, op.details);
     case "appendLabelChange":
       return manager.appendLabelChange(resolveRef(op.target, ids, index), op.label);
+    case "appendContextEdit":
+      return manager.appendContextEdit(resolveRef(op.target, ids, index), op.replacement);
+    case "appendUsage":
+      return manager.appendUsage(op.kind, op.provider, op.model, op.usage, op.note).id;
     case "appendSessionInfo":
       return manager.appendSessionInfo(op.name);
     case "branch":

