@@ -31,7 +31,8 @@ import yaml
 from compactd.transcript.reader import read_transcript
 
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
-from tests.support.pi import pi_package_dir
+from tests.support.node24 import node24_bin
+from tests.support.pi import PI_1_VERSION, PI_VERSION, pi_package_dir
 from tests.test_service_e2e import wait_for
 
 pytestmark = pytest.mark.slow
@@ -135,7 +136,8 @@ def summarizer_responder(request: RecordedRequest) -> Reply:
 class PiAgent:
     """pi's CLI in a throwaway agent directory, working in ``workspace`` (AGENTS.md and the notes files)."""
 
-    def __init__(self, tmp: Path, model: StubLLMServer, window: int) -> None:
+    def __init__(self, tmp: Path, model: StubLLMServer, window: int, version: str = PI_VERSION) -> None:
+        self.version = version
         self.agent_dir = tmp / "pi-agent"
         self.workspace = tmp / "workspace"
         self.home = tmp / "home"
@@ -158,9 +160,9 @@ class PiAgent:
             "enableInstallTelemetry": False,
         }
         (self.agent_dir / "settings.json").write_text(json.dumps(settings))
-        package = pi_package_dir()  # installs the pinned package when missing: this test never skips
+        package = pi_package_dir(version)  # installs the pinned package when missing: never skips
         self.cli = package / json.loads((package / "package.json").read_text())["bin"]["pi"]
-        self.node = shutil.which("node") or "node"
+        self.node = str(node24_bin() / "node") if version != PI_VERSION else shutil.which("node") or "node"
         self.prompts: list[str] = []
 
     def write_notes(self, count: int) -> dict[str, str]:
@@ -180,7 +182,8 @@ class PiAgent:
         }
         command = [self.node, str(self.cli), "--provider", PROVIDER, "--model", MODEL, "--tools", "read"]
         command += ["--no-context-files", "--no-extensions", "--no-skills", "--no-prompt-templates"]
-        command += ["--no-themes", *(["-c"] if resume else []), "-p", prompt]
+        command += ["--no-themes", *(["--no-mcp"] if self.version != PI_VERSION else [])]
+        command += [*(["-c"] if resume else []), "-p", prompt]
         self.prompts.append(prompt)
         return subprocess.Popen(
             command,
@@ -377,19 +380,36 @@ def fill_line(log: str) -> str:
     return next((line.split(" fill: ", 1)[1] for line in log.splitlines() if " fill: " in line), "?")
 
 
-@pytest.mark.parametrize("mode", ["rotate", "append"])
+def system_messages_after(path: Path, entry_type: str) -> list[dict[str, Any]]:
+    """The system-message entries pi appended after the last ``entry_type`` entry of the file."""
+    entries = read_transcript(path).entries
+    last = max(i for i, e in enumerate(entries) if e.get("type") == entry_type)
+    return [
+        e
+        for e in entries[last + 1 :]
+        if isinstance(e.get("message"), dict) and e["message"].get("role") == "system"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("version", "mode"),
+    [(PI_VERSION, "rotate"), (PI_VERSION, "append"), (PI_1_VERSION, "rotate"), (PI_1_VERSION, "append")],
+)
 def test_pi_continues_on_the_compacted_session_with_summary_red_line_and_kept_turns(
     tmp_path: Path,
     llm_server: StubLLMServer,
     summarizer: StubLLMServer,
     daemons: list[Compactd],
+    version: str,
     mode: str,
 ) -> None:
     """In append mode too: the README's caveat (a live agent's next line bypasses an appended compaction) does
-    not apply to ``pi -c``, which loads the file again and so starts from the compaction."""
+    not apply to ``pi -c``, which loads the file again and so starts from the compaction. With pi 1.x the
+    compaction carries pi's system checkpoint: the next request has the same prompt and tools, once, and pi
+    re-declares nothing."""
     started = time.monotonic()
     ScriptedAgentModel(llm_server)
-    pi = PiAgent(tmp_path, llm_server, WINDOW)
+    pi = PiAgent(tmp_path, llm_server, WINDOW, version)
     notes = pi.write_notes(5)
     compactd = Compactd(
         tmp_path, pi.sessions_root, summarizer, WINDOW, compaction={"commit": mode, **NO_PRUNING}
@@ -418,6 +438,13 @@ def test_pi_continues_on_the_compacted_session_with_summary_red_line_and_kept_tu
     assert (
         messages[0]["role"] == "system" and RED_LINE not in messages[0]["content"]
     )  # -nc: pi skipped AGENTS.md
+    # One system prompt, the one the model had before (a provider's prompt cache still holds it), and the same
+    # tools: pi 1.x restores them from the checkpoint and re-declares nothing into the file.
+    assert [m for m in messages if m["role"] == "system"] == [before.messages[0]]
+    assert after.json.get("tools") == before.json.get("tools")
+    if version == PI_1_VERSION:
+        assert system_messages_after(path, "compaction") == []
+        assert compactd.inspect(path)["rules"].startswith("pi 1.x")
     # The summary comes first, as pi renders a compaction for the model ...
     assert messages[1]["role"] == "user" and SUMMARY_MARKER in _text(messages[1]["content"]), messages[1]
     # ... the red line comes from compactd's post-compaction message, not from the summary ...
@@ -446,7 +473,7 @@ def test_pi_continues_on_the_compacted_session_with_summary_red_line_and_kept_tu
         assert text in found, f"lost: {text[:80]!r}"
 
     print(
-        f"\n[{mode}] {sizes}; fill {fill_line(compactd.log())}; pi grew the session in {grown - started:.1f}s, "
+        f"\n[pi {version}, {mode}] {sizes}; fill {fill_line(compactd.log())}; pi grew the session in {grown - started:.1f}s, "
         f"compactd committed {compacted - grown:.1f}s after the turn, pi -c took {finished - compacted:.1f}s"
     )
 
@@ -526,4 +553,57 @@ def test_a_slow_model_turn_in_flight_is_not_committed_mid_turn(
         f"\nheld at {held[0]} and {held[1]} tokens with the margin, {MODEL_SECONDS:.0f}s each; committed "
         f"{iso(commits[0]['ts']) - turn_ended:.1f}s after the turn ended; fill {fill_line(compactd.log())}; "
         f"{time.monotonic() - started:.1f}s in all"
+    )
+
+
+def test_pi_1_shows_a_pruning_compactd_appended_as_context_edits(
+    tmp_path: Path, llm_server: StubLLMServer, summarizer: StubLLMServer, daemons: list[Compactd]
+) -> None:
+    """pi 1.x prunes with ``context_edit`` entries, and so does compactd: the reads that overflow the window are
+    cut (their head kept, and the entry holding the whole named) by edits appended to the file, not one byte before them rewritten, no archive;
+    ``pi -c`` sends the shortened results and everything else as it was, with the same prompt."""
+    ScriptedAgentModel(llm_server)
+    pi = PiAgent(tmp_path, llm_server, WINDOW, PI_1_VERSION)
+    notes = pi.write_notes(5)
+    compactd = Compactd(
+        tmp_path, pi.sessions_root, summarizer, WINDOW, compaction={"tool_result_max_chars": 4_000}
+    )
+    daemons.append(compactd)
+    compactd.start()
+    pi.run("Read notes_01.txt, notes_02.txt and notes_03.txt and check the shards.", resume=False)
+    path = pi.session()
+    pi.run("Now read notes_04.txt and check it too.")
+    pi.run("And notes_05.txt, please.")
+    before = llm_server.completions[-1]
+    grown = path.read_bytes()
+
+    commits = wait_for(lambda: compactd.commits(path), 60, "compactd to commit the pruning")
+    assert [c["op"] for c in commits] == ["append"], commits
+    data = path.read_bytes()
+    assert data.startswith(grown)  # not one byte of what pi wrote is rewritten
+    added = [json.loads(line) for line in data[len(grown) :].splitlines()]
+    assert added and {e["type"] for e in added} == {"context_edit"}
+    assert not list(path.parent.glob(path.name + ".bak.*"))
+    assert compactd.inspect(path)["route"] == "fits"
+
+    sent = len(llm_server.completions)
+    pi.run("Which notes files have you read so far?")
+    after = llm_server.completions[sent]
+    results = tool_messages(after)
+    assert len(results) == len(tool_messages(before)) == 5
+    cut = [r for r in results if "more characters truncated" in r]
+    assert len(cut) == len(added)
+    ids = {e.get("id") for e in read_transcript(path).entries}
+    for text in cut:  # the head of the read is kept (the tail too when it matters), and where the rest is
+        kept, note = text.split("[... ", 1)
+        assert any(body.startswith(kept.rstrip("\n")) for body in notes.values()), kept[:200]
+        assert re.search(r"full text in entry (\w+)\]$", note) and note.rsplit(" ", 1)[1][:-1] in ids
+    assert [m for m in after.messages if m["role"] == "system"] == [before.messages[0]]
+    assert system_messages_after(path, "context_edit") == []
+    user_prompts = [_text(m["content"]) for m in after.messages if m["role"] == "user"]
+    assert user_prompts == pi.prompts
+    print(
+        f"\n[pi {PI_1_VERSION}, pruning] request before {len(before.raw):,} bytes, after {len(after.raw):,} "
+        f"bytes; {len(added)} context edits appended ({len(data) - len(grown):,} bytes), 0 bytes rewritten; "
+        f"fill {fill_line(compactd.log())}"
     )

@@ -291,8 +291,10 @@ async def compact_file(
     replacements: dict[str, dict[str, Any]] = {}
     kept_ids: set[str] | None = None
     summary_tokens = post_tokens = 0
-    # What stays in the context before pruning; pi 1.x measures a pruned context without its usage anchor.
-    remaining = max(budget.estimated_tokens, figures.edited_tokens or 0)
+    # What stays in the context before pruning. pi 1.x measures a context it sees an edit in without its usage
+    # anchor (``edited_tokens``): that is its figure after a pruning, and the pruning must bring both down.
+    remaining = budget.estimated_tokens
+    measured = figures.edited_tokens if figures.edited_tokens is not None else remaining
     if chosen != "truncate_tool_results_only":
         engine = CompactionEngine(engine_settings(config, figures.provider, figures.model), client)
         workspace = workspace_for(config, path, transcript)
@@ -310,8 +312,8 @@ async def compact_file(
         post = entry_to_message(e.post_message) if e.post_message is not None else None
         post_tokens = sum(estimate_tokens(m) for m in llm_visible([post] if post is not None else []))
         kept_tokens = sum(estimate_tokens(m, pi1=pi1) for m in llm_visible(e.plan.kept))
-        remaining = summary_tokens + post_tokens + kept_tokens
-    need = remaining - prune_target_tokens(budget, chosen)
+        remaining = measured = summary_tokens + post_tokens + kept_tokens
+    need = max(remaining, measured) - prune_target_tokens(budget, chosen)
     chosen = route_after_summary(chosen, need)  # the summary may have been enough: the kept turns stay
     pruned_tokens = 0
     if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
@@ -332,7 +334,7 @@ async def compact_file(
         result.pruned = len(replacements)
         result.chars_saved = pruning.chars_saved
         pruned_tokens = pruning.tokens_saved
-    after = remaining - pruned_tokens
+    after = measured - pruned_tokens
     result.fill = Fill(
         threshold=budget.compact_threshold,
         before_tokens=budget.estimated_tokens,
