@@ -351,17 +351,22 @@ def _prepare_replacements(
     return out
 
 
-def _with_ids(compaction: Entry, post: Entry | None, taken: set[str]) -> tuple[Entry, Entry | None]:
-    """Copies with ids that collide with nothing in the file (the engine made them against a snapshot)."""
+def _with_ids(
+    compaction: Entry, post: Entry | None, taken: set[str], parent: str | None
+) -> tuple[Entry, Entry | None]:
+    """Copies with ids that collide with nothing in the file (the engine made them against a snapshot), the
+    compaction the child of ``parent`` and the post-compaction message the compaction's."""
     compaction = dict(compaction)
     if not isinstance(compaction.get("id"), str) or compaction["id"] in taken:
         compaction["id"] = fresh_id(taken)
     taken.add(compaction["id"])
+    compaction["parentId"] = parent
     if post is not None:
         post = dict(post)
         if not isinstance(post.get("id"), str) or post["id"] in taken:
             post["id"] = fresh_id(taken)
         taken.add(post["id"])
+        post["parentId"] = compaction["id"]
     return compaction, post
 
 
@@ -498,8 +503,7 @@ def build_successor(
     new_compaction: Entry | None = None
     new_post: Entry | None = None
     if compaction is not None:
-        new_compaction, new_post = _with_ids(compaction, post, taken)
-        new_compaction["parentId"] = None
+        new_compaction, new_post = _with_ids(compaction, post, taken, None)
 
     # The chain that follows the compaction: what of the summarized part is state, not conversation.
     latest = {e.get("type"): e for e in summarized if e.get("type") in SETTINGS_TYPES}
@@ -733,16 +737,11 @@ def build_append(
     new_compaction: Entry | None = None
     new_post: Entry | None = None
     if compaction is not None:
-        new_compaction, new_post = _with_ids(compaction, post, used)
-        new_compaction["parentId"] = parent
+        new_compaction, new_post = _with_ids(compaction, post, used, parent)
         if isinstance(first_kept, str) and first_kept in id_map:
             new_compaction["firstKeptEntryId"] = id_map[first_kept]
-        out.append(new_compaction)
-        parent = new_compaction["id"]
-        if new_post is not None:
-            new_post["parentId"] = parent
-            out.append(new_post)
-            parent = new_post["id"]
+        out.extend(e for e in (new_compaction, new_post) if e is not None)
+        parent = out[-1]["id"]
         expected = [compaction_message(new_compaction), *_messages(replaced_branch[cut:])]
         if new_post is not None:
             expected.extend(_messages([new_post]))
@@ -779,14 +778,8 @@ def _build_append_pi1(
     out: list[Entry] = []
     parent = _entry_id(branch[-1]) if branch else None
     if compaction is not None:
-        new_compaction, new_post = _with_ids(compaction, post, used)
-        new_compaction["parentId"] = parent
-        out.append(new_compaction)
-        parent = new_compaction["id"]
-        if new_post is not None:
-            new_post["parentId"] = parent
-            out.append(new_post)
-            parent = new_post["id"]
+        out.extend(e for e in _with_ids(compaction, post, used, parent) if e is not None)
+        parent = out[-1]["id"]
     replaced = {i: fix[i] for pos in replaced_at if (i := _entry_id(branch[pos])) is not None}
     out.extend(context_edits(replaced, parent, used))
     original = context_from_path(branch)
