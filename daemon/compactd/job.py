@@ -306,7 +306,9 @@ async def compact_file(
         e = result.engine
         kept_ids = {x["id"] for x in e.plan.path[e.plan.first_kept_index :] if isinstance(x.get("id"), str)}
         checkpoint = e.compaction.get("systemMessage")
-        pi1 = isinstance(checkpoint, dict)  # pi 1.x counts the checkpoint, system messages and user images
+        pi1 = (
+            figures.edited_tokens is not None
+        )  # pi 1.x's rules: the checkpoint, system messages, user images
         summary_tokens = estimate_tokens(compaction_message(e.compaction))
         summary_tokens += estimate_tokens(checkpoint, pi1=True) if isinstance(checkpoint, dict) else 0
         post = entry_to_message(e.post_message) if e.post_message is not None else None

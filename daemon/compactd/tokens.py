@@ -34,9 +34,8 @@ __all__ = [
     "usage_total",
 ]
 
-IMAGE_CHARS = (
-    4800  # pi counts an image in a tool result or custom message (pi 1.x: any message) as 4,800 chars.
-)
+# pi counts an image in a tool result or custom message (pi 1.x: in any message) as 4,800 characters.
+IMAGE_CHARS = 4800
 # The largest token figure we hold (Number.MAX_SAFE_INTEGER): a usage beyond it is clamped to it (and reported
 # by the reader as ``figure_overflow``), so no budget arithmetic downstream can overflow.
 MAX_TOKENS = 2**53 - 1

@@ -273,9 +273,8 @@ def projected_entries(path: list[Entry]) -> list[tuple[Entry, list[dict[str, Any
     projected: list[tuple[Entry, list[dict[str, Any]]]] = []
     for index, entry in enumerate(selected):
         if entry.get("type") == "compaction" and index > 0:
-            projected.append(
-                (entry, [])
-            )  # an older compaction inside the kept range: no checkpoint, no summary
+            # an older compaction inside the kept range: no checkpoint, no summary
+            projected.append((entry, []))
             continue
         key = link_key(entry.get("id"))
         projected.append((entry, _project_entry(entry, edits.get(key) if key is not None else None)))
@@ -300,9 +299,8 @@ def _entry_messages(entry: Entry) -> list[dict[str, Any]]:
         made: dict[str, Any] = {"role": "custom"}
         if "customType" in entry:
             made["customType"] = entry["customType"]
-        made["content"] = (
-            [] if entry.get("content") is None else entry["content"]
-        )  # pi 1.x: ``content ?? []``
+        content = entry.get("content")
+        made["content"] = [] if content is None else content  # pi 1.x: ``content ?? []``
         made.update((k, entry[k]) for k in ("display", "details") if k in entry)
         made["timestamp"] = js_timestamp(entry.get("timestamp", UNDEFINED))
         return [made]
