@@ -663,10 +663,12 @@ def test_no_summarizer_never_loads_the_sdk(tmp_path: Any, dry_run: bool) -> None
     import sys
     from pathlib import Path
 
-    real = Path(__file__).resolve().parents[2] / "shared/fixtures/real/pi-large-session.v3.jsonl"
+    from bench.corpus import session_bytes
+
     sessions = tmp_path / "sessions"
     sessions.mkdir()
-    (sessions / "a.jsonl").write_bytes(real.read_bytes())
+    # A generated coding session (the real fixtures are not on every machine), well over a 20,000-token window.
+    (sessions / "a.jsonl").write_bytes(session_bytes(600_000, seed=17)[0])
     config = tmp_path / "compactd.yaml"
     config.write_text(
         f"sessions: {{roots: [{sessions}], idle_seconds: 0}}\n"
