@@ -865,6 +865,27 @@ INSTANCES: dict[str, bytes] = {
         _raw(_entry("u2", "a1", _user("deep"), x="N"), "N", b"[" * 300 + b"]" * 300),
         _line(_entry("a2", "u2", _assistant({"totalTokens": 500_000}))),
     ),
+    # pi migrates by `(header.version ?? 1) < 2` and `< 3`: a branch (u2 beside a1) read as a tree or as v1's line.
+    **{
+        f"header_version_{name}": b"\n".join(
+            [
+                HEADER.replace(b'"version":3', b'"version":' + raw),
+                *START[1:],
+                _line(_entry("u2", "u1", _user("b"))),
+            ]
+        )
+        + b"\n"
+        for name, raw in {
+            "1e400": b"1e400",
+            "1e308": b"1e308",
+            "2.5": b"2.5",
+            "string_3": b'"3"',
+            "string_x": b'"x"',
+            "true": b"true",
+            "null": b"null",
+            "empty_array": b"[]",
+        }.items()
+    },
     "trimmed_ends": b"\xc2\xa0\x0b"
     + _session(_line(_entry("u2", "a1", _user("last"))))[:-1]
     + "\u3000".encode(),
@@ -914,7 +935,12 @@ def test_the_observed_instances_read_as_pi_reads_them(
     for mutant in mutants:
         done = compactd("validate", str(mutant.path), env=cli_env)
         assert "Traceback" not in done.stderr, done.stderr
-        ok = mutant.name in {"lone_surrogate", "invalid_utf8", "timestamp_1e400", "entry_timestamp_1e400"}
+        ok = mutant.name.startswith("header_version_") or mutant.name in {
+            "lone_surrogate",
+            "invalid_utf8",
+            "timestamp_1e400",
+            "entry_timestamp_1e400",
+        }
         assert done.returncode == (0 if ok else 1), (mutant.name, done.stdout)
 
 

@@ -17,7 +17,16 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["JS_WHITESPACE", "is_js_blank", "js_number", "js_trim_bounds", "loads", "nesting", "stringify"]
+__all__ = [
+    "JS_WHITESPACE",
+    "is_js_blank",
+    "js_number",
+    "js_to_number",
+    "js_trim_bounds",
+    "loads",
+    "nesting",
+    "stringify",
+]
 
 # Integers orjson keeps exact (64-bit); beyond them it gives the double, as JavaScript always does.
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
@@ -307,3 +316,37 @@ def nesting(value: Any) -> int:
             if kind is dict or kind is list:
                 push((child, depth + 1))
     return deepest
+
+
+_JS_DECIMAL = re.compile(r"[+-]?(?:Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
+_JS_RADIX = {"0x": 16, "0X": 16, "0o": 8, "0O": 8, "0b": 2, "0B": 2}
+
+
+def js_to_number(value: Any) -> float:
+    """JavaScript's ``Number(value)`` for a parsed JSON value (what ``<`` and ``>=`` compare): NaN for what is
+    not a number, as for an object; an array by its ``String()``."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, list):
+        if len(value) > 1:
+            return math.nan
+        item = value[0] if value else ""
+        return js_to_number("" if item is None else item if isinstance(item, str) else stringify(item))
+    if not isinstance(value, str):
+        return math.nan
+    text = value.strip(JS_WHITESPACE)
+    if not text:
+        return 0.0
+    base = _JS_RADIX.get(text[:2])
+    if base is not None:
+        try:
+            return float(int(text[2:], base)) if text[2:].isalnum() else math.nan
+        except ValueError:
+            return math.nan
+    if not _JS_DECIMAL.fullmatch(text):
+        return math.nan
+    return float(text.replace("Infinity", "inf"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import math
 import os
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 import orjson
 
 from compactd.tokens import MAX_TOKENS, usage_total
-from compactd.transcript.jsjson import is_js_blank, js_trim_bounds, nesting
+from compactd.transcript.jsjson import is_js_blank, js_to_number, js_trim_bounds, nesting
 from compactd.transcript.jsjson import loads as js_loads
 from compactd.transcript.messages import role_of, tool_call_id, tool_calls
 
@@ -390,8 +391,17 @@ class Scan:
 
     @property
     def version(self) -> int:
-        version = (self.header or {}).get("version", 1)
-        return version if isinstance(version, int) and not isinstance(version, bool) else 1
+        """The version pi migrates the file from: ``header.version ?? 1``, compared as JavaScript compares it
+        (``< 2``, ``< 3``): a string, a fraction, a huge number or NaN each say what pi makes of them."""
+        version = (self.header or {}).get("version")
+        if version is None:
+            return 1
+        if isinstance(version, int) and not isinstance(version, bool):
+            return version
+        number = js_to_number(version)
+        if math.isnan(number) or number >= CURRENT_VERSION:
+            return CURRENT_VERSION  # no comparison holds for NaN: pi migrates nothing
+        return 1 if number < 2 else 2
 
 
 def _parse(data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None = None) -> Transcript:
