@@ -51,6 +51,8 @@ class Install:
     agents: tuple[Agent, ...]
     jsonl_agents: tuple[str, ...]  # agent dirs without a database: served by their files (≤ 2026.7)
     config_error: str | None = None
+    # The gateway's user, who owns the state directory it writes: the token goes to its sockets only.
+    gateway_uid: int | None = None
 
     @property
     def gateway_url(self) -> str:
@@ -193,7 +195,11 @@ def discover(
                 model=model,
             )
         )
-    return Install(state, cfg_path, port, token, tuple(agents), tuple(jsonl), error)
+    try:
+        gateway_uid: int | None = os.stat(state).st_uid
+    except OSError:
+        gateway_uid = None
+    return Install(state, cfg_path, port, token, tuple(agents), tuple(jsonl), error, gateway_uid)
 
 
 def _int_or_none(value: str | None) -> int | None:

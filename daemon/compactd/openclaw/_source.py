@@ -34,8 +34,6 @@ from compactd.state import Backoff, Metrics, SessionState, describe_error
 log = logging.getLogger(__name__)
 
 SOURCE = "openclaw"
-# How long the gateway may take over one compaction (its summarizer's timeout is 180 s by default).
-COMPACT_TIMEOUT_SECONDS = 240.0
 # How long the database may take to show the compaction the gateway reported.
 VERIFY_SECONDS = 15.0
 VERIFY_POLL_SECONDS = 0.2
@@ -306,7 +304,8 @@ class OpenClawSource:
                     install.token,
                     "sessions.compact",
                     params,
-                    timeout=COMPACT_TIMEOUT_SECONDS,
+                    timeout=self.config.openclaw.rpc_timeout_seconds,
+                    owner_uid=install.gateway_uid,
                 )
             )
         except GatewayError as exc:
