@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from compactd.openclaw._gateway import GatewayError, call
 from compactd.openclaw._listener import ListenerUnknown, peer_uid
@@ -155,3 +156,70 @@ def test_a_silent_listener_fails_the_call_at_its_deadline(listen: Callable[..., 
     assert outcome[0].kind == "down"
     count, _messages = received(listener.stop())
     assert count > 0  # it was reached: the deadline, not a refused connection, ended the call
+
+
+def over_threshold_install(root: Path, port: int) -> None:
+    """An OpenClaw state directory whose one session is over its threshold, idle, flushed this cycle: due for
+    a compaction through the gateway at ``port``."""
+    from tests.support.openclaw_db import AgentDb
+
+    fixture = Path("/work/shared/fixtures/real/pi-large-session.v3.jsonl")
+    if not fixture.exists():
+        pytest.skip(f"{fixture} is not here")
+    lines = [line for line in fixture.read_bytes().split(b"\n") if line.strip()][:60]
+    db = AgentDb(root / "agents" / "main" / "agent" / "openclaw-agent.sqlite")
+    flushed = {"kind": "succeeded", "compactionCount": 0}
+    db.set_node("agent:main:work", "s-work", {"status": "done", "memoryFlush": flushed})
+    db.append("s-work", lines)
+    db.close()
+    (root / "openclaw.json").write_text(
+        json.dumps(
+            {
+                "gateway": {"port": port, "auth": {"mode": "token", "token": TOKEN}},
+                "models": {"providers": {"p": {"models": [{"id": "m", "contextWindow": 16000}]}}},
+                "agents": {"defaults": {"model": {"primary": "p/m"}}},
+            }
+        )
+    )
+
+
+def compact_once(tmp_path: Path, port: int, deadline: float) -> dict[str, Any]:
+    from compactd.config import Config
+    from compactd.openclaw import OpenClawSource
+
+    over_threshold_install(tmp_path / "openclaw", port)
+    config = Config.from_mapping(
+        {
+            "openclaw": {"state_dir": str(tmp_path / "openclaw"), "rpc_timeout_seconds": deadline},
+            "sessions": {"idle_seconds": 0},
+            "state_dir": str(tmp_path / "state"),
+        }
+    )
+    rows = anyio.run(OpenClawSource(config, {}).once)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+@pytest.mark.parametrize("mode", ["silent", "silent-ws"])
+def test_the_configured_deadline_bounds_a_compaction_request(
+    listen: Callable[..., Listener], tmp_path: Path, mode: str
+) -> None:
+    listener = listen(mode)
+    outcome: list[dict[str, Any]] = []
+    thread = threading.Thread(target=lambda: outcome.append(compact_once(tmp_path, listener.port, 0.5)))
+    thread.start()
+    thread.join(10.0)  # twenty times the configured deadline; the 240 s default would hold it for minutes
+    assert not thread.is_alive(), "the compaction request outlived openclaw.rpc_timeout_seconds"
+    assert outcome and outcome[0]["action"] == "failed" and outcome[0]["stage"] == "gateway down", outcome
+    assert received(listener.stop())[0] > 0
+
+
+@needs_root
+def test_a_squatter_on_the_gateways_port_gets_nothing_and_the_session_backs_off(
+    listen: Callable[..., Listener], tmp_path: Path
+) -> None:
+    squatter = listen("gateway", NOBODY)
+    row = compact_once(tmp_path, squatter.port, 10)
+    assert row["action"] == "failed" and row["stage"] == "gateway untrusted", row
+    assert f"uid {NOBODY}" in row["reason"] and row["retry_in"] > 0
+    assert received(squatter.stop()) == (0, [])
