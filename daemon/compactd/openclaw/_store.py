@@ -148,7 +148,14 @@ class Store:
             conn.close()
 
     def nodes(self, conn: sqlite3.Connection) -> list[Node]:
-        rows = conn.execute("SELECT session_key, current_session_id, entry_json FROM session_nodes")
+        """Every session's row; none from a database without any table yet (OpenClaw creates the file, then
+        its schema), while one with other tables but no ``session_nodes`` is no OpenClaw store."""
+        try:
+            rows = conn.execute("SELECT session_key, current_session_id, entry_json FROM session_nodes")
+        except sqlite3.OperationalError:
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                return []
+            raise
         return [_node(key, session_id, entry_json) for key, session_id, entry_json in rows]
 
     def node(self, conn: sqlite3.Connection, session_key: str) -> Node | None:
