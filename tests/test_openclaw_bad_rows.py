@@ -250,6 +250,10 @@ def test_run_goes_on_serving_files_beside_a_bad_row(
     assert rows[BAD_KEY]["failures"] == 1 and rows[BAD_KEY]["error_stage"] == "read"
     assert "seq is text" in rows[BAD_KEY]["last_error"]
     assert all(rows[k]["tokens"] == t for k, t in expected.items())
+    shown = compactd(
+        "status", "--config", str(tmp_path / "compactd.yaml"), env={"XDG_CONFIG_HOME": "/nowhere"}
+    )
+    assert "openclaw agent broken: database unreadable" in shown.stdout, shown.stdout
     serves_the_file(tmp_path, proc, path, lines, log)
     assert proc.poll() is None
 
@@ -270,5 +274,9 @@ def test_run_goes_on_beside_a_5000_deep_openclaw_config(
         return section.get("config_error") if set(expected) <= sessions else None
 
     assert "nests too deeply" in wait_for(config_error, proc, log, "the config's error in status.json")
+    shown = compactd(
+        "status", "--config", str(tmp_path / "compactd.yaml"), env={"XDG_CONFIG_HOME": "/nowhere"}
+    )
+    assert "openclaw config unusable (defaults apply)" in shown.stdout, shown.stdout
     serves_the_file(tmp_path, proc, path, lines, log)
     assert proc.poll() is None
