@@ -4,7 +4,7 @@
 it receives: ``{"bytes": n}`` for each chunk read from a connection and ``{"message": text}`` for each WebSocket
 text frame a client sent (unmasked). Modes: ``gateway`` answers like OpenClaw's gateway (the WebSocket
 handshake, a ``connect.challenge``, an ``ok`` answer to every request); ``silent`` accepts connections and
-never answers; ``silent-ws`` completes the WebSocket handshake and then never sends anything.
+never answers; ``silent-ws`` completes the WebSocket handshake and then never sends anything (not even the answer to a close).
 """
 
 from __future__ import annotations
@@ -88,9 +88,11 @@ def serve(conn: socket.socket, mode: str) -> None:
         while data := recv(conn):
             buffer += data
             for opcode, payload in messages(buffer):
-                if opcode == 0x8:
-                    conn.sendall(bytes([0x88, 0]))
-                    return
+                if opcode == 0x8:  # a close: the gateway answers it, a silent listener does not
+                    if mode == "gateway":
+                        conn.sendall(bytes([0x88, 0]))
+                        return
+                    continue
                 text = payload.decode("utf-8", "replace")
                 say({"message": text})
                 if mode == "gateway" and opcode == 0x1:
