@@ -98,6 +98,8 @@ ABANDONED_TURN_SECONDS = 900.0
 # A session its agent is at work on (a file locked or being written, an OpenClaw run in progress) is looked at
 # again after this long, or after the idle time if that is longer; not counted as a failure.
 BUSY_RETRY_SECONDS = 10.0
+# One OpenClaw gateway RPC, connect to answer: a compaction's summary may take the gateway's 180 s and more.
+OPENCLAW_RPC_TIMEOUT_SECONDS = 240.0
 # Archives (``*.jsonl.bak.<ts>``) are the only copy of the lines a rotation summarized: they are removed by age
 # only. A count cap (0 = none) is opt-in: 30 compactions of a busy session in an hour would otherwise delete
 # thousands of lines that exist nowhere else within that hour.

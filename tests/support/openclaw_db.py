@@ -7,6 +7,7 @@ stored as OpenClaw stores them: JSON text, or one zstd frame when the JSON is at
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import uuid
 from pathlib import Path
@@ -53,6 +54,8 @@ CREATE TABLE IF NOT EXISTS transcript_event_identities (
 ) STRICT;
 """
 
+_UNTYPED = re.compile(r" (?:TEXT|INTEGER|BLOB)\b(?= NOT NULL| PRIMARY KEY| CHECK|,|\n)")
+
 
 def _row(data: bytes, is_header: bool) -> tuple[str | None, bytes | None, int | None, str | None]:
     if len(data) >= 1024 and b"\\u" not in data and b"\x00" not in data and not is_header:
@@ -63,14 +66,16 @@ def _row(data: bytes, is_header: bool) -> tuple[str | None, bytes | None, int | 
 
 
 class AgentDb:
-    """One agent's database, created in WAL mode like the gateway's."""
+    """One agent's database, created in WAL mode like the gateway's; ``strict=False`` creates the tables with
+    no column types at all (no STRICT, no affinity), so a test can store what a damaged or foreign database may
+    hold, kept as given: text in ``seq``, a float in ``event_json``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, strict: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.executescript(SCHEMA)
+        self.conn.executescript(SCHEMA if strict else _UNTYPED.sub("", SCHEMA.replace(") STRICT;", ");")))
 
     def close(self) -> None:
         self.conn.close()
@@ -110,6 +115,23 @@ class AgentDb:
                 ),
             )
         self.conn.execute("COMMIT")
+
+    def put_event(
+        self,
+        session_id: str,
+        seq: object,
+        event_json: object,
+        *,
+        created_at: object = 0,
+        event_zstd: object = None,
+        size: object = None,
+        navigation: object = None,
+    ) -> None:
+        """One ``transcript_events`` row exactly as given (whatever the column types; see ``strict``)."""
+        self.conn.execute(
+            "INSERT INTO transcript_events VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (session_id, seq, event_json, created_at, event_zstd, size, navigation),
+        )
 
     def rewrite(self, session_id: str, lines: list[bytes]) -> None:
         """What ``--max-lines`` does: delete the rows, renumber from 0 and bump the generation."""

@@ -297,6 +297,8 @@ class OpenClawConfig:
     enabled: bool = _opt(True)
     state_dir: str | None = _opt(None)
     config_path: str | None = _opt(None)
+    # One deadline per gateway RPC, from the TCP connect to the answer (its summarizer's timeout is 180 s).
+    rpc_timeout_seconds: float = _opt(d.OPENCLAW_RPC_TIMEOUT_SECONDS, gt=0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ secret: it is registered with the log scrubber as soon as it is read.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from compactd.openclaw._guard import database_of, is_sqlite_agent
 log = logging.getLogger(__name__)
 
 DEFAULT_GATEWAY_PORT = 18789
+MAX_PORT = 65535
 TOKEN_ENV = "OPENCLAW_GATEWAY_TOKEN"
 # An OpenClaw config larger than this is not read (it is a few KiB in practice).
 MAX_CONFIG_BYTES = 4 << 20
@@ -51,6 +53,8 @@ class Install:
     agents: tuple[Agent, ...]
     jsonl_agents: tuple[str, ...]  # agent dirs without a database: served by their files (≤ 2026.7)
     config_error: str | None = None
+    # The gateway's user, who owns the state directory it writes: the token goes to its sockets only.
+    gateway_uid: int | None = None
 
     @property
     def gateway_url(self) -> str:
@@ -84,6 +88,8 @@ def read_openclaw_config(path: str) -> dict[str, Any]:
         value = json5.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise OpenClawConfigError(f"{path} is not JSON5: {exc}") from None
+    except RecursionError:  # the parser recurses once per level: thousands of levels are no config
+        raise OpenClawConfigError(f"{path} nests too deeply to be read") from None
     if not isinstance(value, dict):
         raise OpenClawConfigError(f"{path} does not hold an object")
     return value
@@ -97,10 +103,17 @@ def _dig(doc: Any, *keys: str) -> Any:
     return doc
 
 
-def _positive_int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+def _positive_int(value: Any, limit: int | None = None) -> int | None:
+    """A positive whole figure from the config; None for anything else (``Infinity``, ``NaN``, over ``limit``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         return None
-    return int(value)
+    number = int(value)
+    return number if number > 0 and (limit is None or number <= limit) else None
 
 
 def context_window(doc: Mapping[str, Any], model_ref: str | None) -> int:
@@ -159,8 +172,8 @@ def discover(
     if token:
         add_secret(token)
     port = (
-        _positive_int(_dig(doc, "gateway", "port"))
-        or _positive_int(_int_or_none(env.get("OPENCLAW_GATEWAY_PORT")))
+        _positive_int(_dig(doc, "gateway", "port"), MAX_PORT)
+        or _positive_int(_int_or_none(env.get("OPENCLAW_GATEWAY_PORT")), MAX_PORT)
         or DEFAULT_GATEWAY_PORT
     )
     default_model = _model_ref(_dig(doc, "agents", "defaults", "model"))
@@ -182,18 +195,25 @@ def discover(
             continue
         entry = listed.get(name, {})
         model = _model_ref(entry.get("model")) or default_model
-        workspace = entry.get("workspace") or default_workspace or os.path.join(state, "workspace")
+        workspace = next(
+            (w for w in (entry.get("workspace"), default_workspace) if isinstance(w, str) and w),
+            os.path.join(state, "workspace"),
+        )
         agents.append(
             Agent(
                 agent_id=name,
                 agent_dir=agent_dir,
                 database=database_of(agent_dir),
-                workspace=os.path.abspath(os.path.expanduser(str(workspace))),
+                workspace=os.path.abspath(os.path.expanduser(workspace)),
                 context_window=context_window(doc, model),
                 model=model,
             )
         )
-    return Install(state, cfg_path, port, token, tuple(agents), tuple(jsonl), error)
+    try:
+        gateway_uid: int | None = os.stat(state).st_uid
+    except OSError:
+        gateway_uid = None
+    return Install(state, cfg_path, port, token, tuple(agents), tuple(jsonl), error, gateway_uid)
 
 
 def _int_or_none(value: str | None) -> int | None:

@@ -52,10 +52,23 @@ def check_openclaw(config: Config, env: Mapping[str, str], ok: Say, bad: Fix, wa
     if not install.agents:
         return problems
     try:
-        call(install.gateway_url, install.token, None, {}, timeout=PROBE_TIMEOUT_SECONDS)
+        call(
+            install.gateway_url,
+            install.token,
+            None,
+            {},
+            timeout=min(PROBE_TIMEOUT_SECONDS, oc.rpc_timeout_seconds),
+            owner_uid=install.gateway_uid,
+        )
     except GatewayError as exc:
         problems += 1
-        if exc.kind == "refused":
+        if exc.kind == "untrusted":
+            bad(
+                f"openclaw gateway at {install.gateway_url} is not trusted with the token: {exc}",
+                f"compactd sends the token only to a listener owned by the user owning {install.state_dir}; "
+                "stop whatever else listens on that port and start the gateway as that user",
+            )
+        elif exc.kind == "refused":
             bad(
                 f"openclaw gateway at {install.gateway_url} refuses compactd: {exc}",
                 "give compactd the gateway's token (gateway.auth.token in openclaw.json, or "

@@ -60,6 +60,10 @@ class Follower:
         self.last_event_at = events[-1].created_at
         return True
 
+    def forget(self) -> None:
+        """Drop what was read (after a failed read): the next refresh reads the whole session again."""
+        self.session_id, self.generation, self.ledger, self.last_seq = None, None, None, -1
+
     def _apply(self, entries: list[Entry]) -> bool:
         assert self.ledger is not None
         try:

@@ -6,28 +6,37 @@ the gateway sends a ``connect.challenge`` event, the client answers with a ``con
 must be one of OpenClaw's fixed names: ``"cli"``), then sends ``{"type":"req","id","method","params"}`` and
 reads ``{"type":"res","id","ok","payload"|"error"}`` (a ``"status":"accepted"`` payload is not yet the answer).
 The token is never logged: it is registered with the scrubber where it is read (``_discovery``).
+
+The token is an admin credential and the port only a number: before the handshake, the kernel is asked who
+owns the socket answering (:func:`compactd.openclaw._listener.peer_uid`), and anything but the gateway's user
+gets not one byte. One deadline covers the whole call, from the TCP connect to the answer (and the close).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
+import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from compactd import __version__
+from compactd.openclaw._listener import ListenerUnknown, peer_uid
 
 CLIENT_ID = "cli"
 PROTOCOL = 4
-CONNECT_TIMEOUT_SECONDS = 10.0
+# At most this much of the call's deadline is spent closing (the gateway answers a close at once).
+CLOSE_TIMEOUT_SECONDS = 2.0
 MAX_FRAME_BYTES = 16 << 20
 
 
 class GatewayError(Exception):
-    """The gateway could not be asked: ``kind`` is ``down`` (unreachable, closed, timed out) or ``refused``
-    (it answered the connect with an error, e.g. a wrong token)."""
+    """The gateway could not be asked: ``kind`` is ``down`` (unreachable, closed, timed out), ``untrusted``
+    (what listens on its port is not owned by the gateway's user: nothing was sent) or ``refused`` (it answered
+    the connect with an error, e.g. a wrong token)."""
 
     def __init__(self, kind: str, message: str, code: str | None = None) -> None:
         super().__init__(message)
@@ -56,59 +65,121 @@ def _error_of(frame: dict[str, Any]) -> RpcError:
     )
 
 
-def call(url: str, token: str | None, method: str | None, params: dict[str, Any], *, timeout: float) -> Any:
+def call(
+    url: str,
+    token: str | None,
+    method: str | None,
+    params: dict[str, Any],
+    *,
+    timeout: float,
+    owner_uid: int | None,
+) -> Any:
     """Connect, authenticate, call ``method`` once and return its payload (blocking: run it in a thread);
     with ``method`` None, only connect (``doctor``'s probe) and return the gateway's hello.
 
+    ``owner_uid`` is the gateway's user: the connection is dropped before its first byte unless the socket
+    answering it belongs to that uid. ``timeout`` is the whole call's deadline, connect to answer.
     Raises :class:`GatewayError` when the gateway cannot be asked and :class:`RpcError` when it answers no.
     """
     from websockets.exceptions import InvalidHandshake, WebSocketException
     from websockets.sync.client import connect
 
     deadline = time.monotonic() + timeout
-    ids = (f"compactd-{n}" for n in itertools.count(1))
+
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return left
+
+    sock: socket.socket | None = None
     try:
-        ws = connect(url, open_timeout=CONNECT_TIMEOUT_SECONDS, max_size=MAX_FRAME_BYTES, compression=None)
-    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        sock = _trusted_socket(url, owner_uid, remaining())
+        ws = connect(
+            url,
+            sock=sock,
+            open_timeout=remaining(),
+            close_timeout=CLOSE_TIMEOUT_SECONDS,
+            max_size=MAX_FRAME_BYTES,
+            compression=None,
+        )
+    except (OSError, InvalidHandshake) as exc:
+        if sock is not None:
+            sock.close()
+        if isinstance(exc, TimeoutError):
+            raise GatewayError("down", f"no answer from {url} within {timeout:g}s") from None
         raise GatewayError("down", f"cannot connect to {url}: {exc}") from None
     try:
-
-        def request(name: str, body: dict[str, Any]) -> Any:
-            request_id = next(ids)
-            ws.send(json.dumps({"type": "req", "id": request_id, "method": name, "params": body}))
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise GatewayError("down", f"no answer to {name} within {timeout:.0f}s")
-                frame = json.loads(ws.recv(timeout=remaining))
-                if not isinstance(frame, dict) or frame.get("type") != "res" or frame.get("id") != request_id:
-                    continue  # events (ticks, presence) and other answers
-                payload = frame.get("payload")
-                if frame.get("ok") and isinstance(payload, dict) and payload.get("status") == "accepted":
-                    continue
-                if not frame.get("ok"):
-                    raise _error_of(frame)
-                return payload
-
-        _await_challenge(ws, deadline)
-        try:
-            hello = request("connect", connect_params(token))
-        except RpcError as exc:
-            raise GatewayError("refused", f"the gateway refused the connection: {exc}", exc.code) from None
-        return hello if method is None else request(method, params)
+        with ws:  # closes it (websockets ≥ 17.1 warns about a connection used any other way)
+            try:
+                return _converse(ws, token, method, params, remaining)
+            finally:
+                # the close is bounded by what is left of the deadline: a silent peer cannot hold it either
+                ws.close_timeout = min(CLOSE_TIMEOUT_SECONDS, max(0.0, deadline - time.monotonic()))
     except TimeoutError:
-        raise GatewayError("down", f"no answer from {url} within {timeout:.0f}s") from None
+        raise GatewayError("down", f"no answer from {url} within {timeout:g}s") from None
     except WebSocketException as exc:
         raise GatewayError("down", f"the connection to {url} failed: {exc}") from None
-    finally:
-        with contextlib.suppress(Exception):
-            ws.close()
 
 
-def _await_challenge(ws: Any, deadline: float) -> None:
+def _converse(
+    ws: Any, token: str | None, method: str | None, params: dict[str, Any], remaining: Callable[[], float]
+) -> Any:
+    """The challenge, the ``connect`` request and the call, each read within what is left of the deadline."""
+    ids = (f"compactd-{n}" for n in itertools.count(1))
+
+    def request(name: str, body: dict[str, Any]) -> Any:
+        request_id = next(ids)
+        ws.send(json.dumps({"type": "req", "id": request_id, "method": name, "params": body}))
+        while True:
+            frame = json.loads(ws.recv(timeout=remaining()))
+            if not isinstance(frame, dict) or frame.get("type") != "res" or frame.get("id") != request_id:
+                continue  # events (ticks, presence) and other answers
+            payload = frame.get("payload")
+            if frame.get("ok") and isinstance(payload, dict) and payload.get("status") == "accepted":
+                continue
+            if not frame.get("ok"):
+                raise _error_of(frame)
+            return payload
+
+    _await_challenge(ws, remaining)
+    try:
+        hello = request("connect", connect_params(token))
+    except RpcError as exc:
+        raise GatewayError("refused", f"the gateway refused the connection: {exc}", exc.code) from None
+    return hello if method is None else request(method, params)
+
+
+def _trusted_socket(url: str, owner_uid: int | None, timeout: float) -> socket.socket:
+    """A TCP connection to ``url``'s host and port, kept only when the kernel says the gateway's user owns the
+    other end; nothing has been sent on it."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    if owner_uid is None:
+        raise GatewayError(
+            "untrusted", f"the gateway's user is not known: the token is not sent to {host}:{port}"
+        )
+    sock = socket.create_connection((host, port), timeout=timeout)
+    try:
+        uid = peer_uid(sock)
+    except ListenerUnknown as exc:
+        sock.close()
+        raise GatewayError("untrusted", f"cannot tell who listens on {host}:{port}: {exc}") from None
+    if uid != owner_uid:
+        sock.close()
+        raise GatewayError(
+            "untrusted",
+            f"what listens on {host}:{port} belongs to uid {uid}, not to the gateway's user (uid {owner_uid}): "
+            "the token is not sent to it",
+        )
+    sock.settimeout(None)
+    return sock
+
+
+def _await_challenge(ws: Any, remaining: Callable[[], float]) -> None:
     """The gateway speaks first (``connect.challenge`` with a nonce); a token client signs nothing with it."""
     while True:
-        frame = json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic())))
+        frame = json.loads(ws.recv(timeout=remaining()))
         if (
             isinstance(frame, dict)
             and frame.get("type") == "event"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,8 +35,6 @@ from compactd.state import Backoff, Metrics, SessionState, describe_error
 log = logging.getLogger(__name__)
 
 SOURCE = "openclaw"
-# How long the gateway may take over one compaction (its summarizer's timeout is 180 s by default).
-COMPACT_TIMEOUT_SECONDS = 240.0
 # How long the database may take to show the compaction the gateway reported.
 VERIFY_SECONDS = 15.0
 VERIFY_POLL_SECONDS = 0.2
@@ -97,6 +96,7 @@ class OpenClawSource:
     sessions: dict[str, OpenClawSession] = field(default_factory=dict)
     stores: dict[str, Store] = field(default_factory=dict)
     gateway_problem: str | None = None  # the last "down"/"refused" answer, for status and doctor
+    problems: dict[str, str] = field(default_factory=dict)  # agent id -> why its database cannot be read
     watching: dict[str, anyio.Event] = field(default_factory=dict)
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
@@ -112,9 +112,16 @@ class OpenClawSource:
             self.install = None
             return None
         oc = self.config.openclaw
-        self.install = discover(self.env, state_dir=oc.state_dir, config_path=oc.config_path)
-        if self.install.config_error:
-            log.warning("openclaw action=config_unusable reason=%s", self.install.config_error)
+        try:
+            install = discover(self.env, state_dir=oc.state_dir, config_path=oc.config_path)
+        except Exception as exc:  # the boundary: whatever the install holds, the service goes on
+            log.warning("openclaw action=discovery_failed error=%s", describe_error(exc))
+            return self.install
+        if install.config_error and (
+            self.install is None or self.install.config_error != install.config_error
+        ):
+            log.warning("openclaw action=config_unusable reason=%s", install.config_error)
+        self.install = install
         for agent in self.install.agents:
             self.stores.setdefault(agent.database, Store(agent.database))
         return self.install
@@ -129,39 +136,68 @@ class OpenClawSource:
     def refresh(self, agent: Agent) -> None:
         """Read what is new in one agent's database (only new rows per session) and decide what is due.
 
-        A database that cannot be read fails its sessions' reading (logged once), never the service.
+        Two boundaries: a session whose row cannot be read is that session's failure (backed off, shown in
+        ``status``, not read again until the back-off ends); a database that cannot be read at all is that
+        agent's failure (in :attr:`problems`). Neither stops the other sessions, the other agents or the service.
         """
         with self._lock:  # the watcher's thread and the worker's may both refresh an agent
-            self._refresh(agent)
+            try:
+                self._refresh(agent)
+            except Exception as exc:
+                reason = describe_error(exc)
+                for session in self.sessions.values():  # what was read before cannot be acted on now
+                    if session.agent.database == agent.database:
+                        session.due = False
+                if self.problems.get(agent.agent_id) != reason:
+                    log.warning("openclaw database=%s action=unreadable reason=%s", agent.database, reason)
+                self.problems[agent.agent_id] = reason
+                self.changed()
+            else:
+                if self.problems.pop(agent.agent_id, None) is not None:
+                    log.info("openclaw database=%s action=recovered (readable again)", agent.database)
+                    self.changed()
 
     def _refresh(self, agent: Agent) -> None:
         store = self.stores.setdefault(agent.database, Store(agent.database))
         now = time.time()
-        try:
-            with store.connect() as conn:
-                nodes = store.nodes(conn)
-                seen = set()
-                for node in nodes:
-                    path = session_path(agent, node.session_key)
-                    seen.add(path)
-                    session = self.sessions.get(path)
-                    if session is None:
-                        follower = Follower(node.session_key)
-                        session = self.sessions[path] = OpenClawSession(
-                            agent, follower, SessionState(path=path)
-                        )
-                    changed = session.follower.refresh(store, conn, node)
-                    if changed:
-                        session.last_change = now
-                    self._plan(session, now)
-        except StoreError as exc:
-            log.warning("openclaw database=%s action=unreadable reason=%s", agent.database, exc)
-            return
+        with store.connect() as conn:
+            nodes = store.nodes(conn)
+            seen = set()
+            for node in nodes:
+                path = session_path(agent, node.session_key)
+                seen.add(path)
+                session = self.sessions.get(path)
+                if session is None:
+                    follower = Follower(node.session_key)
+                    session = self.sessions[path] = OpenClawSession(agent, follower, SessionState(path=path))
+                self._refresh_session(session, store, conn, node, now)
         for path in [
             p for p, s in self.sessions.items() if s.agent.database == agent.database and p not in seen
         ]:
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
+
+    def _refresh_session(
+        self, session: OpenClawSession, store: Store, conn: sqlite3.Connection, node: Node, now: float
+    ) -> None:
+        """The session boundary for reading: whatever its rows raise is recorded in its state, with a back-off
+        during which it is not read again."""
+        st = session.state
+        if st.error_stage == "read" and st.in_backoff(now):
+            return
+        try:
+            if node.problem is not None:
+                raise StoreError(f"session_nodes row {node.session_key!r}: {node.problem}")
+            if session.follower.refresh(store, conn, node):
+                session.last_change = now
+            if st.error_stage == "read":  # readable again
+                Backoff.record_success(st)
+                log.info("session=%s action=recovered (readable again)", st.path)
+            self._plan(session, now)
+        except Exception as exc:
+            session.due = False
+            session.follower.forget()
+            self._back_off(st, "read", describe_error(exc))
 
     def _plan(self, session: OpenClawSession, now: float) -> None:
         """The one decision point (:func:`compactd.decision.decide`) on OpenClaw 2026.9's thresholds."""
@@ -306,7 +342,8 @@ class OpenClawSource:
                     install.token,
                     "sessions.compact",
                     params,
-                    timeout=COMPACT_TIMEOUT_SECONDS,
+                    timeout=self.config.openclaw.rpc_timeout_seconds,
+                    owner_uid=install.gateway_uid,
                 )
             )
         except GatewayError as exc:
@@ -484,10 +521,29 @@ class OpenClawSource:
         await anyio.to_thread.run_sync(self.refresh_all)
         now = time.time()
         ready = {id(s) for s in self.ready(now, force=force)}
-        rows = []
+        rows: list[dict[str, Any]] = [  # an agent whose database cannot be read at all
+            {
+                "path": agent.database,
+                "source": SOURCE,
+                "session_key": None,
+                "action": "failed",
+                "stage": "read",
+                "reason": self.problems[agent.agent_id],
+            }
+            for agent in self.agents()
+            if agent.agent_id in self.problems
+        ]
         for path, session in sorted(self.sessions.items()):
+            st = session.state
             if id(session) in ready:
                 outcome = await self.act(session)
+            elif st.error_stage == "read" and st.last_error:
+                outcome = {
+                    "action": "failed",
+                    "stage": "read",
+                    "reason": st.last_error,
+                    "retry_in": round(st.backoff_remaining(now)),
+                }
             elif session.due:
                 outcome = {"action": "wait", "reason": session.state.next_action or "not idle yet"}
             else:
@@ -532,4 +588,6 @@ class OpenClawSource:
                 "gateway": self.install.gateway_url,
                 "agents": [a.agent_id for a in self.install.agents],
                 "gateway_problem": self.gateway_problem,
+                "config_error": self.install.config_error,
+                "unreadable": dict(self.problems),  # agent id -> why its database cannot be read
             }

@@ -6,11 +6,16 @@ and checkpointed it) it is opened ``immutable`` as well: a read-only connection 
 otherwise create the ``-wal``/``-shm`` files or rebuild the ``-shm`` (seen on a real gateway's stopped
 database), a write under the agent's directory. ``event_zstd`` rows hold one standard
 zstd frame; the ``zstandard`` package decodes it (the standard library has zstd only from Python 3.14).
+
+Every column read is type-checked against OpenClaw's schema (its tables are STRICT, but a damaged or foreign
+file need not be): a value of the wrong type is a :class:`StoreError` naming the row, never a ``TypeError``
+deep in a caller, so the source can fail that one session (or that one database) and go on with the others.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -36,6 +41,8 @@ class Node:
     session_key: str
     session_id: str
     entry: dict[str, Any] = field(repr=False)
+    # Why the row cannot be used (a column of the wrong type, an entry that is not an object); None: it can.
+    problem: str | None = None
 
     @property
     def compaction_count(self) -> int:
@@ -64,6 +71,37 @@ class Event:
     seq: int
     data: bytes  # the entry's JSON, decoded from its zstd frame when it had one
     created_at: float  # seconds since the epoch
+
+
+def _kind(value: object) -> str:
+    return {str: "text", bytes: "a blob", int: "an integer", float: "a float"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _int(value: object, what: str) -> int:
+    if type(value) is not int:
+        raise StoreError(f"{what} is {_kind(value)}, not an integer")
+    return value
+
+
+def _node(key: object, session_id: object, entry_json: object) -> Node:
+    """A ``session_nodes`` row; one that cannot be used carries its ``problem`` (the session's failure)."""
+    name = key if isinstance(key, str) else repr(key)
+    sid = session_id if isinstance(session_id, str) else ""
+    if not isinstance(key, str):
+        return Node(name, sid, {}, f"session_key is {_kind(key)}, not text")
+    if not sid:
+        return Node(name, sid, {}, f"current_session_id is {_kind(session_id)}, not a session id")
+    if not isinstance(entry_json, str):
+        return Node(name, sid, {}, f"entry_json is {_kind(entry_json)}, not text")
+    try:
+        entry = orjson.loads(entry_json)
+    except orjson.JSONDecodeError as exc:
+        return Node(name, sid, {}, f"entry_json is not JSON: {exc}")
+    if not isinstance(entry, dict):
+        return Node(name, sid, {}, f"entry_json is {_kind(entry)}, not an object")
+    return Node(name, sid, entry)
 
 
 def _decompress(frame: bytes, size: int | None) -> bytes:
@@ -110,35 +148,33 @@ class Store:
             conn.close()
 
     def nodes(self, conn: sqlite3.Connection) -> list[Node]:
-        out: list[Node] = []
-        rows = conn.execute("SELECT session_key, current_session_id, entry_json FROM session_nodes")
-        for key, session_id, entry_json in rows:
-            try:
-                entry = orjson.loads(entry_json)
-            except orjson.JSONDecodeError:
-                entry = {}
-            out.append(Node(str(key), str(session_id), entry if isinstance(entry, dict) else {}))
-        return out
+        """Every session's row; none from a database without any table yet (OpenClaw creates the file, then
+        its schema), while one with other tables but no ``session_nodes`` is no OpenClaw store."""
+        try:
+            rows = conn.execute("SELECT session_key, current_session_id, entry_json FROM session_nodes")
+        except sqlite3.OperationalError:
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                return []
+            raise
+        return [_node(key, session_id, entry_json) for key, session_id, entry_json in rows]
 
     def node(self, conn: sqlite3.Connection, session_key: str) -> Node | None:
         row = conn.execute(
             "SELECT session_key, current_session_id, entry_json FROM session_nodes WHERE session_key = ?",
             (session_key,),
         ).fetchone()
-        if row is None:
-            return None
-        try:
-            entry = orjson.loads(row[2])
-        except orjson.JSONDecodeError:
-            entry = {}
-        return Node(str(row[0]), str(row[1]), entry if isinstance(entry, dict) else {})
+        return None if row is None else _node(*row)
 
     def generation(self, conn: sqlite3.Connection, session_id: str) -> str | None:
         """The rewrite generation: it changes when ``--max-lines`` renumbers ``seq`` (a re-read is due)."""
         row = conn.execute(
             "SELECT generation FROM transcript_rewrite_watermarks WHERE session_id = ?", (session_id,)
         ).fetchone()
-        return None if row is None else str(row[0])
+        if row is None:
+            return None
+        if not isinstance(row[0], str):
+            raise StoreError(f"the rewrite generation of {session_id} is {_kind(row[0])}, not text")
+        return row[0]
 
     def events(self, conn: sqlite3.Connection, session_id: str, after_seq: int = -1) -> list[Event]:
         """The transcript rows after ``after_seq``, oldest first (all of them with the default)."""
@@ -150,14 +186,25 @@ class Store:
         self.rows_read += len(rows)
         out: list[Event] = []
         for seq, text, frame, size, created in rows:
+            where = f"event {session_id}:{seq!r}"
+            number = _int(seq, f"{where}: seq")
             if text is not None:
-                data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+                if not isinstance(text, str):
+                    raise StoreError(f"{where}: event_json is {_kind(text)}, not text")
+                data = text.encode("utf-8", "surrogatepass")
             elif frame is not None:
-                data = _decompress(bytes(frame), size)
+                if not isinstance(frame, bytes):
+                    raise StoreError(f"{where}: event_zstd is {_kind(frame)}, not a blob")
+                length = _int(size, f"{where}: event_utf8_bytes")
+                try:
+                    data = _decompress(frame, length)
+                except StoreError as exc:
+                    raise StoreError(f"{where}: {exc}") from None
             else:
-                raise StoreError(f"event {session_id}:{seq} has neither JSON nor a frame")
-            when = created / 1000 if isinstance(created, int | float) else 0.0
-            out.append(Event(int(seq), data, when))
+                raise StoreError(f"{where} has neither JSON nor a frame")
+            if type(created) not in (int, float) or not math.isfinite(created):
+                raise StoreError(f"{where}: created_at is {_kind(created)}, not a time")
+            out.append(Event(number, data, created / 1000))
         return out
 
     def last_compaction_seq(self, conn: sqlite3.Connection, session_id: str) -> int | None:
@@ -166,4 +213,4 @@ class Store:
             "SELECT max(seq) FROM transcript_event_identities WHERE session_id = ? AND event_type = 'compaction'",
             (session_id,),
         ).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        return None if row is None or row[0] is None else _int(row[0], f"the compaction seq of {session_id}")

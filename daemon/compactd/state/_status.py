@@ -269,6 +269,21 @@ def _last_column(row: Mapping[str, Any], now: float) -> str:
     return f"{text} {_duration(now - when)} ago" if when is not None else text
 
 
+def _openclaw_lines(section: object) -> list[str]:
+    """What stands in the way of OpenClaw's sessions as a whole: its config, an agent's database, the gateway."""
+    if not isinstance(section, Mapping):
+        return []
+    out = []
+    if section.get("config_error"):
+        out.append(f"openclaw config unusable (defaults apply): {section['config_error']}")
+    unreadable = section.get("unreadable")
+    for agent, reason in sorted(unreadable.items()) if isinstance(unreadable, Mapping) else []:
+        out.append(f"openclaw agent {agent}: database unreadable: {reason}")
+    if section.get("gateway_problem"):
+        out.append(f"openclaw gateway {section.get('gateway')}: {section['gateway_problem']}")
+    return out
+
+
 def render_status_table(status: Mapping[str, Any], *, now: float | None = None) -> str:
     """The human view of ``status.json`` for ``compactd status``: daemon health, then one row per session."""
     now = time.time() if now is None else now
@@ -304,6 +319,7 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
             f"{human_bytes(disk) if isinstance(disk, int) else '-'} on disk"
             + (f", oldest {_duration(now - oldest)} old" if oldest is not None else "")
         )
+    lines.extend(_openclaw_lines(status.get("openclaw")))
     rows = [r for r in status.get("sessions", []) if isinstance(r, Mapping)]
     if not rows:
         lines.append("")
