@@ -28,7 +28,7 @@ from compactd.openclaw._discovery import Agent, Install, discover
 from compactd.openclaw._follower import Follower, read_transcript
 from compactd.openclaw._gateway import GatewayError, RpcError, call
 from compactd.openclaw._guard import DATABASE_NAME
-from compactd.openclaw._store import Node, Store, StoreError
+from compactd.openclaw._store import Node, Store, StoreError, parse_entry
 from compactd.state import Backoff, Metrics, SessionState, describe_error
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class OpenClawSession:
     in_flight: bool = False
     flushed_at_count: int | None = None  # the compactionCount of the cycle compactd flushed in
     last_change: float = 0.0
+    entry_json: str | None = None  # the node's entry as last read: an unchanged one is not parsed again
 
     @property
     def key(self) -> str:
@@ -100,6 +101,8 @@ class OpenClawSource:
     watching: dict[str, anyio.Event] = field(default_factory=dict)
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
+    # Per database: the transcript rowid read up to, and the layout (sessions, generations, config) as of then.
+    _marks: dict[str, tuple[int, Any]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- discover / refresh -------------------------------------------------------------------------------
@@ -126,36 +129,57 @@ class OpenClawSource:
         for agent in self.agents():
             self.refresh(agent)
 
-    def refresh(self, agent: Agent) -> None:
-        """Read what is new in one agent's database (only new rows per session) and decide what is due.
+    def refresh(self, agent: Agent, *, replan: OpenClawSession | None = None) -> None:
+        """Read what is new in one agent's database and decide again for the sessions it changed: the cost
+        follows the rows appended and the entries changed, not the sessions the database holds.
 
+        ``replan``: a session to decide again even if unchanged (what its last act recorded counts too).
         A database that cannot be read fails its sessions' reading (logged once), never the service.
         """
         with self._lock:  # the watcher's thread and the worker's may both refresh an agent
             self._refresh(agent)
+            if replan is not None and self.sessions.get(replan.state.path) is replan:
+                self._plan(replan, time.time())
 
     def _refresh(self, agent: Agent) -> None:
         store = self.stores.setdefault(agent.database, Store(agent.database))
         now = time.time()
         try:
             with store.connect() as conn:
-                nodes = store.nodes(conn)
+                rows = store.node_rows(conn)
+                generations = store.generations(conn)
+                known = self._marks.get(agent.database)
+                layout = (frozenset((key, sid) for key, sid, _ in rows), generations, id(self.config))
+                # Rows deleted (a session gone or reset, a rewrite) free rowids for reuse: then every session
+                # is looked at, not only those with rows past the mark.
+                after = known[0] if known is not None and known[1] == layout else None
+                appended, top = store.appended_since(conn, after)
                 seen = set()
-                for node in nodes:
-                    path = session_path(agent, node.session_key)
+                for key, session_id, raw in rows:
+                    path = session_path(agent, key)
                     seen.add(path)
                     session = self.sessions.get(path)
+                    if (
+                        session is not None
+                        and appended is not None
+                        and session_id not in appended
+                        and session.entry_json == raw
+                    ):
+                        continue  # nothing of it changed: its follower and decision stand
                     if session is None:
-                        follower = Follower(node.session_key)
+                        follower = Follower(key)
                         session = self.sessions[path] = OpenClawSession(
                             agent, follower, SessionState(path=path)
                         )
-                    changed = session.follower.refresh(store, conn, node)
+                    session.entry_json = raw
+                    changed = session.follower.refresh(store, conn, Node(key, session_id, parse_entry(raw)))
                     if changed:
                         session.last_change = now
                     self._plan(session, now)
+                self._marks[agent.database] = (top, layout)
         except StoreError as exc:
             log.warning("openclaw database=%s action=unreadable reason=%s", agent.database, exc)
+            self._marks.pop(agent.database, None)
             return
         for path in [
             p for p, s in self.sessions.items() if s.agent.database == agent.database and p not in seen
@@ -279,7 +303,7 @@ class OpenClawSource:
     async def _act(self, session: OpenClawSession) -> dict[str, Any]:
         st, agent = session.state, session.agent
         store = self.stores[agent.database]
-        await anyio.to_thread.run_sync(lambda: self.refresh(agent))
+        await anyio.to_thread.run_sync(lambda: self.refresh(agent, replan=session))
         node, decision = session.node, session.decision
         if node is None or decision is None or not session.due:
             return {"action": "none"}

@@ -80,12 +80,27 @@ def _decompress(frame: bytes, size: int | None) -> bytes:
     return data
 
 
+def parse_entry(entry_json: str | bytes) -> dict[str, Any]:
+    """A ``session_nodes.entry_json`` as an object (``{}`` when it is not one)."""
+    try:
+        entry = orjson.loads(entry_json)
+    except orjson.JSONDecodeError:
+        entry = {}
+    return entry if isinstance(entry, dict) else {}
+
+
 class Store:
-    """One agent database; ``rows_read`` counts the transcript rows fetched (the follower's cost)."""
+    """One agent database; ``rows_read`` counts the transcript rows fetched and ``queries`` the statements run
+    (the follower's cost, which must follow the rows appended, not the sessions held)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.rows_read = 0
+        self.queries = 0
+
+    def _execute(self, conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        self.queries += 1
+        return conn.execute(sql, params)
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
@@ -110,39 +125,55 @@ class Store:
             conn.close()
 
     def nodes(self, conn: sqlite3.Connection) -> list[Node]:
-        out: list[Node] = []
-        rows = conn.execute("SELECT session_key, current_session_id, entry_json FROM session_nodes")
-        for key, session_id, entry_json in rows:
-            try:
-                entry = orjson.loads(entry_json)
-            except orjson.JSONDecodeError:
-                entry = {}
-            out.append(Node(str(key), str(session_id), entry if isinstance(entry, dict) else {}))
-        return out
+        return [Node(key, session_id, parse_entry(raw)) for key, session_id, raw in self.node_rows(conn)]
+
+    def node_rows(self, conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+        """Every ``session_nodes`` row as stored (key, session id, entry JSON): compared, not parsed, so a
+        refresh parses only the entries that changed."""
+        rows = self._execute(conn, "SELECT session_key, current_session_id, entry_json FROM session_nodes")
+        return [(str(key), str(session_id), str(raw)) for key, session_id, raw in rows]
 
     def node(self, conn: sqlite3.Connection, session_key: str) -> Node | None:
-        row = conn.execute(
+        row = self._execute(
+            conn,
             "SELECT session_key, current_session_id, entry_json FROM session_nodes WHERE session_key = ?",
             (session_key,),
         ).fetchone()
         if row is None:
             return None
-        try:
-            entry = orjson.loads(row[2])
-        except orjson.JSONDecodeError:
-            entry = {}
-        return Node(str(row[0]), str(row[1]), entry if isinstance(entry, dict) else {})
+        return Node(str(row[0]), str(row[1]), parse_entry(row[2]))
+
+    def appended_since(
+        self, conn: sqlite3.Connection, after_rowid: int | None
+    ) -> tuple[set[str] | None, int]:
+        """The sessions with transcript rows past ``after_rowid`` (a range of the table's rowid b-tree: the cost
+        follows the rows appended), and the rowid to pass next time. None instead of the set: every session
+        must be looked at (the first look, or rows were deleted so rowids may be reused)."""
+        row = self._execute(conn, "SELECT max(rowid) FROM transcript_events").fetchone()
+        top = -1 if row is None or row[0] is None else int(row[0])
+        if after_rowid is None or top < after_rowid:
+            return None, top
+        rows = self._execute(
+            conn, "SELECT DISTINCT session_id FROM transcript_events WHERE rowid > ?", (after_rowid,)
+        )
+        return {str(r[0]) for r in rows}, top
+
+    def generations(self, conn: sqlite3.Connection) -> dict[str, str]:
+        """Every rewritten session's generation (one row per session ``--max-lines`` ever rewrote)."""
+        rows = self._execute(conn, "SELECT session_id, generation FROM transcript_rewrite_watermarks")
+        return {str(session_id): str(generation) for session_id, generation in rows}
 
     def generation(self, conn: sqlite3.Connection, session_id: str) -> str | None:
         """The rewrite generation: it changes when ``--max-lines`` renumbers ``seq`` (a re-read is due)."""
-        row = conn.execute(
-            "SELECT generation FROM transcript_rewrite_watermarks WHERE session_id = ?", (session_id,)
+        row = self._execute(
+            conn, "SELECT generation FROM transcript_rewrite_watermarks WHERE session_id = ?", (session_id,)
         ).fetchone()
         return None if row is None else str(row[0])
 
     def events(self, conn: sqlite3.Connection, session_id: str, after_seq: int = -1) -> list[Event]:
         """The transcript rows after ``after_seq``, oldest first (all of them with the default)."""
-        rows = conn.execute(
+        rows = self._execute(
+            conn,
             "SELECT seq, event_json, event_zstd, event_utf8_bytes, created_at FROM transcript_events "
             "WHERE session_id = ? AND seq > ? ORDER BY seq",
             (session_id, after_seq),
@@ -162,7 +193,8 @@ class Store:
 
     def last_compaction_seq(self, conn: sqlite3.Connection, session_id: str) -> int | None:
         """The seq of the session's newest ``compaction`` event (from the identities, nothing decoded)."""
-        row = conn.execute(
+        row = self._execute(
+            conn,
             "SELECT max(seq) FROM transcript_event_identities WHERE session_id = ? AND event_type = 'compaction'",
             (session_id,),
         ).fetchone()
