@@ -320,3 +320,36 @@ def test_oversized_torn_line_is_reread_once_complete_and_parsed_once(tmp_path: P
     assert [e["id"] for e in update.entries] == ["e3", "e4"]
     assert cursor.poll().entries == []
     assert cursor.offset == path.stat().st_size
+
+
+def test_a_giant_unfinished_line_costs_its_appended_bytes_not_a_reread_per_poll(tmp_path: Path) -> None:
+    """A line growing past MAX_PARTIAL_BYTES, 64 KiB per poll: each poll reads what was appended, and the
+    line's start is read once more only when its newline arrives (before: the whole line on every poll)."""
+    from compactd.tail import MAX_PARTIAL_BYTES
+
+    path = new_session(tmp_path)
+    tracker = SessionTracker(str(path))
+    tracker.refresh()
+    start = tracker.cursor.bytes_read
+    giant = line(entry(3, "e2", text="x" * (4 * MAX_PARTIAL_BYTES)))
+    step = 64 * 1024
+    appended = 0
+    for at in range(0, len(giant) - 1, step):
+        piece = giant[at : min(at + step, len(giant) - 1)]  # everything but the newline
+        append(path, piece)
+        appended += len(piece)
+        assert tracker.refresh().change is Change.UNCHANGED
+        assert tracker.cursor.bytes_read - start == appended  # the appended bytes, nothing again
+    append(path, b"\n")
+    update = tracker.refresh()
+    assert update.change is Change.APPENDED and [e["id"] for e in update.entries] == ["e3"]
+    assert tracker.ledger is not None and tracker.ledger.leaf_id == "e3" and tracker.reloads == 1
+    # the one re-read: the line's start, which was too long to keep in memory
+    assert tracker.cursor.bytes_read - start <= len(giant) + tracker.cursor.offset
+    assert tracker.cursor.bytes_read - start <= 2 * len(giant)
+    assert tracker.cursor.partial == b"" and tracker.cursor.offset == path.stat().st_size
+    more = line(entry(4, "e3"))
+    append(path, more)
+    before = tracker.cursor.bytes_read
+    assert [e["id"] for e in tracker.refresh().entries] == ["e4"]
+    assert tracker.cursor.bytes_read - before == len(more)

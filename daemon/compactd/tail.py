@@ -2,7 +2,8 @@
 
 A ``FileCursor`` is the whole per-file state: device, inode, the offset just past the last complete line, and
 the bytes of an unfinished last line (writers' appends become visible page by page, so a reader often sees a
-torn line). It never writes to the file.
+torn line). An unfinished line over ``MAX_PARTIAL_BYTES`` is not kept, only its length: later polls read just
+what is appended to it, and the line is read once more when its newline arrives. It never writes to the file.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from compactd.transcript.reader import Transcript, parse_line, parse_transcript
 
 __all__ = ["Change", "FileCursor", "Update"]
 
-# A torn tail longer than this is not buffered across polls; it is re-read once it completes.
+# A torn tail longer than this is not buffered across polls (only its length is): it is re-read once, complete.
 MAX_PARTIAL_BYTES = 1 << 20
 
 
@@ -58,6 +59,8 @@ class FileCursor:
     ino: int = -1
     offset: int = 0
     partial: bytes = b""
+    # The unfinished line's length past ``offset``: ``len(partial)``, or more when it was too long to keep.
+    pending: int = 0
     mtime: float = 0.0
     mtime_ns: int = 0
     ctime_ns: int = 0
@@ -82,22 +85,34 @@ class FileCursor:
             if not self.known or (st.st_dev, st.st_ino) != (self.dev, self.ino):
                 reason = "new file" if not self.known else "replaced (new inode)"
                 return self._reload(fd, st, reason)
-            if st.st_size < self.offset + len(self.partial):
+            start = self.offset + self.pending
+            if st.st_size < start:
                 return self._reload(fd, st, "shrunk")
-            start = self.offset + len(self.partial)
             if st.st_size == start:
                 return Update(Change.UNCHANGED)
             chunk = os.pread(fd, st.st_size - start, start)
+            self.bytes_read += len(chunk)
+            newline = chunk.rfind(b"\n")
+            if newline < 0:  # the unfinished line grows: keep it if small, else only its length
+                kept = len(self.partial) == self.pending
+                self.pending += len(chunk)
+                self.partial = self.partial + chunk if kept and self.pending <= MAX_PARTIAL_BYTES else b""
+                return Update(Change.UNCHANGED)
+            head = self.partial
+            if len(head) != self.pending:  # the line's start was not kept: read it once, now that it ends
+                head = os.pread(fd, self.pending, self.offset)
+                self.bytes_read += len(head)
+                if len(head) != self.pending:
+                    return self._reload(fd, st, "shrunk")
         finally:
             os.close(fd)
-        self.bytes_read += len(chunk)
-        data = self.partial + chunk if self.partial else chunk
-        cut = data.rfind(b"\n") + 1
-        self.partial = data[cut:] if len(data) - cut <= MAX_PARTIAL_BYTES else b""
-        if cut == 0:
-            return Update(Change.UNCHANGED)  # an oversized torn line is not kept; it is re-read once complete
-        self.offset += cut
-        entries, malformed, non_objects, trim_sensitive = _parse_lines(data[:cut])
+        cut = newline + 1
+        data = head + chunk[:cut] if head else chunk[:cut]
+        rest = chunk[cut:]
+        self.partial = rest if len(rest) <= MAX_PARTIAL_BYTES else b""
+        self.pending = len(rest)
+        self.offset += len(data)
+        entries, malformed, non_objects, trim_sensitive = _parse_lines(data)
         return Update(
             Change.APPENDED,
             entries=entries,
@@ -112,7 +127,8 @@ class FileCursor:
         self.dev, self.ino = st.st_dev, st.st_ino
         cut = data.rfind(b"\n") + 1
         self.offset = cut
-        self.partial = data[cut:] if len(data) - cut <= MAX_PARTIAL_BYTES else b""
+        self.pending = len(data) - cut
+        self.partial = data[cut:] if self.pending <= MAX_PARTIAL_BYTES else b""
         return Update(Change.RELOADED, data=data[:cut], reason=reason)
 
     def seen(self, st: os.stat_result) -> None:
@@ -127,12 +143,12 @@ class FileCursor:
     def resume_at(self, dev: int, ino: int, offset: int) -> None:
         """Take up a file at ``offset`` (just past a complete line) without reading what precedes it: the
         caller has checked that those bytes are the ones its ledger was built from (``compactd.resume``)."""
-        self.dev, self.ino, self.offset, self.partial = dev, ino, offset, b""
+        self.dev, self.ino, self.offset, self.partial, self.pending = dev, ino, offset, b"", 0
 
     def reset(self) -> None:
         """Forget the file: the next poll reloads it (after our own rewrite, or on request)."""
         self.dev = self.ino = -1
-        self.offset = 0
+        self.offset = self.pending = 0
         self.partial = b""
 
 
