@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from compactd.defaults import MAX_COLD_READ_BYTES, MAX_COLD_READ_LINES
 from compactd.transcript.jsjson import is_js_blank, js_trim_bounds
 from compactd.transcript.reader import Transcript, parse_line, parse_transcript
 
@@ -29,6 +30,7 @@ class Change(Enum):
     RELOADED = "reloaded"
     MISSING = "missing"
     RESUMED = "resumed"  # picked up from a saved snapshot (see compactd.resume); nothing was appended since
+    SKIPPED = "skipped"  # too large to read whole (``reason`` says why); not read again until it shrinks
 
 
 @dataclass(slots=True)
@@ -66,6 +68,11 @@ class FileCursor:
     ctime_ns: int = 0
     size: int = 0
     bytes_read: int = 0
+    # The cold read's caps: a file over either is not read whole (``skipped`` says why) so that no file
+    # decides how much memory the daemon takes.
+    max_bytes: int = MAX_COLD_READ_BYTES
+    max_lines: int = MAX_COLD_READ_LINES
+    skipped: str = ""
 
     @property
     def known(self) -> bool:
@@ -85,6 +92,10 @@ class FileCursor:
             if not self.known or (st.st_dev, st.st_ino) != (self.dev, self.ino):
                 reason = "new file" if not self.known else "replaced (new inode)"
                 return self._reload(fd, st, reason)
+            if self.skipped:  # still too large (it only grew): nothing read; smaller, it is read afresh
+                if st.st_size >= self.offset:
+                    return Update(Change.UNCHANGED)
+                return self._reload(fd, st, "shrunk")
             start = self.offset + self.pending
             if st.st_size < start:
                 return self._reload(fd, st, "shrunk")
@@ -122,14 +133,29 @@ class FileCursor:
         )
 
     def _reload(self, fd: int, st: os.stat_result, reason: str) -> Update:
-        data = _read_all(fd, st.st_size)
+        self.dev, self.ino, self.skipped = st.st_dev, st.st_ino, ""
+        if st.st_size > self.max_bytes:
+            return self._skip(
+                st, f"too large to read: {st.st_size} bytes, over the {self.max_bytes}-byte cap"
+            )
+        data = _read_all(fd, st.st_size, self.max_bytes)
         self.bytes_read += len(data)
-        self.dev, self.ino = st.st_dev, st.st_ino
+        if len(data) > self.max_bytes:  # grew past the cap since the fstat
+            return self._skip(st, f"too large to read: over the {self.max_bytes}-byte cap")
+        lines = data.count(b"\n")
+        if lines > self.max_lines:
+            return self._skip(st, f"too large to read: {lines} lines, over the {self.max_lines}-line cap")
         cut = data.rfind(b"\n") + 1
         self.offset = cut
         self.pending = len(data) - cut
         self.partial = data[cut:] if self.pending <= MAX_PARTIAL_BYTES else b""
         return Update(Change.RELOADED, data=data[:cut], reason=reason)
+
+    def _skip(self, st: os.stat_result, reason: str) -> Update:
+        """Not read whole: remembered by identity and size, so polls of it growing read nothing."""
+        self.skipped = reason
+        self.offset, self.partial, self.pending = st.st_size, b"", 0
+        return Update(Change.SKIPPED, reason=reason)
 
     def seen(self, st: os.stat_result) -> None:
         """The file's size and times as of this look at it (its identity is ``dev``/``ino``, set on a read)."""
@@ -144,22 +170,25 @@ class FileCursor:
         """Take up a file at ``offset`` (just past a complete line) without reading what precedes it: the
         caller has checked that those bytes are the ones its ledger was built from (``compactd.resume``)."""
         self.dev, self.ino, self.offset, self.partial, self.pending = dev, ino, offset, b"", 0
+        self.skipped = ""
 
     def reset(self) -> None:
         """Forget the file: the next poll reloads it (after our own rewrite, or on request)."""
         self.dev = self.ino = -1
         self.offset = self.pending = 0
-        self.partial = b""
+        self.partial, self.skipped = b"", ""
 
 
-def _read_all(fd: int, size_hint: int) -> bytes:
+def _read_all(fd: int, size_hint: int, limit: int) -> bytes:
+    """The file to its end, or its first ``limit`` + 1 bytes when it is longer (the caller's cap exceeded)."""
     parts: list[bytes] = []
     offset = 0
     while True:
-        chunk = os.pread(fd, max(size_hint - offset, 1 << 16), offset)
-        if not chunk:
-            return b"".join(parts)
-        parts.append(chunk)
+        chunk = os.pread(fd, min(max(size_hint - offset, 1 << 16), limit + 1 - offset), offset)
+        if chunk:
+            parts.append(chunk)
+        if not chunk or offset + len(chunk) > limit:
+            return b"".join(parts)  # one part: that very object, not a copy
         offset += len(chunk)
 
 
