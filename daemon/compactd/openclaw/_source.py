@@ -103,6 +103,8 @@ class OpenClawSource:
     stopping: bool = False
     # Per database: the transcript rowid read up to, and the layout (sessions, generations, config) as of then.
     _marks: dict[str, tuple[int, Any]] = field(default_factory=dict, repr=False)
+    _by_session_id: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)  # → (database, key)
+    _due_paths: set[str] = field(default_factory=set, repr=False)  # a superset of the due sessions
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- discover / refresh -------------------------------------------------------------------------------
@@ -126,34 +128,55 @@ class OpenClawSource:
         return self.install.agents if self.install is not None else ()
 
     def refresh_all(self) -> None:
+        """Every agent's database looked at in full (the rescan's safety net; see :meth:`refresh`)."""
         for agent in self.agents():
-            self.refresh(agent)
+            self.refresh(agent, full=True)
 
-    def refresh(self, agent: Agent, *, replan: OpenClawSession | None = None) -> None:
-        """Read what is new in one agent's database and decide again for the sessions it changed: the cost
-        follows the rows appended and the entries changed, not the sessions the database holds.
+    def refresh(self, agent: Agent, *, replan: OpenClawSession | None = None, full: bool = False) -> None:
+        """Read what is new in one agent's database and decide again for the sessions it changed.
 
-        ``replan``: a session to decide again even if unchanged (what its last act recorded counts too).
+        The cost follows the rows appended, not the sessions the database holds: the transcript table's rowid
+        b-tree says which sessions have rows past the last mark, and only those sessions' nodes, the due
+        ones' (their readiness needs a fresh ``status`` and ``updatedAt``) and ``replan``'s are read. A full
+        look (``full``: the rescan, every ``rescan_seconds``; the first look; a rewrite; a new config; rowids
+        gone below the mark) compares every node and every session's newest ``seq`` (one GROUP BY in SQLite):
+        what no new row reveals (a node's own change while not due, a deleted session, rows whose rowids
+        were reused after a delete) is seen then, at most one rescan late; nothing is lost, as followers
+        read by ``seq``.
+
+        ``replan``: a session to read and decide again even if unchanged (what its last act recorded counts).
         A database that cannot be read fails its sessions' reading (logged once), never the service.
         """
         with self._lock:  # the watcher's thread and the worker's may both refresh an agent
-            self._refresh(agent)
+            self._refresh(agent, replan, full)
             if replan is not None and self.sessions.get(replan.state.path) is replan:
                 self._plan(replan, time.time())
 
-    def _refresh(self, agent: Agent) -> None:
+    def _refresh(self, agent: Agent, replan: OpenClawSession | None, full: bool) -> None:
         store = self.stores.setdefault(agent.database, Store(agent.database))
         now = time.time()
         try:
             with store.connect() as conn:
-                rows = store.node_rows(conn)
                 generations = store.generations(conn)
+                layout = (generations, id(self.config))
                 known = self._marks.get(agent.database)
-                layout = (frozenset((key, sid) for key, sid, _ in rows), generations, id(self.config))
-                # Rows deleted (a session gone or reset, a rewrite) free rowids for reuse: then every session
-                # is looked at, not only those with rows past the mark.
-                after = known[0] if known is not None and known[1] == layout else None
+                after = known[0] if not full and known is not None and known[1] == layout else None
                 appended, top = store.appended_since(conn, after)
+                last_seqs: dict[str, int] | None = None
+                if appended is None:
+                    rows = store.node_rows(conn)
+                    last_seqs = store.last_seqs(conn)
+                else:
+                    by_sid = self._by_session_id
+                    keys = {by_sid[sid][1] for sid in appended if sid in by_sid}
+                    keys.update(
+                        s.key for p in self._due_paths if (s := self.sessions.get(p)) is not None and s.due
+                    )
+                    if replan is not None:
+                        keys.add(replan.key)
+                    rows = store.node_rows(
+                        conn, keys=sorted(keys), session_ids=sorted(set(appended) - by_sid.keys())
+                    )
                 seen = set()
                 for key, session_id, raw in rows:
                     path = session_path(agent, key)
@@ -161,9 +184,15 @@ class OpenClawSource:
                     session = self.sessions.get(path)
                     if (
                         session is not None
-                        and appended is not None
-                        and session_id not in appended
                         and session.entry_json == raw
+                        and session.follower.session_id == session_id
+                        and session.follower.generation == generations.get(session_id)
+                        and (
+                            session_id not in appended
+                            if appended is not None
+                            else last_seqs is not None
+                            and session.follower.last_seq == last_seqs.get(session_id, -1)
+                        )
                     ):
                         continue  # nothing of it changed: its follower and decision stand
                     if session is None:
@@ -172,6 +201,7 @@ class OpenClawSource:
                             agent, follower, SessionState(path=path)
                         )
                     session.entry_json = raw
+                    self._by_session_id[session_id] = (agent.database, key)
                     changed = session.follower.refresh(store, conn, Node(key, session_id, parse_entry(raw)))
                     if changed:
                         session.last_change = now
@@ -181,10 +211,15 @@ class OpenClawSource:
             log.warning("openclaw database=%s action=unreadable reason=%s", agent.database, exc)
             self._marks.pop(agent.database, None)
             return
+        if appended is not None:
+            return  # a partial look: sessions not read are not gone
         for path in [
             p for p, s in self.sessions.items() if s.agent.database == agent.database and p not in seen
         ]:
-            self.sessions.pop(path, None)
+            session = self.sessions.pop(path)
+            self._due_paths.discard(path)
+            if session.follower.session_id is not None:
+                self._by_session_id.pop(session.follower.session_id, None)
             self.metrics.forget_session(path)
 
     def _plan(self, session: OpenClawSession, now: float) -> None:
@@ -215,6 +250,10 @@ class OpenClawSource:
         session.decision = decision
         self.changed()
         session.due = decision.due
+        if session.due:
+            self._due_paths.add(st.path)
+        else:
+            self._due_paths.discard(st.path)
         if not session.due:
             st.show_next(None, now)
         elif node.active_run:

@@ -23,6 +23,7 @@ import orjson
 # The largest frame OpenClaw writes (its CHECK constraint): a row claiming more is refused, not inflated.
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 BUSY_TIMEOUT_MS = 2_000
+_IN_CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 
 
 class StoreError(Exception):
@@ -127,11 +128,28 @@ class Store:
     def nodes(self, conn: sqlite3.Connection) -> list[Node]:
         return [Node(key, session_id, parse_entry(raw)) for key, session_id, raw in self.node_rows(conn)]
 
-    def node_rows(self, conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
-        """Every ``session_nodes`` row as stored (key, session id, entry JSON): compared, not parsed, so a
-        refresh parses only the entries that changed."""
-        rows = self._execute(conn, "SELECT session_key, current_session_id, entry_json FROM session_nodes")
-        return [(str(key), str(session_id), str(raw)) for key, session_id, raw in rows]
+    def node_rows(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        keys: list[str] | None = None,
+        session_ids: list[str] | None = None,
+    ) -> list[tuple[str, str, str]]:
+        """``session_nodes`` rows as stored (key, session id, entry JSON): compared, not parsed, so a refresh
+        parses only the entries that changed. Every row, or (``keys`` or ``session_ids`` given) only the
+        rows of those keys and of the keys whose current session is one of ``session_ids``."""
+        select = "SELECT session_key, current_session_id, entry_json FROM session_nodes"
+        if keys is None and session_ids is None:
+            found = list(self._execute(conn, select))
+        else:
+            found = []
+            for column, values in (("session_key", keys or []), ("current_session_id", session_ids or [])):
+                for at in range(0, len(values), _IN_CHUNK):
+                    chunk = tuple(values[at : at + _IN_CHUNK])
+                    marks = ",".join("?" * len(chunk))
+                    found += self._execute(conn, f"{select} WHERE {column} IN ({marks})", chunk)
+        out = {str(key): (str(key), str(session_id), str(raw)) for key, session_id, raw in found}
+        return list(out.values())
 
     def node(self, conn: sqlite3.Connection, session_key: str) -> Node | None:
         row = self._execute(
@@ -153,10 +171,15 @@ class Store:
         top = -1 if row is None or row[0] is None else int(row[0])
         if after_rowid is None or top < after_rowid:
             return None, top
-        rows = self._execute(
-            conn, "SELECT DISTINCT session_id FROM transcript_events WHERE rowid > ?", (after_rowid,)
-        )
+        # no DISTINCT: SQLite would answer it by scanning the whole (session_id, seq) index instead
+        rows = self._execute(conn, "SELECT session_id FROM transcript_events WHERE rowid > ?", (after_rowid,))
         return {str(r[0]) for r in rows}, top
+
+    def last_seqs(self, conn: sqlite3.Connection) -> dict[str, int]:
+        """Every session's newest ``seq`` (one walk of the primary key's b-tree in SQLite, no row decoded):
+        what a full look compares with each follower's."""
+        rows = self._execute(conn, "SELECT session_id, max(seq) FROM transcript_events GROUP BY session_id")
+        return {str(session_id): int(seq) for session_id, seq in rows}
 
     def generations(self, conn: sqlite3.Connection) -> dict[str, str]:
         """Every rewritten session's generation (one row per session ``--max-lines`` ever rewrote)."""
