@@ -105,6 +105,7 @@ class OpenClawSource:
     _marks: dict[str, tuple[int, Any]] = field(default_factory=dict, repr=False)
     _by_session_id: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)  # → (database, key)
     _due_paths: set[str] = field(default_factory=set, repr=False)  # a superset of the due sessions
+    _recent: dict[str, float] = field(default_factory=dict, repr=False)  # path → when rows last came
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- discover / refresh -------------------------------------------------------------------------------
@@ -137,7 +138,8 @@ class OpenClawSource:
 
         The cost follows the rows appended, not the sessions the database holds: the transcript table's rowid
         b-tree says which sessions have rows past the last mark, and only those sessions' nodes, the due
-        ones' (their readiness needs a fresh ``status`` and ``updatedAt``) and ``replan``'s are read. A full
+        ones' (their readiness needs a fresh ``status`` and ``updatedAt``), those with rows in the last
+        rescan interval (:meth:`_recent_keys`) and ``replan``'s are read. A full
         look (``full``: the rescan, every ``rescan_seconds``; the first look; a rewrite; a new config; rowids
         gone below the mark) compares every node and every session's newest ``seq`` (one GROUP BY in SQLite):
         what no new row reveals (a node's own change while not due, a deleted session, rows whose rowids
@@ -172,6 +174,7 @@ class OpenClawSource:
                     keys.update(
                         s.key for p in self._due_paths if (s := self.sessions.get(p)) is not None and s.due
                     )
+                    keys.update(self._recent_keys(agent, now))
                     if replan is not None:
                         keys.add(replan.key)
                     rows = store.node_rows(
@@ -195,6 +198,7 @@ class OpenClawSource:
                         )
                     ):
                         continue  # nothing of it changed: its follower and decision stand
+                    first = session is None
                     if session is None:
                         follower = Follower(key)
                         session = self.sessions[path] = OpenClawSession(
@@ -205,6 +209,8 @@ class OpenClawSource:
                     changed = session.follower.refresh(store, conn, Node(key, session_id, parse_entry(raw)))
                     if changed:
                         session.last_change = now
+                        if not first:  # new rows since the last look, not merely a first sight
+                            self._recent[path] = now
                     self._plan(session, now)
                 self._marks[agent.database] = (top, layout)
         except StoreError as exc:
@@ -221,6 +227,19 @@ class OpenClawSource:
             if session.follower.session_id is not None:
                 self._by_session_id.pop(session.follower.session_id, None)
             self.metrics.forget_session(path)
+
+    def _recent_keys(self, agent: Agent, now: float) -> list[str]:
+        """The keys of this agent's sessions that had new rows within the last rescan interval: the gateway
+        updates a node (status, compactionCount) a little after its rows, so those nodes are read again on
+        every refresh until the rescan would have seen them anyway."""
+        keys = []
+        for path, when in list(self._recent.items()):
+            session = self.sessions.get(path)
+            if session is None or now - when > self.config.service.rescan_seconds:
+                del self._recent[path]
+            elif session.agent.database == agent.database:
+                keys.append(session.key)
+        return keys
 
     def _plan(self, session: OpenClawSession, now: float) -> None:
         """The one decision point (:func:`compactd.decision.decide`) on OpenClaw 2026.9's thresholds."""
@@ -425,7 +444,7 @@ class OpenClawSource:
 
         while True:
             if await anyio.to_thread.run_sync(look):
-                await anyio.to_thread.run_sync(lambda: self.refresh(session.agent))
+                await anyio.to_thread.run_sync(lambda: self.refresh(session.agent, replan=session))
                 return True
             if time.monotonic() >= deadline:
                 return False
