@@ -13,7 +13,7 @@ import pytest
 from compactd.ledger import SessionLedger
 from compactd.transcript.reader import read_transcript
 
-from bench import bench_cli, bench_read, bench_service, bench_tail, corpus
+from bench import bench_cli, bench_costs, bench_read, bench_service, bench_tail, corpus
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,6 +68,14 @@ def test_bench_read_smoke() -> None:
     assert result["meets_target"] == (result["ratio"] >= bench_read.TARGET_RATIO)
     assert result["breakdown"]["orjson.loads (pre-split lines)"] == 1.0
     assert all(factor > 0 for factor in result["breakdown"].values())
+
+
+def test_bench_costs_smoke() -> None:
+    result = bench_costs.main(["--smoke", "--json"])
+    assert result["openclaw"]["many"]["sessions"] == 60 and result["openclaw"]["few"]["sessions"] == 6
+    assert result["giant_line"]["read_over_appended"] <= 2.0
+    assert result["giant_line"]["baseline_read_over_appended"] == 1.0
+    assert result["cold_read"]["many"]["change"] == "reloaded"  # 2,000 lines: under the caps
 
 
 def test_bench_tail_smoke() -> None:

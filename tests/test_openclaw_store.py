@@ -174,3 +174,114 @@ def test_discovery_reads_openclaws_json5_config_and_hides_the_token(tmp_path: Pa
     install = discover({"OPENCLAW_STATE_DIR": str(state), "OPENCLAW_GATEWAY_TOKEN": "env-token-0a9b8c"})
     assert install.token == "env-token-0a9b8c" and scrub("env-token-0a9b8c") == "***"
     clear_secrets()
+
+
+def _many_sessions(db: AgentDb, count: int) -> list[str]:
+    """``count`` small sessions (a header and a user message each), written in one transaction."""
+    ids = [f"0196a3b2-0000-7000-8000-{i:012d}" for i in range(count)]
+    db.conn.execute("BEGIN")
+    for i, sid in enumerate(ids):
+        db.conn.execute(
+            "INSERT INTO session_nodes VALUES (?, ?, ?, 0)",
+            (f"agent:main:s{i}", sid, json.dumps({"sessionId": sid, "status": "done"})),
+        )
+        rows = [
+            {
+                "type": "session",
+                "version": 3,
+                "id": sid,
+                "timestamp": "2026-09-01T00:00:00.000Z",
+                "cwd": "/w",
+            },
+            _message(f"m{i}-0", None, "hello"),
+        ]
+        for seq, row in enumerate(rows):
+            db.conn.execute(
+                "INSERT INTO transcript_events (session_id, seq, event_json, created_at) VALUES (?, ?, ?, 0)",
+                (sid, seq, json.dumps(row)),
+            )
+    db.conn.execute("COMMIT")
+    return ids
+
+
+def _message(entry_id: str, parent: str | None, text: str) -> dict[str, object]:
+    return {
+        "type": "message",
+        "id": entry_id,
+        "parentId": parent,
+        "timestamp": "2026-09-01T00:00:01.000Z",
+        "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1},
+    }
+
+
+def test_a_refresh_costs_the_rows_appended_not_the_sessions_held(tmp_path: Path) -> None:
+    """5,000 sessions in one database: after N appended rows a refresh runs O(N) statements and re-reads only
+    the sessions with new rows (a new session among them); a rewrite is still seen, and the rescan's full look
+    sees what no row says (a node's own change, a deleted session)."""
+    from compactd.openclaw._discovery import Agent, Install
+    from compactd.openclaw._source import OpenClawSource, session_path
+
+    db = AgentDb(tmp_path / "agent" / "openclaw-agent.sqlite")
+    ids = _many_sessions(db, 5_000)
+    agent = Agent("main", str(db.path.parent), str(db.path), str(tmp_path / "ws"), 32_000, None)
+    source = OpenClawSource(Config.defaults(), {})
+    source.refresh(agent)
+    assert len(source.sessions) == 5_000
+    store = source.stores[agent.database]
+    followers = {s.key: s.follower for s in source.sessions.values()}
+    before = {key: (f.last_seq, f.reloads) for key, f in followers.items()}
+    queries = store.queries
+
+    appended = [7, 1234, 4999]
+    for i in appended:
+        db.append(ids[i], [json.dumps(_message(f"m{i}-1", f"m{i}-0", "more " * 50)).encode()])
+    fresh = "0196a3b2-0000-7000-8000-999999999999"
+    db.set_node("agent:main:new", fresh, {"status": "done"})
+    db.append(fresh, [json.dumps(_header(fresh)).encode(), json.dumps(_message("n0", None, "hi")).encode()])
+    db.set_node("agent:main:s42", ids[42], {"status": "running", "activeWriterRunId": "run-1"})
+    source.refresh(agent)
+
+    touched = len(appended) + 1
+    assert store.queries - queries <= 5 + 2 * touched  # not one per session held
+    moved = {key for key, f in followers.items() if (f.last_seq, f.reloads) != before[key]}
+    assert moved == {f"agent:main:s{i}" for i in appended}
+    for i in appended:
+        follower = followers[f"agent:main:s{i}"]
+        assert follower.last_seq == 2 and follower.reloads == 1  # folded in, not re-read
+        assert follower.ledger is not None and follower.ledger.leaf_id == f"m{i}-1"
+    new = source.sessions[session_path(agent, "agent:main:new")].follower
+    assert new.ledger is not None and new.ledger.leaf_id == "n0"
+
+    queries = store.queries
+    source.refresh(agent)  # nothing new: a handful of statements
+    assert store.queries - queries <= 4
+
+    # A rewrite renumbers seq and bumps the generation: seen at once. A deleted session, a node's own change:
+    # seen by the full look.
+    db.rewrite(
+        ids[3], [json.dumps(_header(ids[3])).encode(), json.dumps(_message("r3-0", None, "re")).encode()]
+    )
+    db.conn.execute("DELETE FROM session_nodes WHERE session_key = 'agent:main:s4999'")
+    db.conn.execute("DELETE FROM transcript_events WHERE session_id = ?", (ids[4999],))
+    db.append(ids[5], [json.dumps(_message("m5-1", "m5-0", "after the delete")).encode()])
+    source.refresh(agent)
+    assert (
+        followers["agent:main:s3"].ledger is not None and followers["agent:main:s3"].ledger.leaf_id == "r3-0"
+    )
+    assert followers["agent:main:s5"].last_seq == 2
+    source.install = Install(str(tmp_path), "", 0, None, (agent,), ())
+    source.refresh_all()
+    assert session_path(agent, "agent:main:s4999") not in source.sessions
+    busy = source.sessions[session_path(agent, "agent:main:s42")]
+    assert busy.node is not None and busy.node.active_run == "run-1"
+    db.close()
+
+
+def _header(session_id: str) -> dict[str, object]:
+    return {
+        "type": "session",
+        "version": 3,
+        "id": session_id,
+        "timestamp": "2026-09-01T00:00:00.000Z",
+        "cwd": "/w",
+    }

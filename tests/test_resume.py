@@ -647,3 +647,28 @@ def test_a_session_the_last_writer_did_not_decide_is_decided_again(tmp_path: Pat
     assert third.sessions[str(a)].decision is None  # decided under this config by the last writer: kept
     assert third.sessions[str(b)].decision is not None
     assert third.state[str(b)].window == 500_000
+
+
+def test_a_transcript_too_large_to_read_is_skipped_and_reported(tmp_path: Path) -> None:
+    """A file over the cold read's byte cap is never read whole: the service keeps it as skipped, with the
+    reason status shows, reads none of it on the next rescan, and the other sessions are decided as usual."""
+    from compactd.defaults import MAX_COLD_READ_BYTES
+
+    root = tmp_path / "sessions"
+    root.mkdir()
+    fine = root / "fine.jsonl"
+    fine.write_bytes(transcript(3))
+    huge = root / "huge.jsonl"
+    huge.write_bytes(transcript(3))
+    os.truncate(huge, MAX_COLD_READ_BYTES + (1 << 20))  # sparse: no disk taken
+    service = _in_process(tmp_path, 1_000_000)
+    assert service.sessions[str(fine)].decision is not None
+    session = service.sessions[str(huge)]
+    assert session.tracker.ledger is None and not session.due and session.tracker.cursor.bytes_read == 0
+    reason = service.state[str(huge)].skipped
+    assert reason is not None and reason.startswith("too large to read") and "byte cap" in reason
+    with open(huge, "ab") as handle:
+        handle.write(b"more\n")
+    service.rescan(seal=False)
+    assert service.sessions[str(huge)] is session and session.tracker.cursor.bytes_read == 0
+    assert service.state[str(huge)].skipped == reason

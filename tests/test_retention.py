@@ -146,3 +146,54 @@ def test_status_shows_and_doctor_checks_the_archives_disk_use(pi: Pi, tmp_path: 
     assert "WARN  archives: 3 of 1 session(s)" in warned.stdout and "keep_days" in warned.stdout, (
         warned.stdout
     )
+
+
+def test_claims_of_sessions_gone_or_untouched_are_pruned_by_the_retention_sweep(tmp_path: Path) -> None:
+    """``claims/`` kept a file per session ever acted on (150 deleted sessions: 150 claims). The retention
+    sweep removes the claims of deleted sessions and of sessions untouched past ``keep_days``; a live
+    session's claim stays, and a held claim is never removed, even of a deleted session."""
+    from compactd.commit.claim import SessionClaim
+    from compactd.commit.retention import sweep_archives
+
+    state = tmp_path / "state"
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+
+    def acted_on(name: str) -> tuple[Path, SessionClaim]:
+        path = sessions / name
+        path.write_bytes(b'{"type":"session","version":3,"id":"x"}\n')
+        claim = SessionClaim(state, path)
+        with claim:
+            claim.mark_flushed("")
+        return path, claim
+
+    deleted = [acted_on(f"gone-{i}.jsonl") for i in range(150)]
+    for path, _ in deleted:
+        path.unlink()
+    live_path, live = acted_on("live.jsonl")
+    old_path, old = acted_on("old.jsonl")
+    long_ago = time.time() - 45 * DAY
+    os.utime(old_path, (long_ago, long_ago))
+    os.utime(old.path, (long_ago, long_ago))
+    _, quiet = acted_on("quiet.jsonl")  # a claim written long ago, but its session is written to
+    os.utime(quiet.path, (long_ago, long_ago))
+    held_path, held = acted_on("held.jsonl")
+    held.acquire()
+    held_path.unlink()
+    claims = state / "claims"
+    assert len(list(claims.iterdir())) == 154
+
+    try:
+        assert sweep_archives(state, keep_count=0, keep_days=30, now=time.time()) == []
+        assert sorted(p.name for p in claims.iterdir()) == sorted(c.path.name for c in (live, quiet, held))
+        assert held.held  # still ours, still on disk
+    finally:
+        held.release()
+    # Taken again, a pruned session's claim is created afresh; the kept ones still hold their record.
+    with SessionClaim(state, old_path) as again:
+        assert again.path.exists() and again.flushed_in("") is None
+    with SessionClaim(state, live_path) as kept:
+        assert kept.flushed_in("") is True
+    # keep_days 0: no age limit, only gone sessions go (the held one, now released and deleted).
+    sweep_archives(state, keep_count=0, keep_days=0, now=time.time() + 90 * DAY)
+    assert not held.path.exists() and live.path.exists() and quiet.path.exists()

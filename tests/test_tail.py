@@ -320,3 +320,113 @@ def test_oversized_torn_line_is_reread_once_complete_and_parsed_once(tmp_path: P
     assert [e["id"] for e in update.entries] == ["e3", "e4"]
     assert cursor.poll().entries == []
     assert cursor.offset == path.stat().st_size
+
+
+def test_a_giant_unfinished_line_costs_its_appended_bytes_not_a_reread_per_poll(tmp_path: Path) -> None:
+    """A line growing past MAX_PARTIAL_BYTES, 64 KiB per poll: each poll reads what was appended, and the
+    line's start is read once more only when its newline arrives (before: the whole line on every poll)."""
+    from compactd.tail import MAX_PARTIAL_BYTES
+
+    path = new_session(tmp_path)
+    tracker = SessionTracker(str(path))
+    tracker.refresh()
+    start = tracker.cursor.bytes_read
+    giant = line(entry(3, "e2", text="x" * (4 * MAX_PARTIAL_BYTES)))
+    step = 64 * 1024
+    appended = 0
+    for at in range(0, len(giant) - 1, step):
+        piece = giant[at : min(at + step, len(giant) - 1)]  # everything but the newline
+        append(path, piece)
+        appended += len(piece)
+        assert tracker.refresh().change is Change.UNCHANGED
+        assert tracker.cursor.bytes_read - start == appended  # the appended bytes, nothing again
+    append(path, b"\n")
+    update = tracker.refresh()
+    assert update.change is Change.APPENDED and [e["id"] for e in update.entries] == ["e3"]
+    assert tracker.ledger is not None and tracker.ledger.leaf_id == "e3" and tracker.reloads == 1
+    # the one re-read: the line's start, which was too long to keep in memory
+    assert tracker.cursor.bytes_read - start <= len(giant) + tracker.cursor.offset
+    assert tracker.cursor.bytes_read - start <= 2 * len(giant)
+    assert tracker.cursor.partial == b"" and tracker.cursor.offset == path.stat().st_size
+    more = line(entry(4, "e3"))
+    append(path, more)
+    before = tracker.cursor.bytes_read
+    assert [e["id"] for e in tracker.refresh().entries] == ["e4"]
+    assert tracker.cursor.bytes_read - before == len(more)
+
+
+# The peak RSS is VmHWM, this process's own: ru_maxrss keeps the parent's peak across fork and exec on Linux.
+_COLD_READ = """
+import json, sys
+from compactd.tracker import SessionTracker
+tracker = SessionTracker(sys.argv[1])
+update = tracker.refresh()
+with open("/proc/self/status") as status:
+    peak = next(int(row.split()[1]) for row in status if row.startswith("VmHWM:"))
+print(json.dumps({
+    "rss_kib": peak,
+    "change": update.change.value,
+    "reason": update.reason,
+    "ledger": tracker.ledger is not None,
+    "bytes_read": tracker.cursor.bytes_read,
+}))
+"""
+
+
+def _cold_read_in_a_subprocess(path: Path) -> dict[str, Any]:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _COLD_READ, str(path)], capture_output=True, check=True)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_a_cold_read_over_the_cap_is_skipped_with_bounded_memory(tmp_path: Path) -> None:
+    """No file decides the daemon's memory: one over the line cap (tiny entries: ~1.3 KB of records each
+    in the cold read) or over the byte cap is skipped with the reason, its peak RSS near a small file's."""
+    from compactd.defaults import MAX_COLD_READ_BYTES, MAX_COLD_READ_LINES
+
+    small = new_session(tmp_path)
+    many = tmp_path / "many.jsonl"
+    tiny = [line(header())] + [line(e) for e in chain(MAX_COLD_READ_LINES + 20_000)]
+    many.write_bytes(b"".join(tiny))
+    del tiny
+    huge = tmp_path / "huge.jsonl"  # sparse: over the byte cap without taking the disk
+    huge.write_bytes(line(header()))
+    os.truncate(huge, MAX_COLD_READ_BYTES + (1 << 20))
+
+    base = _cold_read_in_a_subprocess(small)
+    assert base["change"] == "reloaded" and base["ledger"]
+    lines = _cold_read_in_a_subprocess(many)
+    assert lines["change"] == "skipped" and not lines["ledger"]
+    assert "too large to read" in lines["reason"] and f"{MAX_COLD_READ_LINES}-line cap" in lines["reason"]
+    assert (lines["rss_kib"] - base["rss_kib"]) * 1024 < 2 * many.stat().st_size + (16 << 20)
+    size = _cold_read_in_a_subprocess(huge)
+    assert size["change"] == "skipped" and not size["ledger"] and size["bytes_read"] == 0
+    assert f"{MAX_COLD_READ_BYTES}-byte cap" in size["reason"]
+    assert (size["rss_kib"] - base["rss_kib"]) * 1024 < 16 << 20
+
+
+def test_a_skipped_file_is_not_read_again_until_it_shrinks_or_is_replaced(tmp_path: Path) -> None:
+    path = new_session(tmp_path, count=10)
+    tracker = SessionTracker(str(path))
+    tracker.cursor.max_lines = 5
+    update = tracker.refresh()
+    assert update.change is Change.SKIPPED and tracker.ledger is None
+    assert update.reason == "too large to read: 11 lines, over the 5-line cap"
+    read = tracker.cursor.bytes_read
+    append(path, line(entry(10, "e9")))
+    assert tracker.refresh().change is Change.UNCHANGED  # still too large: it only grew
+    assert tracker.cursor.bytes_read == read and tracker.ledger is None
+    path.write_bytes(line(header()) + b"".join(line(e) for e in chain(2)))  # shrunk under the cap
+    update = tracker.refresh()
+    assert update.change is Change.RELOADED and update.reason == "shrunk"
+    assert tracker.ledger is not None and tracker.ledger.leaf_id == "e1" and not tracker.cursor.skipped
+    tracker.cursor.max_bytes = 10
+    replaced = tmp_path / "next.jsonl"
+    replaced.write_bytes(line(header()) + line(entry(0, None)))
+    os.replace(replaced, path)
+    update = tracker.refresh()
+    assert update.change is Change.SKIPPED and tracker.ledger is None
+    assert update.reason.startswith("too large to read: ") and "over the 10-byte cap" in update.reason

@@ -24,6 +24,8 @@ __all__ = [
     "KEEP_RECENT_TOKENS",
     "KEEP_RECENT_TURNS",
     "LOCK_STALE_SECONDS",
+    "MAX_COLD_READ_BYTES",
+    "MAX_COLD_READ_LINES",
     "MAX_KEEP_RECENT_TURNS",
     "MEMORY_FLUSH_ENABLED",
     "MEMORY_FLUSH_FORCE_BYTES",
@@ -66,6 +68,13 @@ __all__ = [
 SAFETY_MARGIN = 1.2
 # pi's estimateTokens divisor: the ledger must equal pi's own figure, so this is not tunable.
 CHARS_PER_TOKEN = 4
+
+# --- reading ----------------------------------------------------------------------------------------------
+# A whole transcript is read (the cold read: first sight, a rewrite, an append the ledger cannot fold in) only
+# up to these sizes; a larger one is skipped with the reason. The cold read keeps ~1.3 KB per line besides the
+# bytes, so the memory one user's file can make root's daemon take stays about 128 MiB + 130 MB.
+MAX_COLD_READ_BYTES = 128 * 1024 * 1024
+MAX_COLD_READ_LINES = 100_000
 
 # --- context window ---------------------------------------------------------------------------------------
 # When neither the config nor the transcript names a window, assume the common frontier size (design.md §6.2).

@@ -239,6 +239,16 @@ class Service:
         if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
         self.dirty = True
+        if update.change is Change.SKIPPED:  # kept (its cursor remembers it), never read whole nor acted on
+            session.due = False
+            session.decision = None
+            self.metrics.forget_session(path)
+            st = self.session_state(path)
+            if st.skipped != update.reason:
+                st.skipped = update.reason
+                st.show_next(None, time.time())
+                log.warning("session=%s action=skipped reason=%s", path, update.reason)
+            return
         ledger = session.tracker.ledger
         if ledger is None:
             self.sessions.pop(path, None)

@@ -2,7 +2,8 @@
 
 A ``FileCursor`` is the whole per-file state: device, inode, the offset just past the last complete line, and
 the bytes of an unfinished last line (writers' appends become visible page by page, so a reader often sees a
-torn line). It never writes to the file.
+torn line). An unfinished line over ``MAX_PARTIAL_BYTES`` is not kept, only its length: later polls read just
+what is appended to it, and the line is read once more when its newline arrives. It never writes to the file.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from compactd.defaults import MAX_COLD_READ_BYTES, MAX_COLD_READ_LINES
 from compactd.transcript.jsjson import is_js_blank, js_trim_bounds
 from compactd.transcript.reader import Transcript, parse_line, parse_transcript
 
 __all__ = ["Change", "FileCursor", "Update"]
 
-# A torn tail longer than this is not buffered across polls; it is re-read once it completes.
+# A torn tail longer than this is not buffered across polls (only its length is): it is re-read once, complete.
 MAX_PARTIAL_BYTES = 1 << 20
 
 
@@ -28,6 +30,7 @@ class Change(Enum):
     RELOADED = "reloaded"
     MISSING = "missing"
     RESUMED = "resumed"  # picked up from a saved snapshot (see compactd.resume); nothing was appended since
+    SKIPPED = "skipped"  # too large to read whole (``reason`` says why); not read again until it shrinks
 
 
 @dataclass(slots=True)
@@ -58,11 +61,18 @@ class FileCursor:
     ino: int = -1
     offset: int = 0
     partial: bytes = b""
+    # The unfinished line's length past ``offset``: ``len(partial)``, or more when it was too long to keep.
+    pending: int = 0
     mtime: float = 0.0
     mtime_ns: int = 0
     ctime_ns: int = 0
     size: int = 0
     bytes_read: int = 0
+    # The cold read's caps: a file over either is not read whole (``skipped`` says why) so that no file
+    # decides how much memory the daemon takes.
+    max_bytes: int = MAX_COLD_READ_BYTES
+    max_lines: int = MAX_COLD_READ_LINES
+    skipped: str = ""
 
     @property
     def known(self) -> bool:
@@ -82,22 +92,38 @@ class FileCursor:
             if not self.known or (st.st_dev, st.st_ino) != (self.dev, self.ino):
                 reason = "new file" if not self.known else "replaced (new inode)"
                 return self._reload(fd, st, reason)
-            if st.st_size < self.offset + len(self.partial):
+            if self.skipped:  # still too large (it only grew): nothing read; smaller, it is read afresh
+                if st.st_size >= self.offset:
+                    return Update(Change.UNCHANGED)
                 return self._reload(fd, st, "shrunk")
-            start = self.offset + len(self.partial)
+            start = self.offset + self.pending
+            if st.st_size < start:
+                return self._reload(fd, st, "shrunk")
             if st.st_size == start:
                 return Update(Change.UNCHANGED)
             chunk = os.pread(fd, st.st_size - start, start)
+            self.bytes_read += len(chunk)
+            newline = chunk.rfind(b"\n")
+            if newline < 0:  # the unfinished line grows: keep it if small, else only its length
+                kept = len(self.partial) == self.pending
+                self.pending += len(chunk)
+                self.partial = self.partial + chunk if kept and self.pending <= MAX_PARTIAL_BYTES else b""
+                return Update(Change.UNCHANGED)
+            head = self.partial
+            if len(head) != self.pending:  # the line's start was not kept: read it once, now that it ends
+                head = os.pread(fd, self.pending, self.offset)
+                self.bytes_read += len(head)
+                if len(head) != self.pending:
+                    return self._reload(fd, st, "shrunk")
         finally:
             os.close(fd)
-        self.bytes_read += len(chunk)
-        data = self.partial + chunk if self.partial else chunk
-        cut = data.rfind(b"\n") + 1
-        self.partial = data[cut:] if len(data) - cut <= MAX_PARTIAL_BYTES else b""
-        if cut == 0:
-            return Update(Change.UNCHANGED)  # an oversized torn line is not kept; it is re-read once complete
-        self.offset += cut
-        entries, malformed, non_objects, trim_sensitive = _parse_lines(data[:cut])
+        cut = newline + 1
+        data = head + chunk[:cut] if head else chunk[:cut]
+        rest = chunk[cut:]
+        self.partial = rest if len(rest) <= MAX_PARTIAL_BYTES else b""
+        self.pending = len(rest)
+        self.offset += len(data)
+        entries, malformed, non_objects, trim_sensitive = _parse_lines(data)
         return Update(
             Change.APPENDED,
             entries=entries,
@@ -107,13 +133,29 @@ class FileCursor:
         )
 
     def _reload(self, fd: int, st: os.stat_result, reason: str) -> Update:
-        data = _read_all(fd, st.st_size)
+        self.dev, self.ino, self.skipped = st.st_dev, st.st_ino, ""
+        if st.st_size > self.max_bytes:
+            return self._skip(
+                st, f"too large to read: {st.st_size} bytes, over the {self.max_bytes}-byte cap"
+            )
+        data = _read_all(fd, st.st_size, self.max_bytes)
         self.bytes_read += len(data)
-        self.dev, self.ino = st.st_dev, st.st_ino
+        if len(data) > self.max_bytes:  # grew past the cap since the fstat
+            return self._skip(st, f"too large to read: over the {self.max_bytes}-byte cap")
+        lines = data.count(b"\n")
+        if lines > self.max_lines:
+            return self._skip(st, f"too large to read: {lines} lines, over the {self.max_lines}-line cap")
         cut = data.rfind(b"\n") + 1
         self.offset = cut
-        self.partial = data[cut:] if len(data) - cut <= MAX_PARTIAL_BYTES else b""
+        self.pending = len(data) - cut
+        self.partial = data[cut:] if self.pending <= MAX_PARTIAL_BYTES else b""
         return Update(Change.RELOADED, data=data[:cut], reason=reason)
+
+    def _skip(self, st: os.stat_result, reason: str) -> Update:
+        """Not read whole: remembered by identity and size, so polls of it growing read nothing."""
+        self.skipped = reason
+        self.offset, self.partial, self.pending = st.st_size, b"", 0
+        return Update(Change.SKIPPED, reason=reason)
 
     def seen(self, st: os.stat_result) -> None:
         """The file's size and times as of this look at it (its identity is ``dev``/``ino``, set on a read)."""
@@ -127,23 +169,26 @@ class FileCursor:
     def resume_at(self, dev: int, ino: int, offset: int) -> None:
         """Take up a file at ``offset`` (just past a complete line) without reading what precedes it: the
         caller has checked that those bytes are the ones its ledger was built from (``compactd.resume``)."""
-        self.dev, self.ino, self.offset, self.partial = dev, ino, offset, b""
+        self.dev, self.ino, self.offset, self.partial, self.pending = dev, ino, offset, b"", 0
+        self.skipped = ""
 
     def reset(self) -> None:
         """Forget the file: the next poll reloads it (after our own rewrite, or on request)."""
         self.dev = self.ino = -1
-        self.offset = 0
-        self.partial = b""
+        self.offset = self.pending = 0
+        self.partial, self.skipped = b"", ""
 
 
-def _read_all(fd: int, size_hint: int) -> bytes:
+def _read_all(fd: int, size_hint: int, limit: int) -> bytes:
+    """The file to its end, or its first ``limit`` + 1 bytes when it is longer (the caller's cap exceeded)."""
     parts: list[bytes] = []
     offset = 0
     while True:
-        chunk = os.pread(fd, max(size_hint - offset, 1 << 16), offset)
-        if not chunk:
-            return b"".join(parts)
-        parts.append(chunk)
+        chunk = os.pread(fd, min(max(size_hint - offset, 1 << 16), limit + 1 - offset), offset)
+        if chunk:
+            parts.append(chunk)
+        if not chunk or offset + len(chunk) > limit:
+            return b"".join(parts)  # one part: that very object, not a copy
         offset += len(chunk)
 
 

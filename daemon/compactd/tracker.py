@@ -63,7 +63,7 @@ class SessionTracker:
         if update.change is Change.RELOADED and update.data is not None:
             self.ledger = SessionLedger.from_bytes(update.data, self.path, cap_for=self.cap_for)
             self.reloads += 1
-        elif update.change is Change.MISSING:
+        elif update.change in (Change.MISSING, Change.SKIPPED):
             self.ledger = None
         if update.change is not Change.UNCHANGED or resumed:
             self.snapshot = self._take_snapshot()  # touched but unchanged: the next start need not hash

@@ -10,6 +10,11 @@ honour, and it must be held for well under 10 s, which a model call is not.
 
 A cycle is named by the id of the newest compaction on the session's branch ("" before the first), so it
 changes whoever compacts: this daemon, another compactd, or the agent itself.
+
+Claims of sessions that are gone, or untouched (the transcript and the claim) for longer than the archive
+retention, are removed by the retention sweep (:func:`prune_claims`), so ``claims/`` does not keep a file per
+session ever acted on. Only an unheld claim is removed, under its own lock; a taker that locked a claim file
+just removed sees that the path no longer names its inode and takes the new one instead.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -26,11 +32,14 @@ from typing import Any
 from compactd.commit.atomic import fsync_dir
 from compactd.transcript.reader import Transcript
 
-__all__ = ["ClaimBusy", "SessionClaim", "flush_cycle"]
+__all__ = ["ClaimBusy", "SessionClaim", "flush_cycle", "prune_claims"]
+
+log = logging.getLogger(__name__)
 
 CLAIMS_DIR = "claims"
 # The record is one JSON line; a claim file is a few hundred bytes.
 _MAX_RECORD = 64 * 1024
+_DAY = 86_400.0
 
 
 def flush_cycle(transcript: Transcript) -> str:
@@ -86,6 +95,27 @@ class SessionClaim:
         if self._fd is not None:
             raise RuntimeError(f"claim {self.path} is already held by this object")
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        while True:
+            fd = self._lock()
+            try:
+                current = os.stat(self.path, follow_symlinks=False)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(fd)
+            if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+                break
+            os.close(fd)  # pruned between our open and our lock: that inode is no one's claim any more
+        self._fd = fd
+        try:
+            self._record = _read_record(fd)
+            self._write(pid=os.getpid(), since=time.time())
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def _lock(self) -> int:
+        """The claim file opened (created if need be) and locked; :class:`ClaimBusy` when another holds it."""
         created = not self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         if created:
@@ -103,14 +133,7 @@ class SessionClaim:
                 pid = record.get("pid")
                 raise ClaimBusy(self.transcript, pid if isinstance(pid, int) else None) from None
             raise
-        self._fd = fd
-        try:
-            self._record = _read_record(fd)
-            self._write(pid=os.getpid(), since=time.time())
-        except BaseException:
-            self.release()
-            raise
-        return self
+        return fd
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
@@ -160,3 +183,61 @@ class SessionClaim:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def prune_claims(state_dir: str | os.PathLike[str], *, keep_days: float, now: float) -> list[str]:
+    """Remove the claims of sessions that are gone, or whose transcript and claim were both last written more
+    than ``keep_days`` ago (0: gone sessions only); a held claim is never touched. Returns those removed.
+    Failures are logged, never raised: the sweep goes on."""
+    directory = Path(state_dir, CLAIMS_DIR)
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log.warning("claims sweep skipped: %s", exc.strerror or exc)
+        return []
+    removed: list[str] = []
+    for name in names:
+        if not name.endswith(".lock"):
+            continue
+        path = directory / name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("cannot open claim %s: %s", path, exc.strerror or exc)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # in use: its holder is working on that session now
+            reason = _stale(fd, _read_record(fd), keep_days, now)
+            if reason is None:
+                continue
+            os.unlink(path)  # under our lock: a taker that opened it before sees the path moved on
+            removed.append(str(path))
+            log.info("retention removed claim %s reason=%s", path, reason)
+        except OSError as exc:
+            log.warning("cannot prune claim %s: %s", path, exc.strerror or exc)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _stale(fd: int, record: dict[str, Any], keep_days: float, now: float) -> str | None:
+    """Why a claim may go ("session gone", "untouched"), or None to keep it."""
+    transcript = record.get("path")
+    claim_age = now - os.fstat(fd).st_mtime
+    old = keep_days > 0 and claim_age > keep_days * _DAY
+    if not isinstance(transcript, str) or not transcript:
+        return "untouched" if old else None  # no session named: only its own age can say
+    try:
+        st = os.stat(transcript, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return "session gone"
+    if old and now - st.st_mtime > keep_days * _DAY:
+        return "untouched"
+    return None

@@ -10,7 +10,8 @@ Only archives our own rotations made (listed in the journal) are candidates: Ope
 ``<file>.jsonl.bak.<ts>`` too, and those are not ours to delete. An archive's age is the UTC time in its name
 (the moment of the rotation), not its mtime, which is the old inode's last write. Retention runs after each
 rotation (for that session) and over every session at start and hourly (:func:`sweep_archives`), so archives
-of sessions that are never compacted again age out too.
+of sessions that are never compacted again age out too. The same sweep prunes ``<state>/claims/``: the claims
+of sessions that are gone or untouched for ``keep_days`` (:func:`compactd.commit.claim.prune_claims`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 import stat
 
 from compactd.commit.atomic import crash_point, os_reason
+from compactd.commit.claim import prune_claims
 from compactd.commit.journal import Journal
 from compactd.timestamps import parse_archive_stamp
 
@@ -88,7 +90,11 @@ def apply_retention(
 def sweep_archives(
     state_dir: str | os.PathLike[str], *, keep_count: int, keep_days: float, now: float
 ) -> list[str]:
-    """:func:`apply_retention` over every session the journal lists; returns the archives removed."""
+    """:func:`apply_retention` over every session the journal lists, then the claims of sessions gone or
+    untouched past ``keep_days`` pruned; returns the archives removed."""
+    claims = prune_claims(state_dir, keep_days=keep_days, now=now)
+    if claims:
+        log.info("action=retention removed=%d claim(s)", len(claims))
     journal = Journal(state_dir)
     try:
         by_path = journal.all_archives()

@@ -29,7 +29,7 @@ from compactd.openclaw._discovery import Agent, Install, discover
 from compactd.openclaw._follower import Follower, read_transcript
 from compactd.openclaw._gateway import GatewayError, RpcError, call
 from compactd.openclaw._guard import DATABASE_NAME
-from compactd.openclaw._store import Node, Store, StoreError
+from compactd.openclaw._store import Node, Store, StoreError, row_node
 from compactd.state import Backoff, Metrics, SessionState, describe_error
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class OpenClawSession:
     in_flight: bool = False
     flushed_at_count: int | None = None  # the compactionCount of the cycle compactd flushed in
     last_change: float = 0.0
+    entry_json: str | None = None  # the node's entry as last read: an unchanged one is not parsed again
 
     @property
     def key(self) -> str:
@@ -100,6 +101,11 @@ class OpenClawSource:
     watching: dict[str, anyio.Event] = field(default_factory=dict)
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
+    # Per database: the transcript rowid read up to, and the layout (sessions, generations, config) as of then.
+    _marks: dict[str, tuple[int, Any]] = field(default_factory=dict, repr=False)
+    _by_session_id: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)  # → (database, key)
+    _due_paths: set[str] = field(default_factory=set, repr=False)  # a superset of the due sessions
+    _recent: dict[str, float] = field(default_factory=dict, repr=False)  # path → when rows last came
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- discover / refresh -------------------------------------------------------------------------------
@@ -130,11 +136,23 @@ class OpenClawSource:
         return self.install.agents if self.install is not None else ()
 
     def refresh_all(self) -> None:
+        """Every agent's database looked at in full (the rescan's safety net; see :meth:`refresh`)."""
         for agent in self.agents():
-            self.refresh(agent)
+            self.refresh(agent, full=True)
 
-    def refresh(self, agent: Agent) -> None:
-        """Read what is new in one agent's database (only new rows per session) and decide what is due.
+    def refresh(self, agent: Agent, *, replan: OpenClawSession | None = None, full: bool = False) -> None:
+        """Read what is new in one agent's database and decide again for the sessions it changed.
+
+        The cost follows the rows appended, not the sessions the database holds: the transcript table's rowid
+        b-tree says which sessions have rows past the last mark, and only those sessions' nodes, the due
+        ones' (their readiness needs a fresh ``status`` and ``updatedAt``), those with rows in the last
+        rescan interval (:meth:`_recent_keys`) and ``replan``'s are read. A full
+        look (``full``: the rescan, every ``rescan_seconds``; the first look; a rewrite; a new config; rowids
+        gone below the mark) compares every node and every session's newest ``seq`` (one GROUP BY in SQLite):
+        what no new row reveals (a node's own change while not due, a deleted session, rows whose rowids
+        were reused after a delete) is seen then, at most one rescan late; nothing is lost, as followers
+        read by ``seq``. ``replan``: a session to read and decide again even if unchanged (what its last act
+        recorded counts).
 
         Two boundaries: a session whose row cannot be read is that session's failure (backed off, shown in
         ``status``, not read again until the back-off ends); a database that cannot be read at all is that
@@ -142,9 +160,10 @@ class OpenClawSource:
         """
         with self._lock:  # the watcher's thread and the worker's may both refresh an agent
             try:
-                self._refresh(agent)
+                self._refresh(agent, replan, full)
             except Exception as exc:
                 reason = describe_error(exc)
+                self._marks.pop(agent.database, None)
                 for session in self.sessions.values():  # what was read before cannot be acted on now
                     if session.agent.database == agent.database:
                         session.due = False
@@ -152,43 +171,102 @@ class OpenClawSource:
                     log.warning("openclaw database=%s action=unreadable reason=%s", agent.database, reason)
                 self.problems[agent.agent_id] = reason
                 self.changed()
-            else:
-                if self.problems.pop(agent.agent_id, None) is not None:
-                    log.info("openclaw database=%s action=recovered (readable again)", agent.database)
-                    self.changed()
+                return
+            if self.problems.pop(agent.agent_id, None) is not None:
+                log.info("openclaw database=%s action=recovered (readable again)", agent.database)
+                self.changed()
+            if replan is not None and self.sessions.get(replan.state.path) is replan:
+                self._plan(replan, time.time())
 
-    def _refresh(self, agent: Agent) -> None:
+    def _refresh(self, agent: Agent, replan: OpenClawSession | None, full: bool) -> None:
         store = self.stores.setdefault(agent.database, Store(agent.database))
         now = time.time()
         with store.connect() as conn:
-            nodes = store.nodes(conn)
+            try:
+                generations = store.generations(conn)
+            except sqlite3.OperationalError:
+                if not store.empty(conn):
+                    raise
+                self._drop_gone(agent, set())  # OpenClaw created the file, not yet its schema: no sessions
+                return
+            layout = (generations, id(self.config))
+            known = self._marks.get(agent.database)
+            after = known[0] if not full and known is not None and known[1] == layout else None
+            appended, top = store.appended_since(conn, after)
+            last_seqs: dict[str, object] | None = None
+            if appended is None:
+                rows = store.node_rows(conn)
+                last_seqs = store.last_seqs(conn)
+            else:
+                by_sid = self._by_session_id
+                keys = {by_sid[sid][1] for sid in appended if sid in by_sid}
+                keys.update(
+                    s.key for p in self._due_paths if (s := self.sessions.get(p)) is not None and s.due
+                )
+                keys.update(self._recent_keys(agent, now))
+                if replan is not None:
+                    keys.add(replan.key)
+                rows = store.node_rows(
+                    conn, keys=sorted(keys), session_ids=sorted(set(appended) - by_sid.keys())
+                )
             seen = set()
-            for node in nodes:
+            for key, session_id, raw in rows:
+                node = row_node(key, session_id, raw)
                 path = session_path(agent, node.session_key)
                 seen.add(path)
                 session = self.sessions.get(path)
+                if (
+                    session is not None
+                    and session.entry_json == raw
+                    and session.follower.session_id == session_id
+                    and session.follower.generation == generations.get(node.session_id)
+                    and (
+                        node.session_id not in appended
+                        if appended is not None
+                        else last_seqs is not None
+                        and session.follower.last_seq == last_seqs.get(node.session_id, -1)
+                    )
+                ):
+                    continue  # nothing of it changed: its follower and decision stand
+                first = session is None
                 if session is None:
                     follower = Follower(node.session_key)
                     session = self.sessions[path] = OpenClawSession(agent, follower, SessionState(path=path))
-                self._refresh_session(session, store, conn, node, now)
+                session.entry_json = raw if isinstance(raw, str) else None
+                if node.session_id:
+                    self._by_session_id[node.session_id] = (agent.database, node.session_key)
+                if self._refresh_session(session, store, conn, node, now) and not first:
+                    self._recent[path] = now  # new rows since the last look, not merely a first sight
+            self._marks[agent.database] = (top, layout)
+        if appended is not None:
+            return  # a partial look: sessions not read are not gone
+        self._drop_gone(agent, seen)
+
+    def _drop_gone(self, agent: Agent, seen: set[str]) -> None:
+        """Forget this agent's sessions a full look did not see (deleted from the database)."""
         for path in [
             p for p, s in self.sessions.items() if s.agent.database == agent.database and p not in seen
         ]:
-            self.sessions.pop(path, None)
+            session = self.sessions.pop(path)
+            self._due_paths.discard(path)
+            if session.follower.session_id is not None:
+                self._by_session_id.pop(session.follower.session_id, None)
             self.metrics.forget_session(path)
 
     def _refresh_session(
         self, session: OpenClawSession, store: Store, conn: sqlite3.Connection, node: Node, now: float
-    ) -> None:
+    ) -> bool:
         """The session boundary for reading: whatever its rows raise is recorded in its state, with a back-off
-        during which it is not read again."""
+        during which it is not read again. Whether new rows were read."""
         st = session.state
         if st.error_stage == "read" and st.in_backoff(now):
-            return
+            return False
+        changed = False
         try:
             if node.problem is not None:
                 raise StoreError(f"session_nodes row {node.session_key!r}: {node.problem}")
-            if session.follower.refresh(store, conn, node):
+            changed = session.follower.refresh(store, conn, node)
+            if changed:
                 session.last_change = now
             if st.error_stage == "read":  # readable again
                 Backoff.record_success(st)
@@ -198,6 +276,20 @@ class OpenClawSource:
             session.due = False
             session.follower.forget()
             self._back_off(st, "read", describe_error(exc))
+        return changed
+
+    def _recent_keys(self, agent: Agent, now: float) -> list[str]:
+        """The keys of this agent's sessions that had new rows within the last rescan interval: the gateway
+        updates a node (status, compactionCount) a little after its rows, so those nodes are read again on
+        every refresh until the rescan would have seen them anyway."""
+        keys = []
+        for path, when in list(self._recent.items()):
+            session = self.sessions.get(path)
+            if session is None or now - when > self.config.service.rescan_seconds:
+                del self._recent[path]
+            elif session.agent.database == agent.database:
+                keys.append(session.key)
+        return keys
 
     def _plan(self, session: OpenClawSession, now: float) -> None:
         """The one decision point (:func:`compactd.decision.decide`) on OpenClaw 2026.9's thresholds."""
@@ -227,6 +319,10 @@ class OpenClawSource:
         session.decision = decision
         self.changed()
         session.due = decision.due
+        if session.due:
+            self._due_paths.add(st.path)
+        else:
+            self._due_paths.discard(st.path)
         if not session.due:
             st.show_next(None, now)
         elif node.active_run:
@@ -315,7 +411,7 @@ class OpenClawSource:
     async def _act(self, session: OpenClawSession) -> dict[str, Any]:
         st, agent = session.state, session.agent
         store = self.stores[agent.database]
-        await anyio.to_thread.run_sync(lambda: self.refresh(agent))
+        await anyio.to_thread.run_sync(lambda: self.refresh(agent, replan=session))
         node, decision = session.node, session.decision
         if node is None or decision is None or not session.due:
             return {"action": "none"}
@@ -399,7 +495,7 @@ class OpenClawSource:
 
         while True:
             if await anyio.to_thread.run_sync(look):
-                await anyio.to_thread.run_sync(lambda: self.refresh(session.agent))
+                await anyio.to_thread.run_sync(lambda: self.refresh(session.agent, replan=session))
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -28,6 +28,7 @@ import orjson
 # The largest frame OpenClaw writes (its CHECK constraint): a row claiming more is refused, not inflated.
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 BUSY_TIMEOUT_MS = 2_000
+_IN_CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 
 
 class StoreError(Exception):
@@ -85,7 +86,7 @@ def _int(value: object, what: str) -> int:
     return value
 
 
-def _node(key: object, session_id: object, entry_json: object) -> Node:
+def row_node(key: object, session_id: object, entry_json: object) -> Node:
     """A ``session_nodes`` row; one that cannot be used carries its ``problem`` (the session's failure)."""
     name = key if isinstance(key, str) else repr(key)
     sid = session_id if isinstance(session_id, str) else ""
@@ -119,11 +120,17 @@ def _decompress(frame: bytes, size: int | None) -> bytes:
 
 
 class Store:
-    """One agent database; ``rows_read`` counts the transcript rows fetched (the follower's cost)."""
+    """One agent database; ``rows_read`` counts the transcript rows fetched and ``queries`` the statements run
+    (the follower's cost, which must follow the rows appended, not the sessions held)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.rows_read = 0
+        self.queries = 0
+
+    def _execute(self, conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        self.queries += 1
+        return conn.execute(sql, params)
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
@@ -150,25 +157,77 @@ class Store:
     def nodes(self, conn: sqlite3.Connection) -> list[Node]:
         """Every session's row; none from a database without any table yet (OpenClaw creates the file, then
         its schema), while one with other tables but no ``session_nodes`` is no OpenClaw store."""
-        try:
-            rows = conn.execute("SELECT session_key, current_session_id, entry_json FROM session_nodes")
-        except sqlite3.OperationalError:
-            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
-                return []
-            raise
-        return [_node(key, session_id, entry_json) for key, session_id, entry_json in rows]
+        if self.empty(conn):
+            return []
+        return [row_node(*row) for row in self.node_rows(conn)]
+
+    def empty(self, conn: sqlite3.Connection) -> bool:
+        """No table at all yet: OpenClaw creates the file, then its schema (no sessions, not a failure)."""
+        return bool(self._execute(conn, "SELECT count(*) FROM sqlite_master").fetchone()[0] == 0)
+
+    def node_rows(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        keys: list[str] | None = None,
+        session_ids: list[str] | None = None,
+    ) -> list[tuple[object, object, object]]:
+        """``session_nodes`` rows as stored (key, session id, entry JSON; not type-checked: :func:`_node` does
+        that): compared, not parsed, so a refresh parses only the entries that changed. Every row, or (``keys``
+        or ``session_ids`` given) only the rows of those keys and of the keys whose current session is one of
+        ``session_ids``."""
+        select = "SELECT session_key, current_session_id, entry_json FROM session_nodes"
+        if keys is None and session_ids is None:
+            found = list(self._execute(conn, select))
+        else:
+            found = []
+            for column, values in (("session_key", keys or []), ("current_session_id", session_ids or [])):
+                for at in range(0, len(values), _IN_CHUNK):
+                    chunk = tuple(values[at : at + _IN_CHUNK])
+                    marks = ",".join("?" * len(chunk))
+                    found += self._execute(conn, f"{select} WHERE {column} IN ({marks})", chunk)
+        out = {(key if isinstance(key, str) else repr(key)): (key, sid, raw) for key, sid, raw in found}
+        return list(out.values())
 
     def node(self, conn: sqlite3.Connection, session_key: str) -> Node | None:
-        row = conn.execute(
+        row = self._execute(
+            conn,
             "SELECT session_key, current_session_id, entry_json FROM session_nodes WHERE session_key = ?",
             (session_key,),
         ).fetchone()
-        return None if row is None else _node(*row)
+        return None if row is None else row_node(*row)
+
+    def appended_since(
+        self, conn: sqlite3.Connection, after_rowid: int | None
+    ) -> tuple[set[str] | None, int]:
+        """The sessions with transcript rows past ``after_rowid`` (a range of the table's rowid b-tree: the cost
+        follows the rows appended), and the rowid to pass next time. None instead of the set: every session
+        must be looked at (the first look, or rows were deleted so rowids may be reused)."""
+        row = self._execute(conn, "SELECT max(rowid) FROM transcript_events").fetchone()
+        top = -1 if row is None or row[0] is None else int(row[0])
+        if after_rowid is None or top < after_rowid:
+            return None, top
+        # no DISTINCT: SQLite would answer it by scanning the whole (session_id, seq) index instead
+        rows = self._execute(conn, "SELECT session_id FROM transcript_events WHERE rowid > ?", (after_rowid,))
+        return {r[0] if isinstance(r[0], str) else repr(r[0]) for r in rows}, top
+
+    def last_seqs(self, conn: sqlite3.Connection) -> dict[str, object]:
+        """Every session's newest ``seq`` (one walk of the primary key's b-tree in SQLite, no row decoded):
+        what a full look compares with each follower's (a value of the wrong type never equals one, so that
+        session is read, and fails, by itself)."""
+        rows = self._execute(conn, "SELECT session_id, max(seq) FROM transcript_events GROUP BY session_id")
+        return {session_id: seq for session_id, seq in rows if isinstance(session_id, str)}
+
+    def generations(self, conn: sqlite3.Connection) -> dict[str, object]:
+        """Every rewritten session's generation (one row per session ``--max-lines`` ever rewrote); checked
+        for its type when the session is read (:meth:`generation`)."""
+        rows = self._execute(conn, "SELECT session_id, generation FROM transcript_rewrite_watermarks")
+        return {session_id: generation for session_id, generation in rows if isinstance(session_id, str)}
 
     def generation(self, conn: sqlite3.Connection, session_id: str) -> str | None:
         """The rewrite generation: it changes when ``--max-lines`` renumbers ``seq`` (a re-read is due)."""
-        row = conn.execute(
-            "SELECT generation FROM transcript_rewrite_watermarks WHERE session_id = ?", (session_id,)
+        row = self._execute(
+            conn, "SELECT generation FROM transcript_rewrite_watermarks WHERE session_id = ?", (session_id,)
         ).fetchone()
         if row is None:
             return None
@@ -178,7 +237,8 @@ class Store:
 
     def events(self, conn: sqlite3.Connection, session_id: str, after_seq: int = -1) -> list[Event]:
         """The transcript rows after ``after_seq``, oldest first (all of them with the default)."""
-        rows = conn.execute(
+        rows = self._execute(
+            conn,
             "SELECT seq, event_json, event_zstd, event_utf8_bytes, created_at FROM transcript_events "
             "WHERE session_id = ? AND seq > ? ORDER BY seq",
             (session_id, after_seq),
@@ -209,7 +269,8 @@ class Store:
 
     def last_compaction_seq(self, conn: sqlite3.Connection, session_id: str) -> int | None:
         """The seq of the session's newest ``compaction`` event (from the identities, nothing decoded)."""
-        row = conn.execute(
+        row = self._execute(
+            conn,
             "SELECT max(seq) FROM transcript_event_identities WHERE session_id = ? AND event_type = 'compaction'",
             (session_id,),
         ).fetchone()
