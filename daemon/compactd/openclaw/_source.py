@@ -3,7 +3,8 @@
 The service sees four things: :meth:`OpenClawSource.run` (watchers on each agent's ``agent/`` directory for
 the database's ``-wal``, through :func:`compactd.watch.watch_root`, plus a worker), :meth:`states` and
 :meth:`annotate` for ``status.json``, and :meth:`once` for ``compactd once``. Nothing is written under an
-agent directory: the database is read with ``mode=ro``, the memory flush goes to the agent's workspace
+agent directory: the database is read only when it is the agent owner's own, as that owner, without a write
+(:mod:`compactd.openclaw._claim`, :mod:`compactd.openclaw._store`), the memory flush goes to the agent's workspace
 ``memory/`` (the same trust rule as a header ``cwd``), and the compaction is the gateway's own, asked for over
 its RPC and verified in the database before it counts.
 """
@@ -97,6 +98,7 @@ class OpenClawSource:
     sessions: dict[str, OpenClawSession] = field(default_factory=dict)
     stores: dict[str, Store] = field(default_factory=dict)
     gateway_problem: str | None = None  # the last "down"/"refused" answer, for status and doctor
+    refusals: dict[str, str] = field(default_factory=dict)  # agent dir → why it is not followed (logged once)
     watching: dict[str, anyio.Event] = field(default_factory=dict)
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
@@ -115,9 +117,24 @@ class OpenClawSource:
         self.install = discover(self.env, state_dir=oc.state_dir, config_path=oc.config_path)
         if self.install.config_error:
             log.warning("openclaw action=config_unusable reason=%s", self.install.config_error)
+        for agent_dir, reason in self.install.refused:
+            if self.refusals.get(agent_dir) != reason:  # once per agent and reason, not every rescan
+                self.refusals[agent_dir] = reason
+                log.warning("openclaw agent_dir=%s action=refused reason=%s", agent_dir, reason)
+            for path in [p for p, s in self.sessions.items() if s.agent.agent_dir == agent_dir]:
+                self.sessions.pop(path, None)
+                self.metrics.forget_session(path)
         for agent in self.install.agents:
-            self.stores.setdefault(agent.database, Store(agent.database))
+            self.refusals.pop(agent.agent_dir, None)
+            self.store_of(agent)
         return self.install
+
+    def store_of(self, agent: Agent) -> Store:
+        """The agent's store, read as the agent's owner (a new one when the owner changed)."""
+        store = self.stores.get(agent.database)
+        if store is None or store.owner != agent.owner:
+            store = self.stores[agent.database] = Store(agent.database, agent.owner, agent.identity)
+        return store
 
     def agents(self) -> tuple[Agent, ...]:
         return self.install.agents if self.install is not None else ()
@@ -135,7 +152,7 @@ class OpenClawSource:
             self._refresh(agent)
 
     def _refresh(self, agent: Agent) -> None:
-        store = self.stores.setdefault(agent.database, Store(agent.database))
+        store = self.store_of(agent)
         now = time.time()
         try:
             with store.connect() as conn:
@@ -278,7 +295,7 @@ class OpenClawSource:
 
     async def _act(self, session: OpenClawSession) -> dict[str, Any]:
         st, agent = session.state, session.agent
-        store = self.stores[agent.database]
+        store = self.store_of(agent)
         await anyio.to_thread.run_sync(lambda: self.refresh(agent))
         node, decision = session.node, session.decision
         if node is None or decision is None or not session.due:
