@@ -209,4 +209,5 @@ def test_as_root_the_database_is_read_as_its_owner(reachable: Path) -> None:
     Path(str(database) + "-shm").unlink()
     chown_tree(state, OTHER)
     assert '"id":"m2"' in read_all(store) and store.copies == 1
+    store.drop_copy()
     assert {p.stat().st_uid for p in state.rglob("*")} == {OTHER}  # nothing of root's left in their tree

@@ -234,7 +234,9 @@ def test_reading_changes_nothing_under_the_agent_directory_whatever_the_gateways
                 refresh(store, follower)
                 assert follower.ledger.figures() == full_read(lines)
                 changed[state] += differences(before, tree(agent_dir))
+            assert refresh(store, follower) == 0  # a rescan: nothing new to read, and nothing copied again
             assert store.copies == (1 if state == "crashed, -shm gone" else 0)
+            store.drop_copy()
         finally:
             gateway.kill()
     assert changed == {state: [] for state in GATEWAY_STATES}

@@ -489,6 +489,8 @@ class OpenClawSource:
 
     def stop(self) -> None:
         self.stopping = True
+        for store in self.stores.values():
+            store.drop_copy()
         for event in self.watching.values():
             event.set()
         self.wakeup.set()

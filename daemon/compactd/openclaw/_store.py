@@ -13,7 +13,8 @@ what is on disk:
   connection holds the ``-shm`` (a crash).
 - a non-empty ``-wal`` without a ``-shm``: no connection can be open (each holds the ``-shm``), so the files stay
   still while they are copied into a private temporary directory, and the copy is read; a copy that changed
-  while it was made (a gateway starting) is made again.
+  while it was made (a gateway starting) is made again. The copy serves every read until the files change
+  (each rescan would otherwise copy the whole database again) and is removed then.
 
 Before every read the files are checked as a claim (:mod:`compactd.openclaw._claim`) and, as root, opened with
 the agent owner's identity (:mod:`compactd.fs_identity`). ``event_zstd`` rows hold one standard
@@ -28,6 +29,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,19 +125,30 @@ def _copy_file(source: str, target: str) -> None:
             shutil.copyfileobj(src, dst, 1 << 20)
 
 
-@contextlib.contextmanager
-def _private_copy(path: str) -> Iterator[str]:
+@dataclass(slots=True)
+class _Copy:
+    """A private copy of the database and its ``-wal``, and what they were on disk when it was made."""
+
+    on_disk: tuple[tuple[int, int, int] | None, ...]
+    directory: tempfile.TemporaryDirectory[str]
+    path: str
+
+
+def _private_copy(path: str) -> _Copy:
     """The database and its ``-wal`` copied into a private directory (see the module's docstring)."""
-    name = os.path.basename(path)
     for _ in range(COPY_ATTEMPTS):
         before = _on_disk(path)
-        with tempfile.TemporaryDirectory(prefix="compactd-openclaw-") as private:
-            copy = os.path.join(private, name)
+        directory = tempfile.TemporaryDirectory(prefix="compactd-openclaw-")
+        copy = os.path.join(directory.name, os.path.basename(path))
+        try:
             _copy_file(path, copy)
             _copy_file(path + "-wal", copy + "-wal")
-            if _on_disk(path) == before:
-                yield copy
-                return
+        except BaseException:
+            directory.cleanup()
+            raise
+        if _on_disk(path) == before:
+            return _Copy(before, directory, copy)
+        directory.cleanup()
     raise StoreError(f"{path} kept changing while it was copied")
 
 
@@ -150,6 +163,8 @@ class Store:
         self.identity = identity
         self.rows_read = 0
         self.copies = 0
+        self._copy: _Copy | None = None  # kept while the files it was made from are unchanged
+        self._copy_lock = threading.Lock()
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
@@ -169,14 +184,33 @@ class Store:
                     query += "&immutable=1"  # everything is in the main file, and nobody is writing it
                 elif shm is not None:
                     query += "&readonly_shm=1"
-                else:
-                    target = stack.enter_context(_private_copy(self.path))
-                    self.copies += 1
+                else:  # our own copy: read-write, so its first reader's close checkpoints it for the next
+                    target, query = self._copied().path, "mode=rw"
+                if target == self.path:
+                    self.drop_copy()  # a gateway started, or stopped cleanly: the files are read again
             except IdentityError as exc:
                 raise StoreError(f"cannot read {self.path} as uid {self.owner}: {exc}") from None
             except OSError as exc:
                 raise StoreError(f"cannot read {self.path}: {exc.strerror or exc}") from None
             yield stack.enter_context(self._open(f"file:{quote(target)}?{query}"))
+
+    def _copied(self) -> _Copy:
+        with self._copy_lock:  # the watcher's and the worker's threads may both read
+            if self._copy is None or self._copy.on_disk != _on_disk(self.path):
+                self._drop_copy()
+                self._copy = _private_copy(self.path)
+                self.copies += 1
+            return self._copy
+
+    def drop_copy(self) -> None:
+        """Remove the private copy, if any (it holds the agent's transcripts: kept no longer than needed)."""
+        with self._copy_lock:
+            self._drop_copy()
+
+    def _drop_copy(self) -> None:
+        if self._copy is not None:
+            self._copy.directory.cleanup()
+            self._copy = None
 
     @contextlib.contextmanager
     def _open(self, uri: str) -> Iterator[sqlite3.Connection]:
