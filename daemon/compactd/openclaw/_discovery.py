@@ -41,7 +41,7 @@ class Agent:
     workspace: str
     context_window: int
     model: str | None  # "provider/model" as configured, for the operator
-    owner: int = -1  # the agent directory's owner: every file of the agent is that user's (_claim)
+    owner: int  # the agent directory's owner: every file of the agent is that user's (_claim)
     identity: Identity | None = field(default=None, repr=False)  # whom to read as (None: compactd itself)
 
 

@@ -28,7 +28,7 @@ from compactd.defaults import BUSY_RETRY_SECONDS
 from compactd.openclaw._discovery import Agent, Install, discover
 from compactd.openclaw._follower import Follower, read_transcript
 from compactd.openclaw._gateway import GatewayError, RpcError, call
-from compactd.openclaw._guard import DATABASE_NAME
+from compactd.openclaw._guard import AGENT_SUBDIR, DATABASE_NAME
 from compactd.openclaw._store import Node, Store, StoreError
 from compactd.state import Backoff, Metrics, SessionState, describe_error
 
@@ -124,6 +124,9 @@ class OpenClawSource:
             for path in [p for p, s in self.sessions.items() if s.agent.agent_dir == agent_dir]:
                 self.sessions.pop(path, None)
                 self.metrics.forget_session(path)
+            watched = self.watching.get(os.path.join(agent_dir, AGENT_SUBDIR))
+            if watched is not None:
+                watched.set()  # its watcher ends (and forgets the directory)
         for agent in self.install.agents:
             self.refusals.pop(agent.agent_dir, None)
             self.store_of(agent)
