@@ -133,6 +133,7 @@ def test_a_database_symlinked_to_another_users_is_refused_logged_once_and_shown_
         "database owned by another user",
         "-wal owned by another user",
         "agent/ directory a symlink",
+        "agent directory a symlink",
         "openclaw.json owned by another user",
     ],
 )
@@ -154,6 +155,10 @@ def test_an_agent_whose_files_are_not_its_owners_own_is_not_followed(install: Pa
         elsewhere = install / "elsewhere"
         shutil.move(database.parent, elsewhere)
         database.parent.symlink_to(elsewhere)
+    elif case == "agent directory a symlink":
+        elsewhere = install / "elsewhere"
+        shutil.move(database.parent.parent, elsewhere)
+        database.parent.parent.symlink_to(elsewhere)
     else:
         (install / "openclaw.json").write_text("{agents: {defaults: {workspace: '/srv/theirs'}}}")
         os.chown(install / "openclaw.json", OTHER, OTHER)

@@ -198,7 +198,11 @@ def discover(
         names = []
     for name in names:
         agent_dir = os.path.join(agents_root, name)
-        if name.startswith(".") or os.path.islink(agent_dir) or not os.path.isdir(agent_dir):
+        if name.startswith(".") or not os.path.isdir(agent_dir):
+            continue
+        if os.path.islink(agent_dir):  # never followed; named when it leads to a database (doctor says why)
+            if is_sqlite_agent(agent_dir):
+                refused.append((agent_dir, f"{agent_dir} is a symlink"))
             continue
         if not is_sqlite_agent(agent_dir):
             jsonl.append(agent_dir)
