@@ -328,3 +328,20 @@ def test_compactd_writes_nothing_under_the_agent_directory(
     assert snapshot(agent_dir) == stopped
     failed = [r for r in json.loads(down.stdout) if r.get("action") == "failed"]
     assert all(r["stage"] == "gateway down" for r in failed), failed  # backed off, nothing else tried
+    # Crashed: a turn's rows in the -wal, not checkpointed, beside the -shm; then without the -shm.
+    openclaw_gateway.start()
+    model.refuse, model.tokens = True, 3_000
+    openclaw_gateway.agent("agent:main:crash", "Remember ticket OC-9902.")
+    openclaw_gateway.crash()
+    wal = openclaw_gateway.db_path().with_name(openclaw_gateway.db_path().name + "-wal")
+    assert wal.stat().st_size > 0
+    for state in ("crashed", "crashed, -shm gone"):
+        if state == "crashed, -shm gone":
+            openclaw_gateway.db_path().with_name(openclaw_gateway.db_path().name + "-shm").unlink()
+        crashed = snapshot(agent_dir)
+        config, env = compactd_env(openclaw_gateway, tmp_path / state.replace(" ", "_"), idle=3600)
+        result = compactd("once", "--config", str(config), "--json", env=env)
+        assert result.returncode in (0, 1), result.stderr
+        keys = {r["session_key"] for r in json.loads(result.stdout) if r.get("source") == "openclaw"}
+        assert keys == {KEY, "agent:main:crash"}, state  # the crashed gateway's last turn is read
+        assert snapshot(agent_dir) == crashed, state

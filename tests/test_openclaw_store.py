@@ -7,6 +7,7 @@ a real pi session (/work/shared/fixtures/real), read by compactd's read-only fol
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from compactd.openclaw import discover
 from compactd.openclaw._follower import Follower
 from compactd.openclaw._store import Store
 
-from tests.support.openclaw_db import AgentDb
+from tests.support.openclaw_db import AgentDb, GatewayProcess
 
 FIXTURES = Path("/work/shared/fixtures/real")
 SESSION = "0196a3b2-0000-7000-8000-0000000000c1"
@@ -223,7 +224,7 @@ def test_a_refresh_costs_the_rows_appended_not_the_sessions_held(tmp_path: Path)
 
     db = AgentDb(tmp_path / "agent" / "openclaw-agent.sqlite")
     ids = _many_sessions(db, 5_000)
-    agent = Agent("main", str(db.path.parent), str(db.path), str(tmp_path / "ws"), 32_000, None)
+    agent = Agent("main", str(db.path.parent), str(db.path), str(tmp_path / "ws"), 32_000, None, os.getuid())
     source = OpenClawSource(Config.defaults(), {})
     source.refresh(agent)
     assert len(source.sessions) == 5_000
@@ -285,3 +286,69 @@ def _header(session_id: str) -> dict[str, object]:
         "timestamp": "2026-09-01T00:00:00.000Z",
         "cwd": "/w",
     }
+
+
+def tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``root``: its bytes and mtime."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def differences(before: dict[str, tuple[bytes, int]], after: dict[str, tuple[bytes, int]]) -> list[str]:
+    return [name for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
+
+
+GATEWAY_STATES = (
+    "running",
+    "stopped, WAL left empty",
+    "stopped, WAL removed",
+    "crashed",
+    "crashed, -shm gone",
+)
+
+
+def test_reading_changes_nothing_under_the_agent_directory_whatever_the_gateways_state(
+    tmp_path: Path,
+) -> None:
+    lines = lines_of("pi-before-compaction.v3.jsonl")
+    half = len(lines) // 2
+    changed: dict[str, list[str]] = {}
+    for number, state in enumerate(GATEWAY_STATES):
+        state_dir = tmp_path / str(number) / ".openclaw"
+        agent_dir = state_dir / "agents" / "main"
+        gateway = GatewayProcess(agent_dir / "agent" / "openclaw-agent.sqlite")
+        try:
+            gateway.set_node(KEY, SESSION, {"compactionCount": 0})
+            gateway.append(SESSION, lines[:half])
+            if state.startswith("stopped"):
+                gateway.stop(keep_wal=state == "stopped, WAL left empty")
+            elif state.startswith("crashed"):
+                gateway.crash()
+                wal = gateway.path.with_name(gateway.path.name + "-wal")
+                assert wal.stat().st_size > 0  # the transcript is in the WAL, not checkpointed
+                if state == "crashed, -shm gone":
+                    gateway.path.with_name(gateway.path.name + "-shm").unlink()
+            (agent,) = discover({"OPENCLAW_STATE_DIR": str(state_dir)}).agents
+            store = Store(agent.database, agent.owner, agent.identity)
+            follower = Follower(KEY)
+            before = tree(agent_dir)
+            refresh(store, follower)
+            assert follower.ledger is not None and follower.ledger.figures() == full_read(lines[:half]), state
+            changed[state] = differences(before, tree(agent_dir))
+            if (
+                state == "running"
+            ):  # the gateway goes on writing; the reader sees it, and still writes nothing
+                gateway.append(SESSION, lines[half:])
+                before = tree(agent_dir)
+                refresh(store, follower)
+                assert follower.ledger.figures() == full_read(lines)
+                changed[state] += differences(before, tree(agent_dir))
+            assert refresh(store, follower) == 0  # a rescan: nothing new to read, and nothing copied again
+            assert store.copies == (1 if state == "crashed, -shm gone" else 0)
+            store.drop_copy()
+        finally:
+            gateway.kill()
+    assert changed == {state: [] for state in GATEWAY_STATES}

@@ -42,6 +42,7 @@ __all__ = [
     "WorkspaceChildError",
     "claimed_workspace",
     "configured_workspace",
+    "identity_of",
     "read_agents_md",
     "run_as",
     "workspace_for",
@@ -137,7 +138,8 @@ def _system_reason(path: str) -> str | None:
     return None
 
 
-def _identity(uid: int, fallback_gid: int) -> Identity:
+def identity_of(uid: int, fallback_gid: int) -> Identity:
+    """The user ``uid`` with its primary group and supplementary groups, from the passwd and group files."""
     try:
         entry = pwd.getpwuid(uid)
     except KeyError:  # a uid without a passwd entry (a container's): its own group only
@@ -156,7 +158,7 @@ def _acting_as(owner: int, gid: int) -> tuple[Identity | None, str | None]:
     if owner == me:
         return None, None
     if me == 0:
-        return _identity(owner, gid), None
+        return identity_of(owner, gid), None
     return None, f"compactd runs as uid {me} and cannot act as its owner uid {owner}"
 
 

@@ -377,6 +377,7 @@ class Gateway:
     def start(self, timeout: float = GATEWAY_START_SECONDS) -> Gateway:
         """Start ``openclaw gateway run`` and wait for its ready line."""
         assert self.process is None, "already started"
+        earlier = len(self.log_text())  # a restart appends to the log: only a new ready line counts
         self._log = open(self.log_path, "ab")  # noqa: SIM115  # the gateway writes it until stop()
         self.process = subprocess.Popen(
             self.install.command("gateway", "run", "--port", str(self.port)),
@@ -389,7 +390,7 @@ class Gateway:
         )
         deadline = time.monotonic() + timeout
         while True:
-            if READY_PATTERN.search(self.log_text()):
+            if READY_PATTERN.search(self.log_text()[earlier:]):
                 return self
             code = self.process.poll()
             if code is not None:
@@ -414,6 +415,17 @@ class Gateway:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def crash(self) -> None:
+        """SIGKILL the gateway (its process group): its database's ``-wal`` and ``-shm`` stay as they were."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -7,8 +7,12 @@ stored as OpenClaw stores them: JSON text, or one zstd frame when the JSON is at
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sqlite3
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -142,3 +146,81 @@ class AgentDb:
             "INSERT OR REPLACE INTO transcript_rewrite_watermarks VALUES (?, ?, 0)",
             (session_id, uuid.uuid4().hex),
         )
+
+
+class GatewayProcess:
+    """A separate process holding the database open as a running gateway does (WAL, its ``-shm`` mapped, its last
+    act a write), which can then stop cleanly or crash. A reader in the test's own process would share SQLite's
+    in-process ``-shm`` mapping with a writer there, so the writer runs apart, as the gateway does."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.openclaw_db", str(path)],
+            cwd=Path(__file__).resolve().parents[2],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self._ask(["ready"])
+
+    def _ask(self, command: list[Any]) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(orjson.dumps(command) + b"\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline()
+        if command[0] == "crash":
+            self.proc.wait(30)
+            return
+        assert reply == b"ok\n", reply
+
+    def set_node(self, session_key: str, session_id: str, entry: dict[str, Any]) -> None:
+        self._ask(["node", session_key, session_id, entry])
+
+    def append(self, session_id: str, lines: list[bytes]) -> None:
+        self._ask(["append", session_id, [line.decode() for line in lines]])
+
+    def stop(self, *, keep_wal: bool) -> None:
+        """A clean stop: the WAL checkpointed, then left empty beside its ``-shm`` (``keep_wal``, as the gateway
+        leaves it on SIGTERM) or removed with it (SQLite's last close)."""
+        self._ask(["stop" if keep_wal else "close"])
+        self.proc.wait(30)
+
+    def crash(self) -> None:
+        """SIGKILL: the ``-wal`` and ``-shm`` stay as they were, nothing checkpointed."""
+        self._ask(["crash"])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _serve(path: Path) -> None:  # pragma: no cover - runs in the GatewayProcess
+    db = AgentDb(path)
+    db.conn.execute("PRAGMA wal_autocheckpoint=0")  # a checkpoint happens when the test says so
+    for raw in sys.stdin.buffer:
+        command = orjson.loads(raw)
+        if command[0] == "node":
+            db.set_node(command[1], command[2], command[3])
+        elif command[0] == "append":
+            db.append(command[1], [line.encode() for line in command[2]])
+        elif command[0] == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif command[0] == "stop":
+            db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            sys.stdout.buffer.write(b"ok\n")
+            sys.stdout.flush()
+            os._exit(0)
+        elif command[0] == "close":
+            db.close()
+        sys.stdout.buffer.write(b"ok\n")
+        sys.stdout.flush()
+        if command[0] == "close":
+            return
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _serve(Path(sys.argv[1]))

@@ -12,12 +12,15 @@ from __future__ import annotations
 import logging
 import math
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.defaults import DEFAULT_CONTEXT_TOKENS
+from compactd.openclaw._claim import agent_refusal, identity_for, owner_of
 from compactd.openclaw._guard import database_of, is_sqlite_agent
+from compactd.workspace import Identity
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,8 @@ class Agent:
     workspace: str
     context_window: int
     model: str | None  # "provider/model" as configured, for the operator
+    owner: int  # the agent directory's owner: every file of the agent is that user's (_claim)
+    identity: Identity | None = field(default=None, repr=False)  # whom to read as (None: compactd itself)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,7 @@ class Install:
     config_error: str | None = None
     # The gateway's user, who owns the state directory it writes: the token goes to its sockets only.
     gateway_uid: int | None = None
+    refused: tuple[tuple[str, str], ...] = ()  # (agent dir, why): a database that is not its owner's own
 
     @property
     def gateway_url(self) -> str:
@@ -71,15 +77,31 @@ def state_dir_from(env: Mapping[str, str], configured: str | None = None) -> str
     return os.path.abspath(os.path.expanduser(chosen))
 
 
-def read_openclaw_config(path: str) -> dict[str, Any]:
-    """OpenClaw's JSON5 config as a dict ({} when the file does not exist)."""
+def read_openclaw_config(path: str) -> tuple[dict[str, Any], int | None]:
+    """OpenClaw's JSON5 config as a dict and its owner ({} and None when the file does not exist).
+
+    It is a claim like the agents' files (:mod:`compactd.openclaw._claim`): a regular file, not a symlink,
+    opened as its owner when compactd is root."""
     import json5
 
+    from compactd.fs_identity import files_as
+
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        info = os.lstat(path)
     except FileNotFoundError:
-        return {}
+        return {}, None
+    except OSError as exc:
+        raise OpenClawConfigError(f"cannot stat {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise OpenClawConfigError(f"{path} is a symlink")
+    try:
+        with files_as(identity_for(info.st_uid, info.st_gid)):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            opened = os.fstat(fh.fileno())
+            if not stat.S_ISREG(opened.st_mode) or opened.st_uid != info.st_uid:
+                raise OpenClawConfigError(f"{path} is not a regular file of uid {info.st_uid}")
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise OpenClawConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_CONFIG_BYTES:
@@ -92,7 +114,7 @@ def read_openclaw_config(path: str) -> dict[str, Any]:
         raise OpenClawConfigError(f"{path} nests too deeply to be read") from None
     if not isinstance(value, dict):
         raise OpenClawConfigError(f"{path} does not hold an object")
-    return value
+    return value, info.st_uid
 
 
 def _dig(doc: Any, *keys: str) -> Any:
@@ -161,9 +183,9 @@ def discover(
             config_path or env.get("OPENCLAW_CONFIG_PATH") or os.path.join(state, "openclaw.json")
         )
     )
-    error = None
+    error, config_owner = None, None
     try:
-        doc = read_openclaw_config(cfg_path)
+        doc, config_owner = read_openclaw_config(cfg_path)
     except OpenClawConfigError as exc:
         doc, error = {}, str(exc)
     token = _dig(doc, "gateway", "auth", "token")
@@ -181,6 +203,7 @@ def discover(
     listed = _agent_entries(doc)
     agents: list[Agent] = []
     jsonl: list[str] = []
+    refused: list[tuple[str, str]] = []
     agents_root = os.path.join(state, "agents")
     try:
         names = sorted(os.listdir(agents_root))
@@ -188,10 +211,20 @@ def discover(
         names = []
     for name in names:
         agent_dir = os.path.join(agents_root, name)
-        if name.startswith(".") or os.path.islink(agent_dir) or not os.path.isdir(agent_dir):
+        if name.startswith(".") or not os.path.isdir(agent_dir):
+            continue
+        if os.path.islink(agent_dir):  # never followed; named when it leads to a database (doctor says why)
+            if is_sqlite_agent(agent_dir):
+                refused.append((agent_dir, f"{agent_dir} is a symlink"))
             continue
         if not is_sqlite_agent(agent_dir):
             jsonl.append(agent_dir)
+            continue
+        database = database_of(agent_dir)
+        owner = owner_of(agent_dir)
+        refusal = agent_refusal(agent_dir, database, config_owner)
+        if refusal is not None or owner is None:
+            refused.append((agent_dir, refusal or f"{agent_dir} is not a directory"))
             continue
         entry = listed.get(name, {})
         model = _model_ref(entry.get("model")) or default_model
@@ -203,17 +236,21 @@ def discover(
             Agent(
                 agent_id=name,
                 agent_dir=agent_dir,
-                database=database_of(agent_dir),
-                workspace=os.path.abspath(os.path.expanduser(workspace)),
+                database=database,
+                workspace=os.path.abspath(os.path.expanduser(str(workspace))),
                 context_window=context_window(doc, model),
                 model=model,
+                owner=owner[0],
+                identity=identity_for(*owner),
             )
         )
     try:
         gateway_uid: int | None = os.stat(state).st_uid
     except OSError:
         gateway_uid = None
-    return Install(state, cfg_path, port, token, tuple(agents), tuple(jsonl), error, gateway_uid)
+    return Install(
+        state, cfg_path, port, token, tuple(agents), tuple(jsonl), error, gateway_uid, tuple(refused)
+    )
 
 
 def _int_or_none(value: str | None) -> int | None:

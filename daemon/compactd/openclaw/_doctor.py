@@ -28,7 +28,14 @@ def check_openclaw(config: Config, env: Mapping[str, str], ok: Say, bad: Fix, wa
     if install.config_error:
         bad(f"openclaw config: {install.config_error}", "fix OpenClaw's config (`openclaw doctor`)")
         problems += 1
-    if not install.agents and not install.jsonl_agents:
+    for agent_dir, reason in install.refused:
+        bad(
+            f"openclaw agent {os.path.basename(agent_dir)}: not followed: {reason} (an agent's database, its "
+            "-wal and -shm, its agent/ directory and openclaw.json must be its owner's own, without symlinks)",
+            "replace the symlink with the agent's own file, or give the file to the agent directory's owner",
+        )
+        problems += 1
+    if not install.agents and not install.jsonl_agents and not install.refused:
         ok(f"openclaw: no agents under {install.state_dir}")
         return problems
     for agent_dir in install.jsonl_agents:

@@ -3,7 +3,8 @@
 The service sees four things: :meth:`OpenClawSource.run` (watchers on each agent's ``agent/`` directory for
 the database's ``-wal``, through :func:`compactd.watch.watch_root`, plus a worker), :meth:`states` and
 :meth:`annotate` for ``status.json``, and :meth:`once` for ``compactd once``. Nothing is written under an
-agent directory: the database is read with ``mode=ro``, the memory flush goes to the agent's workspace
+agent directory: the database is read only when it is the agent owner's own, as that owner, without a write
+(:mod:`compactd.openclaw._claim`, :mod:`compactd.openclaw._store`), the memory flush goes to the agent's workspace
 ``memory/`` (the same trust rule as a header ``cwd``), and the compaction is the gateway's own, asked for over
 its RPC and verified in the database before it counts.
 """
@@ -28,7 +29,7 @@ from compactd.defaults import BUSY_RETRY_SECONDS
 from compactd.openclaw._discovery import Agent, Install, discover
 from compactd.openclaw._follower import Follower, read_transcript
 from compactd.openclaw._gateway import GatewayError, RpcError, call
-from compactd.openclaw._guard import DATABASE_NAME
+from compactd.openclaw._guard import AGENT_SUBDIR, DATABASE_NAME
 from compactd.openclaw._store import Node, Store, StoreError, row_node
 from compactd.state import Backoff, Metrics, SessionState, describe_error
 
@@ -98,6 +99,7 @@ class OpenClawSource:
     stores: dict[str, Store] = field(default_factory=dict)
     gateway_problem: str | None = None  # the last "down"/"refused" answer, for status and doctor
     problems: dict[str, str] = field(default_factory=dict)  # agent id -> why its database cannot be read
+    refusals: dict[str, str] = field(default_factory=dict)  # agent dir → why it is not followed (logged once)
     watching: dict[str, anyio.Event] = field(default_factory=dict)
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
@@ -128,9 +130,27 @@ class OpenClawSource:
         ):
             log.warning("openclaw action=config_unusable reason=%s", install.config_error)
         self.install = install
+        for agent_dir, reason in self.install.refused:
+            if self.refusals.get(agent_dir) != reason:  # once per agent and reason, not every rescan
+                self.refusals[agent_dir] = reason
+                log.warning("openclaw agent_dir=%s action=refused reason=%s", agent_dir, reason)
+            for path in [p for p, s in self.sessions.items() if s.agent.agent_dir == agent_dir]:
+                self.sessions.pop(path, None)
+                self.metrics.forget_session(path)
+            watched = self.watching.get(os.path.join(agent_dir, AGENT_SUBDIR))
+            if watched is not None:
+                watched.set()  # its watcher ends (and forgets the directory)
         for agent in self.install.agents:
-            self.stores.setdefault(agent.database, Store(agent.database))
+            self.refusals.pop(agent.agent_dir, None)
+            self.store_of(agent)
         return self.install
+
+    def store_of(self, agent: Agent) -> Store:
+        """The agent's store, read as the agent's owner (a new one when the owner changed)."""
+        store = self.stores.get(agent.database)
+        if store is None or store.owner != agent.owner:
+            store = self.stores[agent.database] = Store(agent.database, agent.owner, agent.identity)
+        return store
 
     def agents(self) -> tuple[Agent, ...]:
         return self.install.agents if self.install is not None else ()
@@ -179,7 +199,7 @@ class OpenClawSource:
                 self._plan(replan, time.time())
 
     def _refresh(self, agent: Agent, replan: OpenClawSession | None, full: bool) -> None:
-        store = self.stores.setdefault(agent.database, Store(agent.database))
+        store = self.store_of(agent)
         now = time.time()
         with store.connect() as conn:
             try:
@@ -410,7 +430,7 @@ class OpenClawSource:
 
     async def _act(self, session: OpenClawSession) -> dict[str, Any]:
         st, agent = session.state, session.agent
-        store = self.stores[agent.database]
+        store = self.store_of(agent)
         await anyio.to_thread.run_sync(lambda: self.refresh(agent, replan=session))
         node, decision = session.node, session.decision
         if node is None or decision is None or not session.due:
@@ -605,6 +625,8 @@ class OpenClawSource:
 
     def stop(self) -> None:
         self.stopping = True
+        for store in self.stores.values():
+            store.drop_copy()
         for event in self.watching.values():
             event.set()
         self.wakeup.set()

@@ -1,10 +1,23 @@
 """Read-only access to one agent's ``openclaw-agent.sqlite`` (schema version 23, OpenClaw 2026.9).
 
 Every read opens the file with ``mode=ro`` for that read only: no write lock, no file descriptor held across
-the gateway's checkpoints. When the database has no ``-wal`` beside it or an empty one (the gateway stopped
-and checkpointed it) it is opened ``immutable`` as well: a read-only connection to a WAL database would
-otherwise create the ``-wal``/``-shm`` files or rebuild the ``-shm`` (seen on a real gateway's stopped
-database), a write under the agent's directory. ``event_zstd`` rows hold one standard
+the gateway's checkpoints. Nothing under the agent's directory is created or changed, whatever the gateway's
+state (design.md §6.13), which a plain ``mode=ro`` reader does not ensure: it sets a read mark in the ``-shm``
+(a write), rebuilds the ``-shm`` after a crash and creates a missing ``-wal`` or ``-shm``. So the reader picks by
+what is on disk:
+
+- ``-wal`` missing, or empty without a ``-shm`` (the gateway stopped and checkpointed it, no connection is
+  open): the main file holds everything and is read ``immutable``.
+- ``-wal`` and ``-shm`` both there (the gateway running, stopped, or crashed): ``readonly_shm`` maps the
+  ``-shm`` read-only; SQLite reads with an existing read mark, or from the ``-wal`` into its own memory when no
+  connection holds the ``-shm`` (a crash).
+- a non-empty ``-wal`` without a ``-shm``: no connection can be open (each holds the ``-shm``), so the files stay
+  still while they are copied into a private temporary directory, and the copy is read; a copy that changed
+  while it was made (a gateway starting) is made again. The copy serves every read until the files change
+  (each rescan would otherwise copy the whole database again) and is removed then.
+
+Before every read the files are checked as a claim (:mod:`compactd.openclaw._claim`) and, as root, opened with
+the agent owner's identity (:mod:`compactd.fs_identity`). ``event_zstd`` rows hold one standard
 zstd frame; the ``zstandard`` package decodes it (the standard library has zstd only from Python 3.14).
 
 Every column read is type-checked against OpenClaw's schema (its tables are STRICT, but a damaged or foreign
@@ -17,7 +30,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import sqlite3
+import stat
+import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +42,16 @@ from urllib.parse import quote
 
 import orjson
 
+from compactd.fs_identity import IdentityError, files_as
+from compactd.openclaw._claim import database_refusal
+from compactd.workspace import Identity
+
 # The largest frame OpenClaw writes (its CHECK constraint): a row claiming more is refused, not inflated.
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 BUSY_TIMEOUT_MS = 2_000
 _IN_CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
+# How many times a copy of a database without a running gateway is made before giving up (one is the rule).
+COPY_ATTEMPTS = 3
 
 
 class StoreError(Exception):
@@ -119,14 +142,70 @@ def _decompress(frame: bytes, size: int | None) -> bytes:
     return data
 
 
+def _on_disk(path: str) -> tuple[tuple[int, int, int] | None, ...]:
+    """The database's, its ``-wal``'s and its ``-shm``'s inode, size and mtime (None: absent)."""
+    out: list[tuple[int, int, int] | None] = []
+    for name in (path, path + "-wal", path + "-shm"):
+        try:
+            info = os.lstat(name)
+        except FileNotFoundError:
+            out.append(None)
+        else:
+            out.append((info.st_ino, info.st_size, info.st_mtime_ns))
+    return tuple(out)
+
+
+def _copy_file(source: str, target: str) -> None:
+    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as src:
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+            raise StoreError(f"{source} is not a regular file")
+        with open(target, "xb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+
+@dataclass(slots=True)
+class _Copy:
+    """A private copy of the database and its ``-wal``, and what they were on disk when it was made."""
+
+    on_disk: tuple[tuple[int, int, int] | None, ...]
+    directory: tempfile.TemporaryDirectory[str]
+    path: str
+
+
+def _private_copy(path: str) -> _Copy:
+    """The database and its ``-wal`` copied into a private directory (see the module's docstring)."""
+    for _ in range(COPY_ATTEMPTS):
+        before = _on_disk(path)
+        directory = tempfile.TemporaryDirectory(prefix="compactd-openclaw-")
+        copy = os.path.join(directory.name, os.path.basename(path))
+        try:
+            _copy_file(path, copy)
+            _copy_file(path + "-wal", copy + "-wal")
+        except BaseException:
+            directory.cleanup()
+            raise
+        if _on_disk(path) == before:
+            return _Copy(before, directory, copy)
+        directory.cleanup()
+    raise StoreError(f"{path} kept changing while it was copied")
+
+
 class Store:
     """One agent database; ``rows_read`` counts the transcript rows fetched and ``queries`` the statements run
-    (the follower's cost, which must follow the rows appended, not the sessions held)."""
+    (the follower's cost, which must follow the rows appended, not the sessions held), ``copies`` the reads
+    made from a private copy. ``owner``: the agent's owner, whose files alone are read (None: not
+    checked); ``identity``: whom to open them as (None: compactd itself)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, owner: int | None = None, identity: Identity | None = None) -> None:
         self.path = path
+        self.owner = owner
+        self.identity = identity
         self.rows_read = 0
         self.queries = 0
+        self.copies = 0
+        self._copy: _Copy | None = None  # kept while the files it was made from are unchanged
+        self._copy_lock = threading.Lock()
 
     def _execute(self, conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         self.queries += 1
@@ -134,15 +213,52 @@ class Store:
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
+        """A read-only connection, opened and used in this thread (as the owner, when compactd is root)."""
+        if self.owner is not None:
+            refusal = database_refusal(self.path, self.owner)
+            if refusal is not None:
+                raise StoreError(f"refused: {refusal}")
         if not os.path.isfile(self.path):
             raise StoreError(f"{self.path} does not exist")
-        uri = f"file:{quote(self.path)}?mode=ro"
-        try:
-            wal_bytes = os.stat(self.path + "-wal").st_size
-        except FileNotFoundError:
-            wal_bytes = 0
-        if wal_bytes == 0:  # everything is in the main file; a WAL reader would rebuild the -shm (a write)
-            uri += "&immutable=1"
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(files_as(self.identity))
+                _db, wal, shm = _on_disk(self.path)
+                target, query = self.path, "mode=ro"
+                if wal is None or (wal[1] == 0 and shm is None):
+                    query += "&immutable=1"  # everything is in the main file, and nobody is writing it
+                elif shm is not None:
+                    query += "&readonly_shm=1"
+                else:  # our own copy: read-write, so its first reader's close checkpoints it for the next
+                    target, query = self._copied().path, "mode=rw"
+                if target == self.path:
+                    self.drop_copy()  # a gateway started, or stopped cleanly: the files are read again
+            except IdentityError as exc:
+                raise StoreError(f"cannot read {self.path} as uid {self.owner}: {exc}") from None
+            except OSError as exc:
+                raise StoreError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+            yield stack.enter_context(self._open(f"file:{quote(target)}?{query}"))
+
+    def _copied(self) -> _Copy:
+        with self._copy_lock:  # the watcher's and the worker's threads may both read
+            if self._copy is None or self._copy.on_disk != _on_disk(self.path):
+                self._drop_copy()
+                self._copy = _private_copy(self.path)
+                self.copies += 1
+            return self._copy
+
+    def drop_copy(self) -> None:
+        """Remove the private copy, if any (it holds the agent's transcripts: kept no longer than needed)."""
+        with self._copy_lock:
+            self._drop_copy()
+
+    def _drop_copy(self) -> None:
+        if self._copy is not None:
+            self._copy.directory.cleanup()
+            self._copy = None
+
+    @contextlib.contextmanager
+    def _open(self, uri: str) -> Iterator[sqlite3.Connection]:
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
         except sqlite3.Error as exc:
