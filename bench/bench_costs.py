@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def _openclaw_once(directory: Path, sessions: int, rows: int, seed: int) -> dict
 
     db_path = directory / f"s{sessions}" / "agent" / "openclaw-agent.sqlite"
     ids = _database(db_path, sessions)
-    agent = Agent("main", str(db_path.parent), str(db_path), str(directory / "ws"), 32_000, None)
+    agent = Agent("main", str(db_path.parent), str(db_path), str(directory / "ws"), 32_000, None, os.getuid())
     source = OpenClawSource(Config.defaults(), {})
     started = time.thread_time()
     source.refresh(agent)
