@@ -116,8 +116,14 @@ class OpenClawSource:
         if self.install.config_error:
             log.warning("openclaw action=config_unusable reason=%s", self.install.config_error)
         for agent in self.install.agents:
-            self.stores.setdefault(agent.database, Store(agent.database))
+            self._store(agent)
         return self.install
+
+    def _store(self, agent: Agent) -> Store:
+        store = self.stores.setdefault(agent.database, Store(agent.database))
+        if self.stopping:  # made after stop() looked at the stores
+            store.stop()
+        return store
 
     def agents(self) -> tuple[Agent, ...]:
         return self.install.agents if self.install is not None else ()
@@ -135,7 +141,7 @@ class OpenClawSource:
             self._refresh(agent)
 
     def _refresh(self, agent: Agent) -> None:
-        store = self.stores.setdefault(agent.database, Store(agent.database))
+        store = self._store(agent)
         now = time.time()
         try:
             with store.connect() as conn:
@@ -471,7 +477,11 @@ class OpenClawSource:
         await work(self, self.ready, self.act)
 
     def stop(self) -> None:
+        """Stop the loops, and end the database reads under way at once (a worker thread stuck in a slow
+        query would otherwise keep the service from stopping on SIGTERM)."""
         self.stopping = True
+        for store in list(self.stores.values()):
+            store.stop()
         for event in self.watching.values():
             event.set()
         self.wakeup.set()
