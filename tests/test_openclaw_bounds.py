@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -254,3 +255,44 @@ def test_run_ends_on_sigterm_while_its_worker_reads_an_endless_view(tmp_path: Pa
             proc.wait()
     assert (tmp_path / "state" / "sessions.json").exists() or b"action=stopped" in log.read_bytes()
     assert b"action=stopped" in log.read_bytes()
+
+
+def test_a_gateway_call_waiting_for_a_compaction_ends_when_cancelled() -> None:
+    """A compaction may take minutes; ``stop()`` cancels the call, so SIGTERM does not wait for it."""
+    from compactd.openclaw._gateway import GatewayError, call
+    from websockets.sync.server import serve
+
+    asked = threading.Event()
+
+    def gateway(ws: Any) -> None:  # answers the connect, then never the compaction
+        ws.send(
+            orjson.dumps({"type": "event", "event": "connect.challenge", "payload": {"nonce": "n"}}).decode()
+        )
+        for text in ws:
+            frame = orjson.loads(text)
+            if frame["method"] == "connect":
+                ws.send(orjson.dumps({"type": "res", "id": frame["id"], "ok": True, "payload": {}}).decode())
+            else:
+                asked.set()
+
+    with serve(gateway, "127.0.0.1", 0) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.socket.getsockname()[1]
+        cancel = threading.Event()
+        outcome: list[BaseException] = []
+
+        def compact() -> None:
+            try:
+                call(f"ws://127.0.0.1:{port}", "t", "sessions.compact", {}, timeout=300, cancel=cancel)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=compact, daemon=True)
+        thread.start()
+        assert asked.wait(10), outcome  # the call waits for the compaction
+        cancel.set()
+        thread.join(10)
+        assert not thread.is_alive()
+        server.shutdown()
+    assert len(outcome) == 1 and isinstance(outcome[0], GatewayError)
+    assert str(outcome[0]).endswith("cancelled while waiting for sessions.compact")

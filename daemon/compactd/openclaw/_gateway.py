@@ -10,9 +10,9 @@ The token is never logged: it is registered with the scrubber where it is read (
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +22,8 @@ from compactd import __version__
 CLIENT_ID = "cli"
 PROTOCOL = 4
 CONNECT_TIMEOUT_SECONDS = 10.0
+# How often a call waiting for its answer looks whether it was cancelled.
+CANCEL_POLL_SECONDS = 0.5
 MAX_FRAME_BYTES = 16 << 20
 
 
@@ -56,21 +58,51 @@ def _error_of(frame: dict[str, Any]) -> RpcError:
     )
 
 
-def call(url: str, token: str | None, method: str | None, params: dict[str, Any], *, timeout: float) -> Any:
+def call(
+    url: str,
+    token: str | None,
+    method: str | None,
+    params: dict[str, Any],
+    *,
+    timeout: float,
+    cancel: threading.Event | None = None,
+) -> Any:
     """Connect, authenticate, call ``method`` once and return its payload (blocking: run it in a thread);
     with ``method`` None, only connect (``doctor``'s probe) and return the gateway's hello.
 
-    Raises :class:`GatewayError` when the gateway cannot be asked and :class:`RpcError` when it answers no.
+    ``cancel`` set ends the wait for an answer within :data:`CANCEL_POLL_SECONDS` (a compaction may take
+    minutes: the service's SIGTERM must not wait for it; the gateway finishes it on its own).
+    Raises :class:`GatewayError` when the gateway cannot be asked (or the call was cancelled) and
+    :class:`RpcError` when it answers no.
     """
-    from websockets.exceptions import InvalidHandshake, WebSocketException
+    from websockets.exceptions import InvalidHandshake
     from websockets.sync.client import connect
 
     deadline = time.monotonic() + timeout
-    ids = (f"compactd-{n}" for n in itertools.count(1))
     try:
-        ws = connect(url, open_timeout=CONNECT_TIMEOUT_SECONDS, max_size=MAX_FRAME_BYTES, compression=None)
+        opened = connect(
+            url, open_timeout=CONNECT_TIMEOUT_SECONDS, max_size=MAX_FRAME_BYTES, compression=None
+        )
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         raise GatewayError("down", f"cannot connect to {url}: {exc}") from None
+    # entered as a context manager: websockets 17 warns about (and will drop) a connection used without one
+    with opened as ws:
+        return _exchange(ws, url, token, method, params, deadline, timeout, cancel)
+
+
+def _exchange(
+    ws: Any,
+    url: str,
+    token: str | None,
+    method: str | None,
+    params: dict[str, Any],
+    deadline: float,
+    timeout: float,
+    cancel: threading.Event | None,
+) -> Any:
+    from websockets.exceptions import WebSocketException
+
+    ids = (f"compactd-{n}" for n in itertools.count(1))
     try:
 
         def request(name: str, body: dict[str, Any]) -> Any:
@@ -80,7 +112,15 @@ def call(url: str, token: str | None, method: str | None, params: dict[str, Any]
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise GatewayError("down", f"no answer to {name} within {timeout:.0f}s")
-                frame = json.loads(ws.recv(timeout=remaining))
+                if cancel is not None and cancel.is_set():
+                    raise GatewayError("down", f"cancelled while waiting for {name}")
+                try:
+                    text = ws.recv(
+                        timeout=remaining if cancel is None else min(remaining, CANCEL_POLL_SECONDS)
+                    )
+                except TimeoutError:
+                    continue
+                frame = json.loads(text)
                 if not isinstance(frame, dict) or frame.get("type") != "res" or frame.get("id") != request_id:
                     continue  # events (ticks, presence) and other answers
                 payload = frame.get("payload")
@@ -100,9 +140,6 @@ def call(url: str, token: str | None, method: str | None, params: dict[str, Any]
         raise GatewayError("down", f"no answer from {url} within {timeout:.0f}s") from None
     except WebSocketException as exc:
         raise GatewayError("down", f"the connection to {url} failed: {exc}") from None
-    finally:
-        with contextlib.suppress(Exception):
-            ws.close()
 
 
 def _await_challenge(ws: Any, deadline: float) -> None:

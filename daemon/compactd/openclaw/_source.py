@@ -101,6 +101,7 @@ class OpenClawSource:
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)  # ends gateway calls
 
     # --- discover / refresh -------------------------------------------------------------------------------
     @property
@@ -313,6 +314,7 @@ class OpenClawSource:
                     "sessions.compact",
                     params,
                     timeout=COMPACT_TIMEOUT_SECONDS,
+                    cancel=self._cancel,
                 )
             )
         except GatewayError as exc:
@@ -477,9 +479,10 @@ class OpenClawSource:
         await work(self, self.ready, self.act)
 
     def stop(self) -> None:
-        """Stop the loops, and end the database reads under way at once (a worker thread stuck in a slow
-        query would otherwise keep the service from stopping on SIGTERM)."""
+        """Stop the loops, and end the database reads and the gateway call under way at once (a worker thread
+        in a slow query or waiting minutes for a compaction would otherwise keep SIGTERM from stopping us)."""
         self.stopping = True
+        self._cancel.set()
         for store in list(self.stores.values()):
             store.stop()
         for event in self.watching.values():
