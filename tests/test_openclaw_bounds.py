@@ -296,3 +296,17 @@ def test_a_gateway_call_waiting_for_a_compaction_ends_when_cancelled() -> None:
         server.shutdown()
     assert len(outcome) == 1 and isinstance(outcome[0], GatewayError)
     assert str(outcome[0]).endswith("cancelled while waiting for sessions.compact")
+
+
+def test_a_value_of_the_wrong_type_is_refused_not_allocated(tmp_path: Path) -> None:
+    """A table that is not STRICT may hold an integer where OpenClaw writes text: ``bytes(10**12)`` is a TB."""
+    path = tmp_path / "agent" / "openclaw-agent.sqlite"
+    path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(path)
+    conn.executescript(SCHEMA.replace(") STRICT;", ");").replace("event_json TEXT,", "event_json ANY,"))
+    conn.execute("INSERT INTO transcript_events VALUES (?, 0, ?, 0, NULL, NULL, NULL)", (SESSION, 10**12))
+    conn.commit()
+    conn.close()
+    outcome, rss = read_in_subprocess(path)
+    assert outcome.endswith(f"event {SESSION}:0 has an event_json that is not text")
+    assert rss < 128 << 20

@@ -261,14 +261,23 @@ class Store:
         for seq, text, frame, frame_bytes, size, created in rows:
             if frame_bytes is not None and frame is None:
                 raise StoreError(f"event {session_id}:{seq} has a {frame_bytes}-byte frame")
-            if text is not None:
-                data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+            # A table that is not STRICT may hold any type anywhere (``bytes(10**12)`` would allocate a TB).
+            if not isinstance(seq, int):
+                raise StoreError(f"event {session_id}:{seq!r} has a seq that is not an integer")
+            if isinstance(text, str):
+                data = text.encode("utf-8", "surrogatepass")
+            elif isinstance(text, bytes):
+                data = text
+            elif text is not None:
+                raise StoreError(f"event {session_id}:{seq} has an event_json that is not text")
+            elif isinstance(frame, bytes) and isinstance(size, int):
+                data = _decompress(frame, size)
             elif frame is not None:
-                data = _decompress(bytes(frame), size)
+                raise StoreError(f"event {session_id}:{seq} has a frame that is not a blob with its size")
             else:
                 raise StoreError(f"event {session_id}:{seq} has neither JSON nor a frame")
             when = created / 1000 if isinstance(created, int | float) else 0.0
-            out.append(Event(int(seq), data, when))
+            out.append(Event(seq, data, when))
         return out
 
     def last_compaction_seq(self, conn: sqlite3.Connection, session_id: str) -> int | None:
@@ -277,4 +286,4 @@ class Store:
             "SELECT max(seq) FROM transcript_event_identities WHERE session_id = ? AND event_type = 'compaction'",
             (session_id,),
         ).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        return row[0] if row is not None and isinstance(row[0], int) else None
