@@ -13,7 +13,7 @@ import pytest
 from compactd.ledger import SessionLedger
 from compactd.transcript.reader import read_transcript
 
-from bench import bench_cli, bench_costs, bench_read, bench_service, bench_tail, corpus
+from bench import bench_cli, bench_costs, bench_json5, bench_read, bench_service, bench_tail, corpus
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -120,3 +120,11 @@ def test_bench_cli_smoke() -> None:
         assert measure["ratio"] == pytest.approx(measure["bare_cpu_s"] / measure["ours_cpu_s"], rel=0.02)
         assert measure["meets_target"] == (measure["ratio"] >= bench_cli.TARGET_RATIO)
     assert result["measures"]["inspect"]["command"].startswith("-m compactd inspect ")
+
+
+def test_bench_json5_smoke() -> None:
+    result = bench_json5.main(["--smoke"])
+    assert result["json5_bytes"] >= 16 * 1024 and result["json_bytes"] > 0
+    assert set(result["ratios"]) == {"json", "json5_same_bytes", "json5", "cached"}
+    assert all(seconds >= 0 for seconds in result["seconds"].values())
+    assert result["json5_package"]["bytes"] >= 2 * 1024

@@ -2,20 +2,25 @@
 
 Nothing here needs compactd configuration: ``$OPENCLAW_STATE_DIR`` (default ``~/.openclaw``) holds
 ``agents/<id>/agent/openclaw-agent.sqlite``; ``$OPENCLAW_CONFIG_PATH`` (default ``<state>/openclaw.json``) is
-JSON5, read with the ``json5`` package because OpenClaw itself parses it with JSON5 (comments, trailing commas,
-unquoted keys, single quotes): a stricter reader would refuse configs the gateway runs with. The gateway token is a
-secret: it is registered with the log scrubber as soon as it is read.
+JSON5, because OpenClaw itself parses it with JSON5 (comments, trailing commas, unquoted keys, single quotes): a
+stricter reader would refuse configs the gateway runs with. It is read as plain JSON by orjson when it is that,
+else by :mod:`compactd.openclaw._json5` (linear, depth-bounded), and only when it changed: ``compactd run`` looks at
+it every rescan. The gateway token is a secret: it is registered with the log scrubber as soon as it is read.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
 import stat
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from compactd.defaults import DEFAULT_CONTEXT_TOKENS
 from compactd.openclaw._claim import agent_refusal, identity_for, owner_of
@@ -27,8 +32,9 @@ log = logging.getLogger(__name__)
 DEFAULT_GATEWAY_PORT = 18789
 MAX_PORT = 65535
 TOKEN_ENV = "OPENCLAW_GATEWAY_TOKEN"
-# An OpenClaw config larger than this is not read (it is a few KiB in practice).
+# An OpenClaw config larger than this is not read (it is a few KiB in practice), nor one nested deeper.
 MAX_CONFIG_BYTES = 4 << 20
+MAX_CONFIG_DEPTH = 64
 
 
 class OpenClawConfigError(Exception):
@@ -77,13 +83,20 @@ def state_dir_from(env: Mapping[str, str], configured: str | None = None) -> str
     return os.path.abspath(os.path.expanduser(chosen))
 
 
+# The last config read from each path: the file's (dev, ino, size, mtime_ns), its owner and its value.
+_parsed: dict[str, tuple[tuple[int, int, int, int], int, dict[str, Any]]] = {}
+_parsed_lock = threading.Lock()
+
+
 def read_openclaw_config(path: str) -> tuple[dict[str, Any], int | None]:
-    """OpenClaw's JSON5 config as a dict and its owner ({} and None when the file does not exist).
+    """OpenClaw's JSON5 config as a dict and its owner ({} and None when the file does not exist); the same
+    dict, unparsed again, while the file's (dev, ino, size, mtime_ns) is unchanged (callers must not modify it).
 
-    It is a claim like the agents' files (:mod:`compactd.openclaw._claim`): a regular file, not a symlink,
-    opened as its owner when compactd is root."""
-    import json5
-
+    It is a claim like the agents' files (:mod:`compactd.openclaw._claim`): a regular file of its owner, not a
+    symlink, opened as its owner when compactd is root, non-blocking (a FIFO cannot hang discovery, and with it
+    ``once`` and ``run``'s shutdown) and checked on the open descriptor; at most ``MAX_CONFIG_BYTES + 1`` bytes
+    are read."""
+    from compactd.config import file_kind
     from compactd.fs_identity import files_as
 
     try:
@@ -96,25 +109,82 @@ def read_openclaw_config(path: str) -> tuple[dict[str, Any], int | None]:
         raise OpenClawConfigError(f"{path} is a symlink")
     try:
         with files_as(identity_for(info.st_uid, info.st_gid)):
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as fh:
-            opened = os.fstat(fh.fileno())
-            if not stat.S_ISREG(opened.st_mode) or opened.st_uid != info.st_uid:
-                raise OpenClawConfigError(f"{path} is not a regular file of uid {info.st_uid}")
-            raw = fh.read(MAX_CONFIG_BYTES + 1)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OpenClawConfigError(f"{path} is a symbolic link, not read") from None
+        raise OpenClawConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != info.st_uid:
+            kind = file_kind(st.st_mode)
+            raise OpenClawConfigError(f"{path} is not a regular file of uid {info.st_uid} ({kind})")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise OpenClawConfigError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes")
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = _parsed.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[2], cached[1]
+        raw = _read_at_most(fd, MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise OpenClawConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(raw) > MAX_CONFIG_BYTES:
         raise OpenClawConfigError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes")
+    value = parse_config(raw, path)
+    with _parsed_lock:
+        _parsed[path] = (key, st.st_uid, value)
+    return value, st.st_uid
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    parts: list[bytes] = []
+    got = 0
+    while got < limit:
+        chunk = os.read(fd, limit - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def parse_config(raw: bytes, path: str = "openclaw.json") -> dict[str, Any]:
+    """The config's object: orjson when the bytes are plain JSON (nearly always), else JSON5; either way no
+    deeper than :data:`MAX_CONFIG_DEPTH`."""
+    from compactd.openclaw._json5 import loads
+
     try:
-        value = json5.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise OpenClawConfigError(f"{path} is not JSON5: {exc}") from None
-    except RecursionError:  # the parser recurses once per level: thousands of levels are no config
-        raise OpenClawConfigError(f"{path} nests too deeply to be read") from None
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            value = loads(raw.decode("utf-8"), max_depth=MAX_CONFIG_DEPTH)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise OpenClawConfigError(f"{path} is not JSON5: {exc}") from None
+    else:
+        if _depth_exceeds(value, MAX_CONFIG_DEPTH):
+            raise OpenClawConfigError(f"{path} is not JSON5: nested deeper than {MAX_CONFIG_DEPTH}")
     if not isinstance(value, dict):
         raise OpenClawConfigError(f"{path} does not hold an object")
-    return value, info.st_uid
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether containers nest deeper than ``limit``, level by level (orjson accepts 1024 levels)."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for item in level:
+            below.extend(
+                c for c in (item.values() if isinstance(item, dict) else item) if isinstance(c, dict | list)
+            )
+        level = below
+    return False
 
 
 def _dig(doc: Any, *keys: str) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ CLIENT_ID = "cli"
 PROTOCOL = 4
 # At most this much of the call's deadline is spent closing (the gateway answers a close at once).
 CLOSE_TIMEOUT_SECONDS = 2.0
+# How often a call waiting for its answer looks whether it was cancelled.
+CANCEL_POLL_SECONDS = 0.5
 MAX_FRAME_BYTES = 16 << 20
 
 
@@ -73,13 +76,17 @@ def call(
     *,
     timeout: float,
     owner_uid: int | None,
+    cancel: threading.Event | None = None,
 ) -> Any:
     """Connect, authenticate, call ``method`` once and return its payload (blocking: run it in a thread);
     with ``method`` None, only connect (``doctor``'s probe) and return the gateway's hello.
 
     ``owner_uid`` is the gateway's user: the connection is dropped before its first byte unless the socket
     answering it belongs to that uid. ``timeout`` is the whole call's deadline, connect to answer.
-    Raises :class:`GatewayError` when the gateway cannot be asked and :class:`RpcError` when it answers no.
+    ``cancel`` set ends the wait for an answer within :data:`CANCEL_POLL_SECONDS` (a compaction may take
+    minutes: the service's SIGTERM must not wait for it; the gateway finishes it on its own).
+    Raises :class:`GatewayError` when the gateway cannot be asked (or the call was cancelled) and
+    :class:`RpcError` when it answers no.
     """
     from websockets.exceptions import InvalidHandshake, WebSocketException
     from websockets.sync.client import connect
@@ -112,7 +119,7 @@ def call(
     try:
         with ws:  # closes it (websockets ≥ 17.1 warns about a connection used any other way)
             try:
-                return _converse(ws, token, method, params, remaining)
+                return _converse(ws, token, method, params, remaining, cancel)
             finally:
                 # the close is bounded by what is left of the deadline: a silent peer cannot hold it either
                 ws.close_timeout = min(CLOSE_TIMEOUT_SECONDS, max(0.0, deadline - time.monotonic()))
@@ -123,16 +130,31 @@ def call(
 
 
 def _converse(
-    ws: Any, token: str | None, method: str | None, params: dict[str, Any], remaining: Callable[[], float]
+    ws: Any,
+    token: str | None,
+    method: str | None,
+    params: dict[str, Any],
+    remaining: Callable[[], float],
+    cancel: threading.Event | None,
 ) -> Any:
-    """The challenge, the ``connect`` request and the call, each read within what is left of the deadline."""
+    """The challenge, the ``connect`` request and the call, each read within what is left of the deadline
+    (and, while ``cancel`` may be set, in slices of :data:`CANCEL_POLL_SECONDS`)."""
     ids = (f"compactd-{n}" for n in itertools.count(1))
 
     def request(name: str, body: dict[str, Any]) -> Any:
         request_id = next(ids)
         ws.send(json.dumps({"type": "req", "id": request_id, "method": name, "params": body}))
         while True:
-            frame = json.loads(ws.recv(timeout=remaining()))
+            if cancel is not None and cancel.is_set():
+                raise GatewayError("down", f"cancelled while waiting for {name}")
+            left = remaining()  # TimeoutError past the deadline
+            try:
+                text = ws.recv(timeout=left if cancel is None else min(left, CANCEL_POLL_SECONDS))
+            except TimeoutError:
+                if cancel is None:
+                    raise
+                continue
+            frame = json.loads(text)
             if not isinstance(frame, dict) or frame.get("type") != "res" or frame.get("id") != request_id:
                 continue  # events (ticks, presence) and other answers
             payload = frame.get("payload")

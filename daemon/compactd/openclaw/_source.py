@@ -109,6 +109,7 @@ class OpenClawSource:
     _due_paths: set[str] = field(default_factory=set, repr=False)  # a superset of the due sessions
     _recent: dict[str, float] = field(default_factory=dict, repr=False)  # path → when rows last came
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)  # ends gateway calls
 
     # --- discover / refresh -------------------------------------------------------------------------------
     @property
@@ -150,6 +151,8 @@ class OpenClawSource:
         store = self.stores.get(agent.database)
         if store is None or store.owner != agent.owner:
             store = self.stores[agent.database] = Store(agent.database, agent.owner, agent.identity)
+        if self.stopping:  # made after stop() looked at the stores
+            store.stop()
         return store
 
     def agents(self) -> tuple[Agent, ...]:
@@ -460,6 +463,7 @@ class OpenClawSource:
                     params,
                     timeout=self.config.openclaw.rpc_timeout_seconds,
                     owner_uid=install.gateway_uid,
+                    cancel=self._cancel,
                 )
             )
         except GatewayError as exc:
@@ -624,8 +628,12 @@ class OpenClawSource:
         await work(self, self.ready, self.act)
 
     def stop(self) -> None:
+        """Stop the loops, and end the database reads and the gateway call under way at once (a worker thread
+        in a slow query or waiting minutes for a compaction would otherwise keep SIGTERM from stopping us)."""
         self.stopping = True
-        for store in self.stores.values():
+        self._cancel.set()
+        for store in list(self.stores.values()):
+            store.stop()
             store.drop_copy()
         for event in self.watching.values():
             event.set()

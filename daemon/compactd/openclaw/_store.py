@@ -35,6 +35,7 @@ import sqlite3
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,12 +47,30 @@ from compactd.fs_identity import IdentityError, files_as
 from compactd.openclaw._claim import database_refusal
 from compactd.workspace import Identity
 
-# The largest frame OpenClaw writes (its CHECK constraint): a row claiming more is refused, not inflated.
+# The largest entry OpenClaw compresses (larger ones stay JSON text): a frame claiming more is refused, not inflated.
 MAX_EVENT_BYTES = 4 * 1024 * 1024
+# The largest window such a frame needs (zstd's window is at most the content size, rounded up to a power of 2).
+MAX_WINDOW_BYTES = 8 * 1024 * 1024
+# OpenClaw's own readers page the transcript at most 64 MiB at a time (MAX_RAW_TRANSCRIPT_BYTES in 2026.9.6) and
+# cannot return a row larger than that: neither can compactd. SQLite's SQLITE_LIMIT_LENGTH is set to it, so no
+# larger string or blob is ever materialized (without it, ``length()`` of a 200 MiB text took 617 MiB).
+MAX_ROW_BYTES = 64 * 1024 * 1024
 BUSY_TIMEOUT_MS = 2_000
 _IN_CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 # How many times a copy of a database without a running gateway is made before giving up (one is the rule).
 COPY_ATTEMPTS = 3
+# Every query ends after this long (the progress handler's deadline): a sane read takes milliseconds.
+QUERY_SECONDS = 30.0
+_PROGRESS_STEPS = 10_000  # SQLite virtual-machine steps between two looks at the deadline (well under 1 ms)
+# The tables read, each a plain table with at least these plain columns (OpenClaw's schema version 23).
+EXPECTED_TABLES: dict[str, frozenset[str]] = {
+    "session_nodes": frozenset({"session_key", "current_session_id", "entry_json"}),
+    "transcript_events": frozenset(
+        {"session_id", "seq", "event_json", "event_zstd", "event_utf8_bytes", "created_at"}
+    ),
+    "transcript_rewrite_watermarks": frozenset({"session_id", "generation"}),
+    "transcript_event_identities": frozenset({"session_id", "seq", "event_type"}),
+}
 
 
 class StoreError(Exception):
@@ -129,17 +148,71 @@ def row_node(key: object, session_id: object, entry_json: object) -> Node:
 
 
 def _decompress(frame: bytes, size: int | None) -> bytes:
+    """The frame's content, which must be the row's ``event_utf8_bytes``: the header's declared size is checked
+    first (python-zstandard ignores ``max_output_size`` when the frame states its size, so a 65 KB frame
+    declaring 2 GiB was inflated in full), then at most ``size + 1`` bytes are ever produced."""
     import zstandard
 
     if size is None or not 0 < size <= MAX_EVENT_BYTES:
         raise StoreError(f"compressed event with an invalid length {size!r}")
     try:
-        data = zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
+        params = zstandard.get_frame_parameters(frame)
     except zstandard.ZstdError as exc:
         raise StoreError(f"undecodable zstd frame: {exc}") from None
-    if len(data) != size:
-        raise StoreError(f"zstd frame gave {len(data)} bytes, the row says {size}")
-    return data
+    if params.content_size != zstandard.CONTENTSIZE_UNKNOWN and params.content_size != size:
+        raise StoreError(f"zstd frame declares {params.content_size} bytes, the row says {size}")
+    if params.window_size > MAX_WINDOW_BYTES:
+        raise StoreError(f"zstd frame needs a {params.window_size}-byte window")
+    parts: list[bytes] = []
+    got = 0
+    try:
+        dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_BYTES)
+        with dctx.stream_reader(frame, read_across_frames=False) as reader:
+            while got <= size:
+                chunk = reader.read(size + 1 - got)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+    except zstandard.ZstdError as exc:
+        raise StoreError(f"undecodable zstd frame: {exc}") from None
+    if got != size:
+        gave = f"more than {size}" if got > size else str(got)
+        raise StoreError(f"zstd frame gave {gave} bytes, the row says {size}")
+    return b"".join(parts)
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose every statement gets a fresh deadline (checked by the store's progress handler)."""
+
+    deadline = 0.0
+    query_seconds = QUERY_SECONDS
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        self.deadline = time.monotonic() + self.query_seconds
+        return super().execute(sql, parameters)
+
+
+def check_schema(conn: sqlite3.Connection) -> None:
+    """Refuse a database whose tables read are not plain tables with plain columns (see the module's doc)."""
+    names = ",".join(f"'{name}'" for name in EXPECTED_TABLES)
+    found = {
+        str(name).lower(): (str(kind), str(sql or ""))
+        for name, kind, sql in conn.execute(
+            f"SELECT name, type, sql FROM sqlite_schema WHERE lower(name) IN ({names})"
+        )
+    }
+    if not found and conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0:
+        return  # no table at all yet: OpenClaw creates the file, then its schema (no sessions, no failure)
+    for table, needed in EXPECTED_TABLES.items():
+        kind, sql = found.get(table, ("missing", ""))
+        if kind != "table" or sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+            what = "a virtual table" if kind == "table" else kind
+            raise StoreError(f"{table} is {what}, not a table")
+        # table_xinfo's hidden: 0 a plain column, 1 a virtual table's hidden one, 2/3 a generated one
+        plain = {str(row[1]) for row in conn.execute(f"PRAGMA table_xinfo({table})") if row[6] == 0}
+        if not needed <= plain:
+            raise StoreError(f"{table} lacks the plain columns {', '.join(sorted(needed - plain))}")
 
 
 def _on_disk(path: str) -> tuple[tuple[int, int, int] | None, ...]:
@@ -197,12 +270,21 @@ class Store:
     made from a private copy. ``owner``: the agent's owner, whose files alone are read (None: not
     checked); ``identity``: whom to open them as (None: compactd itself)."""
 
-    def __init__(self, path: str, owner: int | None = None, identity: Identity | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        owner: int | None = None,
+        identity: Identity | None = None,
+        *,
+        query_seconds: float = QUERY_SECONDS,
+    ) -> None:
         self.path = path
         self.owner = owner
         self.identity = identity
         self.rows_read = 0
         self.queries = 0
+        self.query_seconds = query_seconds
+        self._stopped = threading.Event()
         self.copies = 0
         self._copy: _Copy | None = None  # kept while the files it was made from are unchanged
         self._copy_lock = threading.Lock()
@@ -210,6 +292,19 @@ class Store:
     def _execute(self, conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         self.queries += 1
         return conn.execute(sql, params)
+
+    def stop(self) -> None:
+        """End the running query, and refuse every later one (the service is stopping)."""
+        self._stopped.set()
+
+    def _why(self, conn: _Connection, exc: sqlite3.Error) -> str:
+        if self._stopped.is_set():
+            return "stopping"
+        if isinstance(exc, sqlite3.OperationalError) and time.monotonic() >= conn.deadline:
+            return f"a query took longer than {self.query_seconds:g}s"
+        if isinstance(exc, sqlite3.DataError) and "too big" in str(exc):
+            return f"a value is larger than {MAX_ROW_BYTES} bytes"
+        return str(exc)
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
@@ -220,6 +315,8 @@ class Store:
                 raise StoreError(f"refused: {refusal}")
         if not os.path.isfile(self.path):
             raise StoreError(f"{self.path} does not exist")
+        if self._stopped.is_set():
+            raise StoreError(f"cannot read {self.path}: stopping")
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(files_as(self.identity))
@@ -260,12 +357,31 @@ class Store:
     @contextlib.contextmanager
     def _open(self, uri: str) -> Iterator[sqlite3.Connection]:
         try:
-            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+            conn = sqlite3.connect(
+                uri,
+                uri=True,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                check_same_thread=False,
+                factory=_Connection,
+            )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {self.path}: {exc}") from None
+        assert isinstance(conn, _Connection)
+        conn.query_seconds = self.query_seconds
+        stopped = self._stopped
+
+        def overdue() -> int:
+            return 1 if stopped.is_set() or time.monotonic() >= conn.deadline else 0
+
+        conn.set_progress_handler(overdue, _PROGRESS_STEPS)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_ROW_BYTES)
         try:
+            conn.execute("PRAGMA trusted_schema = OFF")
+            check_schema(conn)
             yield conn
         except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {self._why(conn, exc)}") from None
+        except StoreError as exc:
             raise StoreError(f"cannot read {self.path}: {exc}") from None
         finally:
             conn.close()
@@ -353,21 +469,24 @@ class Store:
 
     def events(self, conn: sqlite3.Connection, session_id: str, after_seq: int = -1) -> list[Event]:
         """The transcript rows after ``after_seq``, oldest first (all of them with the default)."""
+        # A frame larger than any OpenClaw writes is not fetched (a blob's length is read without its content).
         rows = self._execute(
             conn,
-            "SELECT seq, event_json, event_zstd, event_utf8_bytes, created_at FROM transcript_events "
-            "WHERE session_id = ? AND seq > ? ORDER BY seq",
-            (session_id, after_seq),
+            "SELECT seq, event_json, CASE WHEN length(event_zstd) <= ? THEN event_zstd END, length(event_zstd), "
+            "event_utf8_bytes, created_at FROM transcript_events WHERE session_id = ? AND seq > ? ORDER BY seq",
+            (MAX_EVENT_BYTES, session_id, after_seq),
         ).fetchall()
         self.rows_read += len(rows)
         out: list[Event] = []
-        for seq, text, frame, size, created in rows:
+        for seq, text, frame, frame_bytes, size, created in rows:
             where = f"event {session_id}:{seq!r}"
             number = _int(seq, f"{where}: seq")
             if text is not None:
                 if not isinstance(text, str):
                     raise StoreError(f"{where}: event_json is {_kind(text)}, not text")
                 data = text.encode("utf-8", "surrogatepass")
+            elif frame_bytes is not None and frame is None:
+                raise StoreError(f"{where} has a {frame_bytes}-byte frame, larger than any OpenClaw writes")
             elif frame is not None:
                 if not isinstance(frame, bytes):
                     raise StoreError(f"{where}: event_zstd is {_kind(frame)}, not a blob")
