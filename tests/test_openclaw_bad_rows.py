@@ -1,7 +1,7 @@
 """One bad row, database or config never stops compactd and never hides the other sessions.
 
 Real SQLite files (tests/support/openclaw_db.py; the bad ones made with untyped columns, so a value is kept as
-the writer gave it), real pi sessions (/work/shared/fixtures/real), compactd's OpenClaw source in-process and
+the writer gave it), generated pi sessions (bench/corpus.py), compactd's OpenClaw source in-process and
 the real ``compactd once`` and ``compactd run`` as subprocesses.
 """
 
@@ -23,18 +23,18 @@ from compactd.config import Config
 from compactd.ledger import SessionLedger
 from compactd.openclaw import OpenClawSource
 
+from bench.corpus import session_bytes
 from tests.support.cli import INHERITED_NOT, REPO, compactd
 from tests.support.openclaw_db import AgentDb
 
-FIXTURE = Path("/work/shared/fixtures/real/pi-large-session.v3.jsonl")
 GOOD = (("agent:main:a", "s-a"), ("agent:main:c", "s-c"))
 BAD_KEY, BAD_ID = "agent:main:b", "s-b"
 
 
 def session_lines() -> list[bytes]:
-    if not FIXTURE.exists():
-        pytest.skip(f"{FIXTURE} is not here")
-    return [line for line in FIXTURE.read_bytes().split(b"\n") if line.strip()][:60]
+    """A generated coding session's first 60 lines (the real fixtures are not on every machine)."""
+    data, _ = session_bytes(200_000, seed=9)
+    return [line for line in data.split(b"\n") if line.strip()][:60]
 
 
 def full_read_tokens(lines: list[bytes]) -> int:
@@ -273,7 +273,7 @@ def test_run_goes_on_beside_a_5000_deep_openclaw_config(
         sessions = {r.get("session_key") for r in status(tmp_path).get("sessions", [])}
         return section.get("config_error") if set(expected) <= sessions else None
 
-    assert "nests too deeply" in wait_for(config_error, proc, log, "the config's error in status.json")
+    assert "nested deeper than" in wait_for(config_error, proc, log, "the config's error in status.json")
     shown = compactd(
         "status", "--config", str(tmp_path / "compactd.yaml"), env={"XDG_CONFIG_HOME": "/nowhere"}
     )

@@ -97,9 +97,8 @@ def test_a_frame_giving_more_than_its_row_says_stops_at_the_row_size(tmp_path: P
     insert_raw(db, 1, None, frame, 5000)
     db.close()
     outcome, _ = read_in_subprocess(db.path)
-    assert (
-        outcome == f"refused: cannot read {db.path}: zstd frame gave more than 5000 bytes, the row says 5000"
-    )
+    assert outcome.startswith(f"refused: cannot read {db.path}: event ")
+    assert outcome.endswith(": zstd frame gave more than 5000 bytes, the row says 5000")
 
 
 def test_a_row_larger_than_openclaw_reads_is_refused_without_fetching_it(tmp_path: Path) -> None:
@@ -210,7 +209,7 @@ def test_once_finishes_on_a_recursive_view(tmp_path: Path) -> None:
     endless_agent(state)
     config, env = env_for(tmp_path, state)
     done = compactd("once", "--config", str(config), env=env, timeout=30)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # the agent's failure, reported; the command ends
     assert "transcript_events is view, not a table" in done.stderr
 
 
@@ -221,7 +220,7 @@ def test_a_fifo_openclaw_json_is_refused_without_blocking(tmp_path: Path) -> Non
     config, env = env_for(tmp_path, state)
     done = compactd("once", "--config", str(config), env=env, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert "not a regular file (a FIFO)" in done.stderr
+    assert "is not a regular file" in done.stderr and "(a FIFO)" in done.stderr
 
 
 def test_run_ends_on_sigterm_while_its_worker_reads_an_endless_view(tmp_path: Path) -> None:
@@ -283,7 +282,15 @@ def test_a_gateway_call_waiting_for_a_compaction_ends_when_cancelled() -> None:
 
         def compact() -> None:
             try:
-                call(f"ws://127.0.0.1:{port}", "t", "sessions.compact", {}, timeout=300, cancel=cancel)
+                call(
+                    f"ws://127.0.0.1:{port}",
+                    "t",
+                    "sessions.compact",
+                    {},
+                    timeout=300,
+                    owner_uid=os.getuid(),
+                    cancel=cancel,
+                )
             except BaseException as exc:
                 outcome.append(exc)
 
@@ -308,5 +315,5 @@ def test_a_value_of_the_wrong_type_is_refused_not_allocated(tmp_path: Path) -> N
     conn.commit()
     conn.close()
     outcome, rss = read_in_subprocess(path)
-    assert outcome.endswith(f"event {SESSION}:0 has an event_json that is not text")
+    assert outcome.endswith(f"event {SESSION}:0: event_json is an integer, not text")
     assert rss < 128 << 20

@@ -1,7 +1,7 @@
 """A small OpenClaw 2026.9 agent database written the way the gateway writes one (for tests without a gateway).
 
 The transcript tables use OpenClaw's own DDL (schema version 23, copied from ``openclaw@2026.9.6``), rows are
-stored as OpenClaw stores them: JSON text, or one zstd frame when the JSON is at least 1024 bytes, has no
+stored as OpenClaw stores them: JSON text, or one zstd frame when the JSON is 1024 bytes to 4 MiB, has no
 ``\\u`` escape and compression saves at least max(64 B, 10 %).
 """
 
@@ -61,8 +61,17 @@ CREATE TABLE IF NOT EXISTS transcript_event_identities (
 _UNTYPED = re.compile(r" (?:TEXT|INTEGER|BLOB)\b(?= NOT NULL| PRIMARY KEY| CHECK|,|\n)")
 
 
+# OpenClaw compresses an entry of at most 4 MiB (its CHECK constraint); a larger one stays JSON text.
+MAX_COMPRESSED_BYTES = 4 * 1024 * 1024
+
+
 def _row(data: bytes, is_header: bool) -> tuple[str | None, bytes | None, int | None, str | None]:
-    if len(data) >= 1024 and b"\\u" not in data and b"\x00" not in data and not is_header:
+    if (
+        1024 <= len(data) <= MAX_COMPRESSED_BYTES
+        and b"\\u" not in data
+        and b"\x00" not in data
+        and not is_header
+    ):
         frame = zstandard.ZstdCompressor().compress(data)
         if len(data) - len(frame) >= max(64, len(data) // 10):
             return None, frame, len(data), '{"version":1}'

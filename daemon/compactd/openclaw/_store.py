@@ -45,6 +45,7 @@ import orjson
 
 from compactd.fs_identity import IdentityError, files_as
 from compactd.openclaw._claim import database_refusal
+from compactd.transcript.reader import parse_line
 from compactd.workspace import Identity
 
 # The largest entry OpenClaw compresses (larger ones stay JSON text): a frame claiming more is refused, not inflated.
@@ -145,6 +146,21 @@ def row_node(key: object, session_id: object, entry_json: object) -> Node:
     if not isinstance(entry, dict):
         return Node(name, sid, {}, f"entry_json is {_kind(entry)}, not an object")
     return Node(name, sid, entry)
+
+
+def _check_event(data: bytes, where: str) -> None:
+    """OpenClaw reads each row with ``JSON.parse`` and uses it as an event object: a row that is not one fails
+    its session (it would fail OpenClaw's read too), rather than being skipped like a torn line of a file."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        value, reason = parse_line(
+            data
+        )  # what JavaScript accepts and orjson does not (lone surrogates, depth)
+        if reason is not None:
+            raise StoreError(f"{where}: event_json is not JSON ({reason})") from None
+    if not isinstance(value, dict):
+        raise StoreError(f"{where}: the event is {_kind(value)}, not a JSON object")
 
 
 def _decompress(frame: bytes, size: int | None) -> bytes:
@@ -499,6 +515,7 @@ class Store:
                 raise StoreError(f"{where} has neither JSON nor a frame")
             if type(created) not in (int, float) or not math.isfinite(created):
                 raise StoreError(f"{where}: created_at is {_kind(created)}, not a time")
+            _check_event(data, where)
             out.append(Event(number, data, created / 1000))
         return out
 
