@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from compactd.agents_md import DEFAULT_LABEL, HEADER, LEGACY_SECTIONS
 from compactd.defaults import POST_COMPACTION_SECTIONS
+from compactd.display import FORMAT_CHARS, json_escape
 from compactd.summarize.augment import (
     RECENT_TURNS_HEADING,
     SPLIT_TURN_LABEL,
@@ -36,7 +37,11 @@ __all__ = [
 # C0 controls but tab and newline, DEL and C1 (CSI U+009B is an escape in 8-bit terminals); lone surrogates
 # cannot be written as UTF-8 at all (orjson refuses them), so a model's half emoji would fail the commit.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]|[\ud800-\udfff]")
-_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What a terminal acts on or hides: the controls above, the line and paragraph separators and the format
+# characters (bidi overrides, zero-width spaces) but the two joiners, which emoji and several scripts need.
+_TERMINAL_CONTROL = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]|(?![\u200c\u200d])[" + FORMAT_CHARS + "]"
+)
 
 # Tags compactd or pi wrap trusted text in: pi's ``<summary>`` around the whole summary, the suffix's blocks,
 # and the prompt fences a summary is later sent inside (as ``<previous-summary>``).
@@ -100,11 +105,12 @@ def strip_controls(text: str) -> str:
 
 
 def escape_controls(text: str) -> str:
-    """``text`` with every control character but newline and tab written as ``\\u00XX``, for a terminal.
+    """``text`` with every control character but newline and tab, the line separators and the format characters
+    but the joiners written as ``\\uXXXX``, for a terminal.
 
     The same escape is valid inside a JSON string, so JSON output stays JSON and means the same.
     """
-    return _TERMINAL_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _TERMINAL_CONTROL.sub(json_escape, text)
 
 
 def reserved_headings(sections: Iterable[str] = POST_COMPACTION_SECTIONS) -> frozenset[str]:
