@@ -268,11 +268,12 @@ def cmd_doctor(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_summarize(args: argparse.Namespace, out: TextIO) -> int:
-    from compactd.provider import RequestError, run_summarize
+    from compactd.provider import RequestError, read_input, run_summarize
 
     config = _load_config(args)
     try:
-        answer = run_summarize(config, sys.stdin.buffer.read(), workspace=args.workspace, agent=args.agent)
+        data = read_input(sys.stdin.fileno())  # bounded: a larger input is refused before it is read whole
+        answer = run_summarize(config, data, workspace=args.workspace, agent=args.agent)
     except RequestError as exc:
         sys.stderr.write(f"compactd summarize: {exc}\n")
         return 2

@@ -27,15 +27,20 @@ import orjson
 from compactd.config import Config
 from compactd.summarize.engine import CompactionEngine
 from compactd.timestamps import js_iso
-from compactd.transcript.reader import Transcript, parse_transcript
+from compactd.transcript.jsjson import nesting
+from compactd.transcript.reader import MAX_DEPTH, Transcript, parse_transcript
 
-__all__ = ["RequestError", "run_summarize"]
+__all__ = ["RequestError", "read_input", "run_summarize"]
 
 log = logging.getLogger(__name__)
 
 # The stand-in for what follows the span: the cut keeps it, so every given message is summarized.
 CONTINUATION_TEXT = "(the conversation continues after this point)"
 INPUT_MAX_BYTES = 256 * 1024 * 1024
+# The nesting compactd carries in a transcript line (reader.MAX_DEPTH): a message nested deeper would be a
+# line pi keeps and compactd refuses to write; every walk of the request stays far from Python's recursion limit.
+INPUT_MAX_DEPTH = MAX_DEPTH
+_READ_CHUNK = 1024 * 1024
 
 
 class RequestError(ValueError):
@@ -58,9 +63,22 @@ def _optional_text(payload: dict[str, Any], key: str) -> str | None:
     return value or None
 
 
-def parse_request(data: bytes) -> SummaryRequest:
+def read_input(fd: int, limit: int = INPUT_MAX_BYTES) -> bytearray:
+    """Everything on ``fd`` up to end of file, reading at most ``limit + 1`` bytes: one byte past the limit is
+    refused at once (:class:`RequestError`), never read to the end first."""
+    data = bytearray()
+    while True:
+        chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - len(data)))
+        if not chunk:
+            return data
+        data += chunk
+        if len(data) > limit:
+            raise RequestError(f"input is larger than {limit} bytes")
+
+
+def parse_request(data: bytes | bytearray) -> SummaryRequest:
     """The request in ``data``; raises :class:`RequestError` with what is wrong."""
-    if not data.strip():
+    if not data or data.isspace():
         raise RequestError(
             "no input: expected a JSON object {messages, previousSummary?, customInstructions?}"
         )
@@ -68,6 +86,11 @@ def parse_request(data: bytes) -> SummaryRequest:
         payload = json.loads(data)  # the standard module: a transcript's lone surrogates must not be refused
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"input is not JSON: {exc}") from None
+    except RecursionError:  # the decoder recurses once per level: deeper than the interpreter allows
+        raise RequestError(f"input nests deeper than {INPUT_MAX_DEPTH} levels") from None
+    depth = nesting(payload)
+    if depth > INPUT_MAX_DEPTH:
+        raise RequestError(f"input nests {depth} levels deep, deeper than {INPUT_MAX_DEPTH}")
     if not isinstance(payload, dict):
         raise RequestError(f"expected a JSON object, got {type(payload).__name__}")
     messages = payload.get("messages")
@@ -164,7 +187,9 @@ def dump_answer(answer: dict[str, Any]) -> str:
         return json.dumps(answer, ensure_ascii=True)
 
 
-def run_summarize(config: Config, data: bytes, *, workspace: str | None = None, agent: str = "main") -> str:
+def run_summarize(
+    config: Config, data: bytes | bytearray, *, workspace: str | None = None, agent: str = "main"
+) -> str:
     """The JSON answer for the request in ``data``; raises :class:`RequestError` on bad input."""
     import anyio
 
