@@ -13,7 +13,7 @@ import pytest
 from compactd.ledger import SessionLedger
 from compactd.transcript.reader import read_transcript
 
-from bench import bench_cli, bench_read, bench_service, bench_tail, corpus
+from bench import bench_cli, bench_provider, bench_read, bench_service, bench_tail, corpus
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,3 +112,15 @@ def test_bench_cli_smoke() -> None:
         assert measure["ratio"] == pytest.approx(measure["bare_cpu_s"] / measure["ours_cpu_s"], rel=0.02)
         assert measure["meets_target"] == (measure["ratio"] >= bench_cli.TARGET_RATIO)
     assert result["measures"]["inspect"]["command"].startswith("-m compactd inspect ")
+
+
+@pytest.mark.slow  # six compactd processes
+def test_bench_provider_smoke() -> None:
+    rows = bench_provider.main(["--smoke", "--json"])
+    assert [r["case"] for r in rows] == list(bench_provider.SHAPES)
+    for row in rows:
+        assert row["exit"] == 0 and row["level"] == "digest"
+        assert row["bytes"] >= 250_000 and row["rss_bytes"] > 0 and row["small_rss_bytes"] > 0
+        assert row["rss_over_size"] == pytest.approx(
+            (row["rss_bytes"] - row["small_rss_bytes"]) / row["bytes"], abs=0.01
+        )

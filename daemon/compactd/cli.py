@@ -268,12 +268,13 @@ def cmd_doctor(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_summarize(args: argparse.Namespace, out: TextIO) -> int:
-    from compactd.provider import RequestError, read_input, run_summarize
+    from compactd.provider import RequestError, parse_request, read_input, run_summarize
 
     config = _load_config(args)
     try:
-        data = read_input(sys.stdin.fileno())  # bounded: a larger input is refused before it is read whole
-        answer = run_summarize(config, data, workspace=args.workspace, agent=args.agent)
+        # Bounded (a larger input is refused before it is read whole), and its bytes freed once parsed.
+        request = parse_request(read_input(sys.stdin.fileno()))
+        answer = run_summarize(config, request, workspace=args.workspace, agent=args.agent)
     except RequestError as exc:
         sys.stderr.write(f"compactd summarize: {exc}\n")
         return 2
