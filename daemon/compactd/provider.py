@@ -28,8 +28,7 @@ import orjson
 from compactd.config import Config
 from compactd.summarize.engine import CompactionEngine
 from compactd.timestamps import js_iso
-from compactd.transcript.jsjson import loads as js_loads
-from compactd.transcript.jsjson import nesting
+from compactd.transcript.jsjson import js_int, nesting
 from compactd.transcript.reader import MAX_DEPTH, Transcript, parse_transcript
 
 __all__ = ["RequestError", "SummaryRequest", "parse_request", "read_input", "run_summarize"]
@@ -65,6 +64,10 @@ def _optional_text(payload: dict[str, Any], key: str) -> str | None:
     return value or None
 
 
+def _rejects_constant(name: str) -> Any:
+    raise ValueError(f"JSON.parse rejects {name}")
+
+
 def read_input(fd: int, limit: int = INPUT_MAX_BYTES) -> bytearray:
     """Everything on ``fd`` up to end of file, reading at most ``limit + 1`` bytes: one byte past the limit is
     refused at once (:class:`RequestError`), never read to the end first."""
@@ -87,9 +90,11 @@ def parse_request(data: bytes | bytearray) -> SummaryRequest:
     try:
         # As pi's reader takes a line (JSON.parse: no NaN, integers past 64 bits as doubles), by the standard
         # module: a transcript's lone surrogates must not be refused, and orjson would take ten times the input.
-        payload = js_loads(data.decode("utf-8"))
+        payload = json.loads(data.decode("utf-8"), parse_constant=_rejects_constant, parse_int=js_int)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"input is not JSON: {exc}") from None
+    except RecursionError:  # the decoder recurses once a level (jsjson.loads would go on, building them all)
+        raise RequestError(f"input nests deeper than {INPUT_MAX_DEPTH} levels") from None
     depth = nesting(payload)
     if depth > INPUT_MAX_DEPTH:
         raise RequestError(f"input nests {depth} levels deep, deeper than {INPUT_MAX_DEPTH}")
