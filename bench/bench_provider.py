@@ -1,10 +1,11 @@
 """``compactd summarize --json`` (OpenClaw's compaction provider, model-free: the digest) on large requests.
 
-Three requests of about ``--mb`` MB: a bench-corpus conversation (its messages as OpenClaw sends them), one
-message holding all the text, and many small messages; each runs as a child process with the request on its
-stdin. Measured from ``wait4``: CPU seconds (user + system) and peak RSS (``ru_maxrss``). RSS is reported as a
-multiple of the request's size after subtracting the same command's peak on a ~100 KB request of the same shape
-(the interpreter and the imports), so the figure is what the input itself costs.
+Four requests of about ``--mb`` MB: a bench-corpus conversation (its messages as OpenClaw sends them), one
+message holding all the text, many small messages, and a short message after a one-line previous summary.
+Each runs as a child process with the request on its stdin. Measured from ``wait4``: CPU seconds (user +
+system) and peak RSS (``ru_maxrss``). RSS is reported as a multiple of the request's size after subtracting
+the same command's peak on a ~100 KB request of the same shape (the interpreter and the imports), so the
+figure is what the input itself costs.
 
     python -m bench.bench_provider [--mb 19] [--pythonpath OTHER/daemon] [--smoke] [--json]
 """
@@ -57,10 +58,19 @@ def many_messages(size: int) -> bytes:
     return orjson.dumps({"messages": messages})
 
 
+def previous_summary(size: int) -> bytes:
+    """A short message after a previous summary of ``size`` bytes, one bullet line long."""
+    text = "## Decisions\n- " + " ".join([PROSE] * (size // (len(PROSE) + 1) + 1))[:size]
+    return orjson.dumps(
+        {"messages": [{"role": "user", "content": "go on", "timestamp": 1}], "previousSummary": text}
+    )
+
+
 SHAPES: dict[str, Callable[[int], bytes]] = {
     "conversation": conversation,
     "one message": one_message,
     "many messages": many_messages,
+    "previous summary": previous_summary,
 }
 
 

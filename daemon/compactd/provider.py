@@ -118,9 +118,9 @@ def parse_request(data: bytes | bytearray) -> SummaryRequest:
 def span_transcript(request: SummaryRequest, *, cwd: str = "/") -> Transcript:
     """The request as a pi branch whose cut (keeping nothing but the stand-in) summarizes every message.
 
-    The branch's lines are parsed as a transcript's are, each message a stand-in; the request's messages (parsed
-    as pi's reader parses a line) then take their places. Serialising and parsing them again would cost a copy
-    of every message and orjson's ten times the largest one, for the same values."""
+    The branch's lines are parsed as a transcript's are, each message and the previous summary a stand-in; the
+    request's values (parsed as pi's reader parses a line) then take their places. Serialising and parsing them
+    again would cost a copy of each and orjson's ten times the largest one, for the same values."""
     ids = [f"{index + 1:08x}" for index in range(len(request.messages) + 2)]
     lines = (json.dumps(e, ensure_ascii=True).encode() for e in _span_entries(request, ids, js_iso(), cwd))
     transcript = parse_transcript(b"\n".join(lines) + b"\n", check=False)
@@ -129,6 +129,8 @@ def span_transcript(request: SummaryRequest, *, cwd: str = "/") -> Transcript:
         message = messages.get(entry["id"])
         if message is not None:
             entry["message"] = message
+        elif entry["type"] == "compaction":
+            entry["summary"] = request.previous_summary
     return transcript
 
 
@@ -143,7 +145,7 @@ def _span_entries(request: SummaryRequest, ids: list[str], stamp: str, cwd: str)
             "id": ids[-2],
             "parentId": None,
             "timestamp": stamp,
-            "summary": request.previous_summary,
+            "summary": "",  # in its place once parsed, as the messages
             "firstKeptEntryId": ids[0],
             "tokensBefore": 0,
         }
