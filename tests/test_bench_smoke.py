@@ -13,7 +13,16 @@ import pytest
 from compactd.ledger import SessionLedger
 from compactd.transcript.reader import read_transcript
 
-from bench import bench_cli, bench_costs, bench_json5, bench_read, bench_service, bench_tail, corpus
+from bench import (
+    bench_cli,
+    bench_costs,
+    bench_json5,
+    bench_provider,
+    bench_read,
+    bench_service,
+    bench_tail,
+    corpus,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -128,3 +137,15 @@ def test_bench_json5_smoke() -> None:
     assert set(result["ratios"]) == {"json", "json5_same_bytes", "json5", "cached"}
     assert all(seconds >= 0 for seconds in result["seconds"].values())
     assert result["json5_package"]["bytes"] >= 2 * 1024
+
+
+@pytest.mark.slow  # six compactd processes
+def test_bench_provider_smoke() -> None:
+    rows = bench_provider.main(["--smoke", "--json"])
+    assert [r["case"] for r in rows] == list(bench_provider.SHAPES)
+    for row in rows:
+        assert row["exit"] == 0 and row["level"] == "digest"
+        assert row["bytes"] >= 250_000 and row["rss_bytes"] > 0 and row["small_rss_bytes"] > 0
+        assert row["rss_over_size"] == pytest.approx(
+            (row["rss_bytes"] - row["small_rss_bytes"]) / row["bytes"], abs=0.01
+        )

@@ -218,3 +218,70 @@ def test_no_summarizer_configured_gives_the_digest(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["level"] == "digest" and IDENTIFIERS[0] in answer["summary"]
+
+
+@pytest.mark.slow  # 256 MiB through a pipe
+def test_oversize_input_is_refused_having_read_at_most_the_limit(tmp_path: Path) -> None:
+    """A request that never ends: the command stops reading one byte past the limit and says so, without
+    waiting for the end. The bytes it consumed are those written less those still in the pipe (this process
+    keeps the pipe's read end open to count them)."""
+    import fcntl
+    import select
+    import struct
+    import termios
+    import time
+
+    from compactd.provider import INPUT_MAX_BYTES
+
+    config = write_config(tmp_path, None)
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1024 * 1024)  # fewer round trips for 256 MiB
+    child = subprocess.Popen(
+        [sys.executable, "-m", "compactd", "summarize", "--json", "--config", str(config)],
+        cwd=REPO,
+        stdin=read_end,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    total = INPUT_MAX_BYTES + 64 * 1024 * 1024
+    chunk = b'{"messages": [' + b" " * (1024 * 1024)
+    written = 0
+    os.set_blocking(write_end, False)
+    deadline = time.monotonic() + 120
+    try:
+        while written < total and child.poll() is None and time.monotonic() < deadline:
+            select.select([], [write_end], [], 0.1)
+            try:
+                written += os.write(write_end, chunk[: total - written])
+            except BlockingIOError:
+                continue
+            chunk = chunk.replace(b'{"messages": [', b"              ")
+    finally:
+        os.close(write_end)
+    _, err = child.communicate(timeout=120)
+    unread = struct.unpack("i", fcntl.ioctl(read_end, termios.FIONREAD, b"\0\0\0\0"))[0]
+    os.close(read_end)
+
+    assert child.returncode == 2
+    assert written - unread <= INPUT_MAX_BYTES + 1
+    assert written < total  # refused while the writer still had more to send
+    assert err.decode() == f"compactd summarize: input is larger than {INPUT_MAX_BYTES} bytes\n"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        '{"messages": [{"role": "user", "content": ' + "[" * 900 + "]" * 900 + "}]}",
+    ],
+    ids=["100000-deep", "900-deep-in-content"],
+)
+def test_deep_nesting_is_a_one_line_error(tmp_path: Path, payload: str) -> None:
+    done = summarize(payload, write_config(tmp_path, None))
+
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("compactd summarize: input nests ") and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr

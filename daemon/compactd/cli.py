@@ -29,9 +29,19 @@ def _print_json(data: Any, out: TextIO) -> None:
 
 
 def _print_table(rows: Sequence[tuple[str, Any]], out: TextIO) -> None:
+    """One row a line, whatever a value (a path, an id from the transcript) holds."""
+    from compactd.display import display_name
+
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
-        out.write(f"{key.ljust(width)}  {value}\n")
+        out.write(f"{key.ljust(width)}  {display_name(str(value))}\n")
+
+
+def _print_line(text: str, out: TextIO) -> None:
+    """``text`` as one line: a file name or a problem message quoting a transcript cannot forge another."""
+    from compactd.display import display_name
+
+    out.write(display_name(text) + "\n")
 
 
 def default_config_path(env: dict[str, str] | None = None) -> str | None:
@@ -121,7 +131,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     rows.append(("by_role", ", ".join(f"{r}={t}" for r, t in report["by_role"].items()) or "-"))
     _print_table(rows, out)
     for problem in report["problems"]:
-        out.write(f"problem: {problem['kind']} (line {problem['line']}): {problem['message']}\n")
+        _print_line(f"problem: {problem['kind']} (line {problem['line']}): {problem['message']}", out)
     return 0
 
 
@@ -144,9 +154,9 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
         )
     else:
         verdict = {0: "ok: loads with nothing skipped", 1: "loads, with problems", 2: "unusable"}[code]
-        out.write(f"{args.file}: {verdict}\n")
+        _print_line(f"{args.file}: {verdict}", out)
         for p in transcript.problems:
-            out.write(f"  {p.kind} (line {p.line}): {p.message}\n")
+            _print_line(f"  {p.kind} (line {p.line}): {p.message}", out)
     return code
 
 
@@ -241,7 +251,7 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     config = _load_config(args)
     status = read_status(config.state_dir)
     if status is None:
-        out.write(f"no status in {config.state_dir}: compactd has not run with this state directory\n")
+        _print_line(f"no status in {config.state_dir}: compactd has not run with this state directory", out)
         return 1
     status["archives"] = archive_usage(config.state_dir).as_json()  # read now: the journal is the truth
     if args.json:
@@ -258,11 +268,13 @@ def cmd_doctor(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_summarize(args: argparse.Namespace, out: TextIO) -> int:
-    from compactd.provider import RequestError, run_summarize
+    from compactd.provider import RequestError, parse_request, read_input, run_summarize
 
     config = _load_config(args)
     try:
-        answer = run_summarize(config, sys.stdin.buffer.read(), workspace=args.workspace, agent=args.agent)
+        # Bounded (a larger input is refused before it is read whole), and its bytes freed once parsed.
+        request = parse_request(read_input(sys.stdin.fileno()))
+        answer = run_summarize(config, request, workspace=args.workspace, agent=args.agent)
     except RequestError as exc:
         sys.stderr.write(f"compactd summarize: {exc}\n")
         return 2

@@ -11,6 +11,7 @@ from typing import TextIO
 import anyio
 
 from compactd.config import Config, ConfigError, load_config
+from compactd.display import display_name
 from compactd.watch import discover_roots, scan_root
 
 __all__ = ["run_doctor"]
@@ -22,16 +23,23 @@ HEADER_READ_BYTES = 64 * 1024
 MAX_LISTED = 20
 
 
+# Every line goes through one of these: a finding is one line, whatever the path or key it names holds.
+
+
 def _ok(out: TextIO, text: str) -> None:
-    out.write(f"ok    {text}\n")
+    out.write(f"ok    {display_name(text)}\n")
+
+
+def _note(out: TextIO, text: str) -> None:
+    out.write(f"note  {display_name(text)}\n")
 
 
 def _bad(out: TextIO, text: str, fix: str) -> None:
-    out.write(f"FIX   {text}\n      → {fix}\n")
+    out.write(f"FIX   {display_name(text)}\n      → {display_name(fix)}\n")
 
 
 def _warn(out: TextIO, text: str, fix: str) -> None:
-    out.write(f"WARN  {text}\n      → {fix}\n")
+    out.write(f"WARN  {display_name(text)}\n      → {display_name(fix)}\n")
 
 
 def _openclaw_databases(config: Config) -> int:
@@ -104,9 +112,10 @@ def check_workspaces(config: Config, roots: list[str], out: TextIO) -> None:
         for path in scan_root(root):
             choice = workspace_for(config, path, _header(path), log_refusal=False)
             if choice.reason is not None:
-                out.write(
-                    f"note  {path}: cwd {choice.cwd!r} is not used as its workspace (no AGENTS.md rules, "
-                    f"no memory/): {choice.reason}\n"
+                _note(
+                    out,
+                    f"{path}: cwd {choice.cwd!r} is not used as its workspace (no AGENTS.md rules, "
+                    f"no memory/): {choice.reason}",
                 )
 
 
@@ -277,7 +286,7 @@ def check_summarizer(config: Config, out: TextIO) -> int:
     result = anyio.run(probe)
     problems = list(getattr(result, "problems", ()))
     for note in getattr(result, "notes", ()):
-        out.write(f"note  {note}\n")
+        _note(out, note)
     if problems:
         for problem in problems:
             _bad(out, f"summarizer: {problem}", "see config.example.yaml, section summarizer")
@@ -304,9 +313,10 @@ def check_summarizer_speed(config: Config, out: TextIO) -> int:
     assert s.base_url is not None
     speed = SpeedMemory(config.state_dir).get(endpoint_key(s.base_url, s.model or "default"))
     if speed is None:
-        out.write(
-            "note  summarizer speed: not measured yet; until the first summary call measures it, calls are "
-            "sized by their input and the window only\n"
+        _note(
+            out,
+            "summarizer speed: not measured yet; until the first summary call measures it, calls are "
+            "sized by their input and the window only",
         )
         return 0
     overhead = estimate_prompt_tokens(

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import unquote_plus, urlsplit
 
+from compactd.display import display_name
 from compactd.summarize.redact import redact_url_secrets
 from compactd.timestamps import js_iso
 
@@ -149,11 +150,6 @@ def _syslog_priority(levelno: int) -> int:
     return 7
 
 
-def _one_line(text: str) -> str:
-    # journald splits on "\n"; "\r" would make a terminal overwrite the line.
-    return text.replace("\r", "\\r").replace("\n", "\\n")
-
-
 class LineFormatter(logging.Formatter):
     """``<N>LEVEL logger: msg`` for journald, else ``2026-11-30T12:00:00.123Z LEVEL logger: msg``.
 
@@ -174,7 +170,9 @@ class LineFormatter(logging.Formatter):
             text = f"{text}\n{record.exc_text}"
         if record.stack_info:
             text = f"{text}\n{self.formatStack(record.stack_info)}"
-        body = f"{record.levelname} {record.name}: {_one_line(text)}"
+        # journald splits on "\n", "\r" makes a terminal overwrite the line, an ESC or a bidi override in a
+        # session's name would act on it: the whole event is one line of visible characters.
+        body = f"{record.levelname} {record.name}: {display_name(text)}"
         if self.journal:
             line = f"<{_syslog_priority(record.levelno)}>{body}"
         else:

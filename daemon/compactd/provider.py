@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,15 +28,20 @@ import orjson
 from compactd.config import Config
 from compactd.summarize.engine import CompactionEngine
 from compactd.timestamps import js_iso
-from compactd.transcript.reader import Transcript, parse_transcript
+from compactd.transcript.jsjson import js_int, nesting
+from compactd.transcript.reader import MAX_DEPTH, Transcript, parse_transcript
 
-__all__ = ["RequestError", "run_summarize"]
+__all__ = ["RequestError", "SummaryRequest", "parse_request", "read_input", "run_summarize"]
 
 log = logging.getLogger(__name__)
 
 # The stand-in for what follows the span: the cut keeps it, so every given message is summarized.
 CONTINUATION_TEXT = "(the conversation continues after this point)"
 INPUT_MAX_BYTES = 256 * 1024 * 1024
+# The nesting compactd carries in a transcript line (reader.MAX_DEPTH): a message nested deeper would be a
+# line pi keeps and compactd refuses to write; every walk of the request stays far from Python's recursion limit.
+INPUT_MAX_DEPTH = MAX_DEPTH
+_READ_CHUNK = 1024 * 1024
 
 
 class RequestError(ValueError):
@@ -58,16 +64,40 @@ def _optional_text(payload: dict[str, Any], key: str) -> str | None:
     return value or None
 
 
-def parse_request(data: bytes) -> SummaryRequest:
+def _rejects_constant(name: str) -> Any:
+    raise ValueError(f"JSON.parse rejects {name}")
+
+
+def read_input(fd: int, limit: int = INPUT_MAX_BYTES) -> bytearray:
+    """Everything on ``fd`` up to end of file, reading at most ``limit + 1`` bytes: one byte past the limit is
+    refused at once (:class:`RequestError`), never read to the end first."""
+    data = bytearray()
+    while True:
+        chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - len(data)))
+        if not chunk:
+            return data
+        data += chunk
+        if len(data) > limit:
+            raise RequestError(f"input is larger than {limit} bytes")
+
+
+def parse_request(data: bytes | bytearray) -> SummaryRequest:
     """The request in ``data``; raises :class:`RequestError` with what is wrong."""
-    if not data.strip():
+    if not data or data.isspace():
         raise RequestError(
             "no input: expected a JSON object {messages, previousSummary?, customInstructions?}"
         )
     try:
-        payload = json.loads(data)  # the standard module: a transcript's lone surrogates must not be refused
+        # As pi's reader takes a line (JSON.parse: no NaN, integers past 64 bits as doubles), by the standard
+        # module: a transcript's lone surrogates must not be refused, and orjson would take ten times the input.
+        payload = json.loads(data.decode("utf-8"), parse_constant=_rejects_constant, parse_int=js_int)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"input is not JSON: {exc}") from None
+    except RecursionError:  # the decoder recurses once a level (jsjson.loads would go on, building them all)
+        raise RequestError(f"input nests deeper than {INPUT_MAX_DEPTH} levels") from None
+    depth = nesting(payload)
+    if depth > INPUT_MAX_DEPTH:
+        raise RequestError(f"input nests {depth} levels deep, deeper than {INPUT_MAX_DEPTH}")
     if not isinstance(payload, dict):
         raise RequestError(f"expected a JSON object, got {type(payload).__name__}")
     messages = payload.get("messages")
@@ -86,37 +116,45 @@ def parse_request(data: bytes) -> SummaryRequest:
 
 
 def span_transcript(request: SummaryRequest, *, cwd: str = "/") -> Transcript:
-    """The request as a pi branch whose cut (keeping nothing but the stand-in) summarizes every message."""
-    stamp = js_iso()
-    entries: list[dict[str, Any]] = [
-        {"type": "session", "version": 3, "id": "compactd-provider", "timestamp": stamp, "cwd": cwd}
-    ]
+    """The request as a pi branch whose cut (keeping nothing but the stand-in) summarizes every message.
+
+    The branch's lines are parsed as a transcript's are, each message and the previous summary a stand-in; the
+    request's values (parsed as pi's reader parses a line) then take their places. Serialising and parsing them
+    again would cost a copy of each and orjson's ten times the largest one, for the same values."""
     ids = [f"{index + 1:08x}" for index in range(len(request.messages) + 2)]
+    lines = (json.dumps(e, ensure_ascii=True).encode() for e in _span_entries(request, ids, js_iso(), cwd))
+    transcript = parse_transcript(b"\n".join(lines) + b"\n", check=False)
+    messages = dict(zip(ids, request.messages, strict=False))
+    for entry in transcript.entries:
+        message = messages.get(entry["id"])
+        if message is not None:
+            entry["message"] = message
+        elif entry["type"] == "compaction":
+            entry["summary"] = request.previous_summary
+    return transcript
+
+
+def _span_entries(request: SummaryRequest, ids: list[str], stamp: str, cwd: str) -> Iterator[dict[str, Any]]:
+    """The header, the previous summary, a stand-in entry per message (``ids[i]``), the continuation: one at a
+    time, as they are serialised."""
+    yield {"type": "session", "version": 3, "id": "compactd-provider", "timestamp": stamp, "cwd": cwd}
     parent: str | None = None
     if request.previous_summary:
-        entries.append(
-            {
-                "type": "compaction",
-                "id": ids[-2],
-                "parentId": None,
-                "timestamp": stamp,
-                "summary": request.previous_summary,
-                "firstKeptEntryId": ids[0],
-                "tokensBefore": 0,
-            }
-        )
+        yield {
+            "type": "compaction",
+            "id": ids[-2],
+            "parentId": None,
+            "timestamp": stamp,
+            "summary": "",  # in its place once parsed, as the messages
+            "firstKeptEntryId": ids[0],
+            "tokensBefore": 0,
+        }
         parent = ids[-2]
-    for entry_id, message in zip(ids, request.messages, strict=False):
-        entries.append(
-            {"type": "message", "id": entry_id, "parentId": parent, "timestamp": stamp, "message": message}
-        )
+    for entry_id in ids[: len(request.messages)]:
+        yield {"type": "message", "id": entry_id, "parentId": parent, "timestamp": stamp, "message": {}}
         parent = entry_id
     continuation = {"role": "user", "content": CONTINUATION_TEXT, "timestamp": 0}
-    entries.append(
-        {"type": "message", "id": ids[-1], "parentId": parent, "timestamp": stamp, "message": continuation}
-    )
-    data = b"\n".join(json.dumps(e, ensure_ascii=True).encode() for e in entries) + b"\n"
-    return parse_transcript(data, check=False)
+    yield {"type": "message", "id": ids[-1], "parentId": parent, "timestamp": stamp, "message": continuation}
 
 
 async def summarize_request(
@@ -164,16 +202,16 @@ def dump_answer(answer: dict[str, Any]) -> str:
         return json.dumps(answer, ensure_ascii=True)
 
 
-def run_summarize(config: Config, data: bytes, *, workspace: str | None = None, agent: str = "main") -> str:
-    """The JSON answer for the request in ``data``; raises :class:`RequestError` on bad input."""
+def run_summarize(
+    config: Config, request: SummaryRequest, *, workspace: str | None = None, agent: str = "main"
+) -> str:
+    """The JSON answer to ``request`` (:func:`parse_request` of :func:`read_input`: the input's bytes are gone
+    by the time the engine runs)."""
     import anyio
 
     from compactd.job import make_client
     from compactd.workspace import configured_workspace, read_agents_md
 
-    if len(data) > INPUT_MAX_BYTES:
-        raise RequestError(f"input is larger than {INPUT_MAX_BYTES} bytes")
-    request = parse_request(data)
     path = _workspace_path(config, workspace, agent)
     rules = read_agents_md(configured_workspace(path)) if path is not None else None
 

@@ -105,8 +105,11 @@ class Outcome:
         return self.action in ("failed", "backoff")
 
     def line(self) -> str:
+        """One line whatever the path (a file or an OpenClaw key) or a reason holds."""
+        from compactd.display import display_name
+
         extra = " ".join(f"{k}={v}" for k, v in self.detail.items() if v is not None)
-        return f"{self.action:<10} {self.path} {extra}".rstrip()
+        return display_name(f"{self.action:<10} {self.path} {extra}".rstrip())
 
 
 class Service:

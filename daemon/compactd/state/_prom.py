@@ -19,12 +19,15 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from compactd.display import display_name
 from compactd.state._metrics import Labels, Metrics
 
 
 def _utf8(value: str) -> str:
-    """A label value with a lone surrogate (from a file name that is not UTF-8) written as its escape."""
-    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    """A label value with nothing invisible: a file name's controls, format characters and lone surrogates (a
+    name that is not UTF-8) written as escapes. Newlines are kept: prometheus_client escapes them, with
+    backslash and double quote, by the text format's rules, so a sample stays one line and the name exact."""
+    return "\n".join(map(display_name, value.split("\n")))
 
 
 def _family(

@@ -13,6 +13,7 @@ from typing import Any
 
 from compactd.commit.locks import pid_alive, process_starttime
 from compactd.defaults import STATUS_REFRESH_SECONDS
+from compactd.display import display_name
 from compactd.durable import write_atomic
 from compactd.state._store import STATUS_FILE, SessionState, dump_json, load_json
 from compactd.timestamps import iso_seconds, parse_iso
@@ -324,7 +325,7 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
     if not rows:
         lines.append("")
         lines.append("no sessions")
-        return "\n".join(lines) + "\n"
+        return _lines(lines)
     header = ("SESSION", "TOKENS", "WINDOW", "BUDGET", "LAST ACTION", "NEXT")
     table: list[tuple[str, ...]] = [header]
     for row in rows:
@@ -332,12 +333,12 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
         percent = row.get("percent_of_budget")
         table.append(
             (
-                _cut(str(name), 40),
+                _cut(display_name(str(name)), 40),
                 _int(row.get("tokens")),
                 _int(row.get("window")),
                 f"{percent:.0f}%" if isinstance(percent, int | float) else "-",
-                _last_column(row, now),
-                _next_column(row, now),
+                display_name(_last_column(row, now)),
+                display_name(_next_column(row, now)),
             )
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
@@ -358,4 +359,10 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
             stage = row.get("error_stage")
             where = f"{stage} failed" if isinstance(stage, str) and stage else "failed"
             lines.append(f"  {name}: {where}: {row['last_error']} ({_next_column(row, now)})")
-    return "\n".join(lines) + "\n"
+    return _lines(lines)
+
+
+def _lines(lines: list[str]) -> str:
+    """Each line is one line whatever a session's name or error holds (its cells were escaped before the
+    columns were measured; escaping again changes nothing)."""
+    return "\n".join(map(display_name, lines)) + "\n"

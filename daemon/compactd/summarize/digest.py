@@ -184,8 +184,19 @@ class Failure:
 
 # --- text helpers -----------------------------------------------------------------------------------------
 def _collapse(text: str, cap: int) -> str:
-    flat = _SPACES.sub(" ", text).strip()
-    return flat if len(flat) <= cap else flat[: cap - 1].rstrip() + "…"
+    """``text`` on one line, its whitespace runs single spaces, cut to ``cap`` characters.
+
+    Only as much of ``text`` is collapsed as the cut keeps: substituting every run of a megabytes-long line
+    (a previous summary's) builds a list of millions of pieces first. A prefix whose collapsed form is longer
+    than ``cap`` agrees with the whole text's on its first ``cap - 1`` characters."""
+    size = max(4 * cap, 1024)
+    while True:
+        flat = _SPACES.sub(" ", text[:size]).strip()
+        if size >= len(text):
+            return flat if len(flat) <= cap else flat[: cap - 1].rstrip() + "…"
+        if len(flat) > cap:
+            return flat[: cap - 1].rstrip() + "…"
+        size *= 4
 
 
 def _prose_lines(text: str) -> list[str]:

@@ -107,7 +107,8 @@ def ask_keywords(ask: str) -> list[str]:
     character bigrams; unique, in order, at most ``ASK_KEYWORDS_MAX``."""
     keywords: list[str] = []
     seen: set[str] = set()
-    for token in _TOKEN.findall(_normalize(ask)):
+    for match in _TOKEN.finditer(_normalize(ask)):  # one at a time: an ask may be megabytes, a few are needed
+        token = match.group()
         # A CJK run becomes its bigrams; a one-character run stays whole and is then dropped as too short.
         pieces = (
             [token[i : i + 2] for i in range(len(token) - 1)]

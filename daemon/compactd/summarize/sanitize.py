@@ -11,10 +11,13 @@ and terminals. Everything here is pure; :func:`summary_text` is applied once to 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 from compactd.agents_md import DEFAULT_LABEL, HEADER, LEGACY_SECTIONS
 from compactd.defaults import POST_COMPACTION_SECTIONS
+from compactd.display import FORMAT_CHARS, json_escape
 from compactd.summarize.augment import (
     RECENT_TURNS_HEADING,
     SPLIT_TURN_LABEL,
@@ -36,7 +39,11 @@ __all__ = [
 # C0 controls but tab and newline, DEL and C1 (CSI U+009B is an escape in 8-bit terminals); lone surrogates
 # cannot be written as UTF-8 at all (orjson refuses them), so a model's half emoji would fail the commit.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]|[\ud800-\udfff]")
-_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What a terminal acts on or hides: the controls above, the line and paragraph separators and the format
+# characters (bidi overrides, zero-width spaces) but the two joiners, which emoji and several scripts need.
+_TERMINAL_CONTROL = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]|(?![\u200c\u200d])[" + FORMAT_CHARS + "]"
+)
 
 # Tags compactd or pi wrap trusted text in: pi's ``<summary>`` around the whole summary, the suffix's blocks,
 # and the prompt fences a summary is later sent inside (as ``<previous-summary>``).
@@ -100,34 +107,94 @@ def strip_controls(text: str) -> str:
 
 
 def escape_controls(text: str) -> str:
-    """``text`` with every control character but newline and tab written as ``\\u00XX``, for a terminal.
+    """``text`` with every control character but newline and tab, the line separators and the format characters
+    but the joiners written as ``\\uXXXX``, for a terminal.
 
     The same escape is valid inside a JSON string, so JSON output stays JSON and means the same.
     """
-    return _TERMINAL_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _TERMINAL_CONTROL.sub(json_escape, text)
 
 
 def reserved_headings(sections: Iterable[str] = POST_COMPACTION_SECTIONS) -> frozenset[str]:
     """What a model may not write as a heading: the AGENTS.md sections compactd re-injects (configured, default
     and legacy) and the headings of compactd's own blocks. The five required headings are the model's to write
     and never reserved."""
-    names = {_words(n) for n in (*sections, *POST_COMPACTION_SECTIONS, *LEGACY_SECTIONS, *_OWN_HEADINGS)}
+    every = (*sections, *POST_COMPACTION_SECTIONS, *LEGACY_SECTIONS, *_OWN_HEADINGS)
+    names = {_words(_folded(n)[0]) for n in every}
     names -= {_words(h) for h in REQUIRED_HEADINGS}
     return frozenset(n for n in names if n)
+
+
+_FORMAT = re.compile("[" + FORMAT_CHARS + "]")
+_MINUS = "\u2212"
+
+
+@lru_cache(maxsize=4096)
+def _fold_char(char: str) -> str:
+    """What a non-ASCII character reads as: format characters nothing, compatibility forms their plain
+    character (NFKC: fullwidth ``［`` is ``[``, a no-break space a space), every dash and hyphen ``-`` (NFKC
+    leaves U+2011, the no-break hyphen, as U+2010)."""
+    if _FORMAT.match(char):
+        return ""
+    return "".join(
+        "-" if c == _MINUS or unicodedata.category(c) == "Pd" else c
+        for c in unicodedata.normalize("NFKC", char)
+    )
+
+
+def _folded(text: str) -> tuple[str, list[int] | None]:
+    """``text`` as a reader sees it (:func:`_fold_char`), and for each of its characters the index of the
+    original character it comes from (None: ASCII text, folded as it is)."""
+    if text.isascii():
+        return text, None
+    parts: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        folded = char if char < "\x80" else _fold_char(char)
+        parts.append(folded)
+        origin.extend([index] * len(folded))
+    return "".join(parts), origin
+
+
+def _sub_folded(pattern: re.Pattern[str], text: str, replace: Callable[[re.Match[str]], str]) -> str:
+    """``pattern.sub`` matched on the folded text, replacing the original characters each match comes from:
+    ``<\u200b/summary>`` and ``［Post-compaction context refresh］`` are the markers they read as."""
+    folded, origin = _folded(text)
+    if origin is None:
+        return pattern.sub(replace, text)
+    pieces: list[str] = []
+    done = 0
+    for m in pattern.finditer(folded):
+        if m.end() == m.start():
+            continue
+        start, end = origin[m.start()], origin[m.end() - 1] + 1
+        if start < done:
+            continue  # two matches from one original character: the first replaced it
+        pieces += [text[done:start], replace(m)]
+        done = end
+    return "".join(pieces) + text[done:]
+
+
+def _constant(replacement: str) -> Callable[[re.Match[str]], str]:
+    return lambda _m: replacement
 
 
 def defuse_markers(text: str, reserved: frozenset[str] | None = None) -> str:
     """Model text with every imitation of compactd's markers made inert, the words kept: marker tags lose their
     ``<`` (``&lt;summary>``), a bracketed note becomes ``[quoted: …]``, and a line that is a reserved heading
-    or label (``## Red Lines``, ``**Tool Failures:**``) becomes ``[quoted heading: Red Lines]``."""
+    or label (``## Red Lines``, ``**Tool Failures:**``) becomes ``[quoted heading: Red Lines]``.
+
+    Matched as a reader sees the text (:func:`_fold_char`): a zero-width space, a no-break hyphen or fullwidth
+    brackets hide nothing."""
     names = reserved if reserved is not None else reserved_headings()
-    text = _TAG.sub("&lt;", text)
+    text = _sub_folded(_TAG, text, _constant("&lt;"))
     for pattern, words in _BRACKETS:
-        text = pattern.sub(f"[quoted: {words}]", text)
+        text = _sub_folded(pattern, text, _constant(f"[quoted: {words}]"))
     lines = text.split("\n")
     for index, line in enumerate(lines):
-        if _imitates(line, names):
-            shown = line.strip().lstrip("#").strip().strip("*_").strip()
+        folded = _folded(line)[0]
+        if _imitates(folded, names):
+            shown = folded.strip().lstrip("#").strip().strip("*_").strip()
             lines[index] = QUOTED_HEADING.format(shown)
     return "\n".join(lines)
 
