@@ -13,7 +13,7 @@ import pytest
 from compactd.ledger import SessionLedger
 from compactd.transcript.reader import read_transcript
 
-from bench import bench_cli, bench_read, bench_service, bench_tail, corpus
+from bench import bench_cli, bench_loop, bench_read, bench_service, bench_tail, corpus
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,3 +112,14 @@ def test_bench_cli_smoke() -> None:
         assert measure["ratio"] == pytest.approx(measure["bare_cpu_s"] / measure["ours_cpu_s"], rel=0.02)
         assert measure["meets_target"] == (measure["ratio"] >= bench_cli.TARGET_RATIO)
     assert result["measures"]["inspect"]["command"].startswith("-m compactd inspect ")
+
+
+@pytest.mark.slow  # two compactd processes
+def test_bench_loop_smoke() -> None:
+    result = bench_loop.main(["--smoke", "--json"])
+    daemon = result["daemon"]
+    assert daemon["max_gap_seconds"] > 0 and daemon["max_gap_ratio"] > 0
+    assert daemon["append_idle_median_ms"] > 0 and daemon["appends_during_job"] >= 0
+    offload = result["offload"]
+    assert offload["thread_job_seconds"] > 0 and offload["thread_loop_max_late_ms"] >= 0
+    assert offload["process_pickle_size_ratio"] > 0
