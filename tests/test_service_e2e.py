@@ -617,3 +617,46 @@ def test_sigterm_during_a_big_compaction_stops_at_once_and_leaves_the_session_as
     assert read_transcript(big).usable and read_transcript(small).usable
     assert sorted(p.name for p in d.root.iterdir()) == ["big.jsonl", "small.jsonl"]  # no temp, archive, lock
     d.wait_notice("STOPPING=1")
+
+
+def test_a_big_session_flushed_and_summarized_by_a_model_keeps_the_watchdog_and_stops_at_once(
+    llm_server: StubLLMServer, daemon_factory: Callable[..., Daemon]
+) -> None:
+    """The model route: the memory flush (the whole span serialized and redacted) and the engine's work before
+    its first model call run off the loop; SIGTERM while that call hangs stops the daemon, the session intact."""
+    from bench.corpus import session_bytes
+    from tests.support.llm_server import Reply
+
+    def reply(request: RecordedRequest) -> Reply:
+        return Reply.completion(MEMORY) if "durable memories" in request.content("system") else Reply.hung()
+
+    llm_server.responder = reply
+    d = daemon_factory(llm_server)
+    d.root.mkdir(parents=True)
+    data = session_bytes(8_000_000, seed=3)[0]
+    header, _, rest = data.partition(b"\n")
+    big = d.root / "big.jsonl"  # in the trusted workspace: its memory is flushed
+    big.write_bytes(json.dumps({**json.loads(header), "cwd": str(d.workspace)}).encode() + b"\n" + rest)
+    original = big.read_bytes()
+    d.start({"WATCHDOG_USEC": "1000000"})
+    ready = d.wait_notice("READY=1")
+
+    def summarizing() -> bool:
+        d.drain()
+        return any("durable memories" not in r.content("system") for r in llm_server.completions)
+
+    wait_for(summarizing, 120, "the summary's first model call", d.proc)
+    assert memory_blocks(d.workspace) == 1
+    d.wait_notice("WATCHDOG=1", start=len(d.notices))
+    pings = [
+        at for notice, at in zip(d.notices[ready:], d.arrived[ready:], strict=True) if "WATCHDOG=1" in notice
+    ]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(pings)]
+    print(f"gaps between WATCHDOG=1 from READY to the summary's first call: {gaps}")
+    assert len(gaps) >= 3 and max(gaps) < 0.75, f"gaps between WATCHDOG=1: {gaps}"
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=5) == 0
+    llm_server.release()
+    assert big.read_bytes() == original
+    assert sorted(p.name for p in d.root.iterdir()) == ["big.jsonl"]

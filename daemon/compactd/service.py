@@ -710,7 +710,8 @@ class Service:
         )
         if workspace is None:
             return
-        plan = CompactionEngine(engine_settings(self.config)).plan(transcript)
+        engine = CompactionEngine(engine_settings(self.config))
+        plan = await offload.run_sync(lambda: engine.plan(transcript))  # a walk of the whole branch
         if plan is None:
             return
         await flush_span(
@@ -1003,6 +1004,9 @@ class Service:
             await anyio.sleep(ONCE_POLL_SECONDS)
         try:
             self.prepare()
+            # The model client now, before READY: its first build imports openai (seconds on a busy machine),
+            # which would otherwise hold the loop at the first flush or summary.
+            self.client()
             async with anyio.create_task_group() as tg:
                 self.task_group = tg
                 tg.start_soon(self.signals, tg.cancel_scope)
