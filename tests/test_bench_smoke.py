@@ -17,6 +17,7 @@ from bench import (
     bench_cli,
     bench_costs,
     bench_json5,
+    bench_loop,
     bench_provider,
     bench_read,
     bench_service,
@@ -149,3 +150,14 @@ def test_bench_provider_smoke() -> None:
         assert row["rss_over_size"] == pytest.approx(
             (row["rss_bytes"] - row["small_rss_bytes"]) / row["bytes"], abs=0.01
         )
+
+
+@pytest.mark.slow  # two compactd processes
+def test_bench_loop_smoke() -> None:
+    result = bench_loop.main(["--smoke", "--json"])
+    daemon = result["daemon"]
+    assert daemon["max_gap_seconds"] > 0 and daemon["max_gap_ratio"] > 0
+    assert daemon["append_idle_median_ms"] > 0 and daemon["appends_during_job"] >= 0
+    offload = result["offload"]
+    assert offload["thread_job_seconds"] > 0 and offload["thread_loop_max_late_ms"] >= 0
+    assert offload["process_pickle_size_ratio"] > 0

@@ -6,10 +6,12 @@ deadline; nothing sleeps in place of synchronisation.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from tests.support.pi import Pi
 
 REPO = Path(__file__).resolve().parents[1]
+# Linux's socket option (and control message type) for a datagram's arrival time as a timespec; the socket
+# module does not name it.
+SO_TIMESTAMPNS = 35
 MODEL = "claude-e2e"
 SUMMARY = "\n".join(
     [
@@ -181,7 +186,10 @@ class Daemon:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(str(self.notify_path))
         self.sock.settimeout(0.05)
+        # The kernel stamps each datagram as it arrives, so a gap between two is the daemon's, not the poll's.
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.notices: list[str] = []
+        self.arrived: list[float] = []  # the wall-clock time each notice arrived, by the kernel
         self.proc: subprocess.Popen[bytes] | None = None
 
     def write_config(self, data: dict[str, Any]) -> None:
@@ -218,9 +226,16 @@ class Daemon:
     def drain(self) -> list[str]:
         while True:
             try:
-                self.notices.append(self.sock.recv(65536).decode())
+                data, ancillary, _flags, _addr = self.sock.recvmsg(65536, socket.CMSG_SPACE(16))
             except (TimeoutError, BlockingIOError):
                 return self.notices
+            stamp = time.time()
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+                    seconds, nanoseconds = struct.unpack("qq", value[:16])
+                    stamp = seconds + nanoseconds / 1e9
+            self.notices.append(data.decode())
+            self.arrived.append(stamp)
 
     def wait_notice(self, text: str, timeout: float = 30.0, start: int = 0) -> int:
         def found() -> int | None:
@@ -485,3 +500,163 @@ def test_metrics_go_to_the_configured_textfile(daemon_factory: Callable[..., Dae
     assert not (d.state / "metrics.prom").exists()
     assert sorted(p.name for p in collector.iterdir()) == ["compactd.prom"]  # no temp file left beside it
     assert d.stop() == 0
+
+
+# A session whose compaction with the model-free digest is seconds of CPU on this machine (the starting code
+# ran all of it on the event loop); bench/bench_loop.py measures 50 MB.
+BIG_SESSION_BYTES = 16_000_000
+
+
+def big_and_small_sessions(root: Path) -> tuple[Path, Path]:
+    from bench.corpus import generate_session
+
+    root.mkdir(parents=True)
+    big, small = root / "big.jsonl", root / "small.jsonl"
+    generate_session(big, BIG_SESSION_BYTES, seed=3)
+    generate_session(small, 4_000, seed=4)
+    return big, small
+
+
+def status_doc(d: Daemon) -> dict[str, Any]:
+    try:
+        return dict(json.loads((d.state / "status.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def tokens_of(doc: dict[str, Any], path: Path) -> int | None:
+    return next((r.get("tokens") for r in doc.get("sessions", ()) if r.get("path") == str(path)), None)
+
+
+def job_at_its_compaction(d: Daemon) -> bool:
+    """The big session's job read it, decided and recorded its memory flush: the engine runs next."""
+    claims = d.state / "claims"
+    return claims.is_dir() and any("flushed_at" in p.read_text() for p in claims.glob("*.lock"))
+
+
+def committing(d: Daemon, path: Path) -> bool:
+    """The commit journal names ``path``: the job is past its engine, in (or after) its commit."""
+    journal = d.state / "journal.jsonl"
+    return journal.exists() and str(path) in journal.read_text()
+
+
+def append_user_message(path: Path, text: str) -> None:
+    entry = {
+        "type": "message",
+        "id": "5e55a9e1",
+        "parentId": read_transcript(path).leaf_id,
+        "timestamp": "2026-12-01T00:00:00.000Z",
+        "message": {
+            "role": "user",
+            "content": [{"type": "text", "text": text}],
+            "timestamp": 1_796_000_000_000,
+        },
+    }
+    with open(path, "ab") as handle:
+        handle.write(json.dumps(entry).encode() + b"\n")
+
+
+def test_a_big_compaction_never_freezes_the_loop(daemon_factory: Callable[..., Daemon]) -> None:
+    """Under systemd's watchdog protocol, a big session's compaction runs off the event loop: WATCHDOG=1 keeps
+    its pace, and another session's append reaches its ledger (and status.json) before the commit starts."""
+    d = daemon_factory()
+    big, small = big_and_small_sessions(d.root)
+    d.start({"WATCHDOG_USEC": "1000000"})  # systemd kills after 1 s of silence; compactd pings every 0.5 s
+    ready = d.wait_notice("READY=1")
+
+    def listening(condition: Callable[[], Any]) -> Callable[[], Any]:
+        """``condition``, the notify socket read first: as systemd does, the test never lets its queue fill."""
+        return lambda: (d.drain(), condition())[1]
+
+    wait_for(
+        listening(lambda: tokens_of(status_doc(d), small)), 60, "the small session in status.json", d.proc
+    )
+    wait_for(listening(lambda: job_at_its_compaction(d)), 60, "the big session's job at its engine", d.proc)
+    before = tokens_of(status_doc(d), small)
+    assert before is not None and status_doc(d)["compactions"] == 0
+    append_user_message(small, "please also check the retry loop " * 200)
+
+    def appended_seen() -> bool:
+        now = tokens_of(status_doc(d), small)
+        return now is not None and now > before
+
+    wait_for(listening(appended_seen), 120, "the append to the small session in status.json", d.proc)
+    assert not committing(d, big), "the append was handled only once the big session's engine had finished"
+    compacted = listening(lambda: status_doc(d).get("compactions") == 1)
+    wait_for(compacted, 120, "the big session's compaction", d.proc)
+    done = len(d.drain())
+    d.wait_notice("WATCHDOG=1", start=done)  # one more: the gap that held the end of the job is closed
+    pings = [
+        at for notice, at in zip(d.notices[ready:], d.arrived[ready:], strict=True) if "WATCHDOG=1" in notice
+    ]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(pings)]
+    print(f"gaps between WATCHDOG=1 from READY to the end of the job: {gaps}")
+    # The pings come every 0.5 s; a stall of the loop longer than half that (a quarter of the watchdog's 1 s)
+    # fails, whereas systemd would only kill at 1 s.
+    assert len(gaps) >= 3 and max(gaps) < 0.75, f"gaps between WATCHDOG=1 during the compaction: {gaps}"
+    assert d.stop() == 0
+    assert has_compaction(big)
+
+
+def test_sigterm_during_a_big_compaction_stops_at_once_and_leaves_the_session_as_it_was(
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    """SIGTERM while the engine works on a big session: the job is abandoned (it has written nothing yet),
+    the daemon stops within seconds, and the session is the file it was."""
+    d = daemon_factory()
+    big, small = big_and_small_sessions(d.root)
+    original, inode = big.read_bytes(), big.stat().st_ino
+    d.start()
+    d.wait_notice("READY=1")
+    wait_for(lambda: job_at_its_compaction(d), 60, "the big session's job to reach its engine", d.proc)
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=5) == 0
+    assert not committing(d, big)
+    assert big.stat().st_ino == inode and big.read_bytes() == original
+    assert read_transcript(big).usable and read_transcript(small).usable
+    assert sorted(p.name for p in d.root.iterdir()) == ["big.jsonl", "small.jsonl"]  # no temp, archive, lock
+    d.wait_notice("STOPPING=1")
+
+
+def test_a_big_session_flushed_and_summarized_by_a_model_keeps_the_watchdog_and_stops_at_once(
+    llm_server: StubLLMServer, daemon_factory: Callable[..., Daemon]
+) -> None:
+    """The model route: the memory flush (the whole span serialized and redacted) and the engine's work before
+    its first model call run off the loop; SIGTERM while that call hangs stops the daemon, the session intact."""
+    from bench.corpus import session_bytes
+    from tests.support.llm_server import Reply
+
+    def reply(request: RecordedRequest) -> Reply:
+        return Reply.completion(MEMORY) if "durable memories" in request.content("system") else Reply.hung()
+
+    llm_server.responder = reply
+    d = daemon_factory(llm_server)
+    d.root.mkdir(parents=True)
+    data = session_bytes(8_000_000, seed=3)[0]
+    header, _, rest = data.partition(b"\n")
+    big = d.root / "big.jsonl"  # in the trusted workspace: its memory is flushed
+    big.write_bytes(json.dumps({**json.loads(header), "cwd": str(d.workspace)}).encode() + b"\n" + rest)
+    original = big.read_bytes()
+    d.start({"WATCHDOG_USEC": "1000000"})
+    ready = d.wait_notice("READY=1")
+
+    def summarizing() -> bool:
+        d.drain()
+        return any("durable memories" not in r.content("system") for r in llm_server.completions)
+
+    wait_for(summarizing, 120, "the summary's first model call", d.proc)
+    assert memory_blocks(d.workspace) == 1
+    d.wait_notice("WATCHDOG=1", start=len(d.notices))
+    pings = [
+        at for notice, at in zip(d.notices[ready:], d.arrived[ready:], strict=True) if "WATCHDOG=1" in notice
+    ]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(pings)]
+    print(f"gaps between WATCHDOG=1 from READY to the summary's first call: {gaps}")
+    assert len(gaps) >= 3 and max(gaps) < 0.75, f"gaps between WATCHDOG=1: {gaps}"
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=5) == 0
+    llm_server.release()
+    assert big.read_bytes() == original
+    assert sorted(p.name for p in d.root.iterdir()) == ["big.jsonl"]

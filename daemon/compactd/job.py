@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from compactd import offload
 from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
@@ -269,13 +270,61 @@ async def compact_file(
     if sqlite_refusal is not None:
         return JobResult(path, "none", reason=f"refusing: {sqlite_refusal}")
     if transcript is None:
-        transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False))
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)
         return JobResult(path, "none", reason=f"unusable transcript: {reason}")
     if not transcript.committable:
         reason = "; ".join(f"{p.kind} at line {p.line}: {p.message}" for p in transcript.blocking)
         return JobResult(path, "none", reason=f"not compacted: {reason}")
+    loop_client = offload.LoopClient(client) if client is not None else None
+    # Everything from here to the commit is computation over the whole transcript (the checks, the engine's
+    # redaction, identifiers and digest, the pruning plan): off the loop, which serves every other session.
+    plan = await offload.run_async(
+        lambda: _plan_job(
+            path,
+            config,
+            transcript,
+            client=loop_client,
+            dry_run=dry_run,
+            mode=mode,
+            force=force,
+            route=route,
+            now=now,
+        ),
+        client=loop_client,
+        name="compactd-job",
+    )
+    if isinstance(plan, JobResult):
+        return plan
+    result, replacements = plan
+    commit_mode = result.mode or config.compaction.commit
+    # The commit writes: it runs in anyio's pool, whose thread a cancellation waits for (never abandoned
+    # half way), and the commit is atomic and journalled anyway.
+    done = await anyio.to_thread.run_sync(
+        lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
+    )
+    if done.committed and result.fill is not None:
+        log.info(
+            "compacted path=%s route=%s mode=%s fill: %s", path, done.route, done.mode, result.fill.describe()
+        )
+    return done
+
+
+async def _plan_job(
+    path: str,
+    config: Config,
+    transcript: Transcript,
+    *,
+    client: Any,
+    dry_run: bool,
+    mode: str | None,
+    force: bool,
+    route: Route | None,
+    now: datetime | None,
+) -> JobResult | tuple[JobResult, dict[str, dict[str, Any]]]:
+    """The job up to its commit, in :func:`compactd.offload.run_async`'s thread: a JobResult when it stops
+    there (a turn in flight, nothing to compact, a dry run), else the result and the pruning's replacements."""
     if not (dry_run or force):
         busy = turn_in_flight(config, path, transcript)
         if busy is not None:
@@ -298,7 +347,7 @@ async def compact_file(
     if chosen != "truncate_tool_results_only":
         engine = CompactionEngine(engine_settings(config, figures.provider, figures.model), client)
         workspace = workspace_for(config, path, transcript)
-        rules = await anyio.to_thread.run_sync(read_agents_md, workspace) if workspace else None
+        rules = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
         result.engine = await engine.compact(transcript, agents_md=rules, now=now)
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
@@ -352,14 +401,7 @@ async def compact_file(
     if dry_run:
         result.reason = "dry run"
         return result
-    done = await anyio.to_thread.run_sync(
-        lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
-    )
-    if done.committed:
-        log.info(
-            "compacted path=%s route=%s mode=%s fill: %s", path, done.route, done.mode, result.fill.describe()
-        )
-    return done
+    return result, replacements
 
 
 def _commit(

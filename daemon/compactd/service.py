@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 
-from compactd import __version__
+from compactd import __version__, offload
 from compactd._worker import work
 from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
@@ -437,7 +437,7 @@ class Service:
             if isinstance(read, Outcome):
                 return read
             stage = "plan"
-            decision, cycle = self._decide_step(session, read, claim, force=force)
+            decision, cycle = await self._decide_step(session, read, claim, force=force)
             if dry_run:
                 detail = {**decision.figures(), "flush": decision.flush, "route": decision.route}
                 return Outcome(path, decision.action, detail=detail)
@@ -453,7 +453,21 @@ class Service:
             stage = "compact"
             result = await self._compact_step(path, decision, read, force=force)
             stage = "commit"
-            return self._record_step(session, decision, result)
+            successor = result.successor
+            # The committed file's ledger, from the commit's own reading of it: a pass over every entry.
+            ledger = None
+            if successor is not None:
+                try:
+                    ledger = await offload.run_sync(
+                        lambda: SessionLedger.from_transcript(successor.transcript)
+                    )
+                except anyio.get_cancelled_exc_class():
+                    result.successor = (
+                        None  # stopping: the commit is recorded all the same (the file read afresh)
+                    )
+                    self._record_step(session, decision, result)
+                    raise
+            return self._record_step(session, decision, result, ledger)
         except Exception as exc:  # still due: tried again when its back-off ends
             delay = self.fail(path, stage, exc)
             return Outcome(
@@ -473,7 +487,7 @@ class Service:
         refused = self._refused(session)
         if refused is not None:
             return refused
-        transcript = await anyio.to_thread.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False))
         blocked = blocked_reason(transcript)
         if blocked is not None:
             session.due = False
@@ -525,7 +539,7 @@ class Service:
         recorded = Recorded.of_state(self.session_state(session.path))
         return decide(self.config, figures, recorded, now=time.time(), force=force)
 
-    def _decide_step(
+    async def _decide_step(
         self, session: Session, transcript: Transcript, claim: SessionClaim | None, *, force: bool
     ) -> tuple[Decision, str]:
         """The exact decision from the transcript just read, with what every process recorded of this cycle's
@@ -537,7 +551,10 @@ class Service:
         recorded = claim.flushed_in(cycle) if claim is not None else None
         if recorded is not None and recorded != st.flushed_this_cycle:
             st.flushed_cycle = st.compactions if recorded else None
-        figures = figures_of(self.config, transcript, mtime=session.tracker.cursor.mtime)
+        config, mtime = self.config, session.tracker.cursor.mtime
+        figures = await offload.run_sync(
+            lambda: figures_of(config, transcript, mtime=mtime)
+        )  # a pass over it all
         decision = decide(self.config, figures, Recorded.of_state(st), now=time.time(), force=force)
         session.decision = decision
         return decision, cycle
@@ -572,7 +589,9 @@ class Service:
             self.metrics.observe_summarizer_latency(engine.latency_s)
         return result
 
-    def _record_step(self, session: Session, decision: Decision, result: JobResult) -> Outcome:
+    def _record_step(
+        self, session: Session, decision: Decision, result: JobResult, ledger: SessionLedger | None = None
+    ) -> Outcome:
         """What a compaction job did, into the session's state, the metrics and the log; the session read
         afresh (the file may have been rewritten), and backed off if that did not bring it under budget."""
         path = session.path
@@ -586,7 +605,7 @@ class Service:
             "reason": result.reason,
         }
         now = time.time()
-        seeded = seed_tracker(session.tracker, result.successor)  # else read afresh below
+        seeded = seed_tracker(session.tracker, result.successor, ledger)  # else read afresh below
         if result.committed:
             self.metrics.record_compaction(result.route, engine.level if engine else "none")
             ids = engine.identifiers if engine else None
@@ -704,7 +723,8 @@ class Service:
         )
         if workspace is None:
             return
-        plan = CompactionEngine(engine_settings(self.config)).plan(transcript)
+        engine = CompactionEngine(engine_settings(self.config))
+        plan = await offload.run_sync(lambda: engine.plan(transcript))  # a walk of the whole branch
         if plan is None:
             return
         await flush_span(
@@ -997,6 +1017,9 @@ class Service:
             await anyio.sleep(ONCE_POLL_SECONDS)
         try:
             self.prepare()
+            # The model client now, before READY: its first build imports openai (seconds on a busy machine),
+            # which would otherwise hold the loop at the first flush or summary.
+            self.client()
             async with anyio.create_task_group() as tg:
                 self.task_group = tg
                 tg.start_soon(self.signals, tg.cancel_scope)
@@ -1057,10 +1080,13 @@ class Service:
             log.info("action=retention removed=%d archive(s)", len(removed))
 
 
-def seed_tracker(tracker: SessionTracker, successor: Successor | None) -> bool:
+def seed_tracker(
+    tracker: SessionTracker, successor: Successor | None, ledger: SessionLedger | None = None
+) -> bool:
     """After a job: the tracker takes the committed file as the commit's check parsed it (no read of the file
-    just written). Without one (nothing committed, or other lines went in too), or when the file is no longer
-    exactly that (a new inode, bytes appended since), the cursor is reset and the next refresh reads it."""
+    just written; ``ledger``: its ledger, built already). Without one (nothing committed, or other lines went
+    in too), or when the file is no longer exactly that (a new inode, bytes appended since), the cursor is
+    reset and the next refresh reads it."""
     tracker.cursor.reset()
     if successor is None:
         return False
@@ -1073,7 +1099,7 @@ def seed_tracker(tracker: SessionTracker, successor: Successor | None) -> bool:
     cursor = tracker.cursor
     cursor.dev, cursor.ino = st.st_dev, st.st_ino
     cursor.offset, cursor.size, cursor.mtime = successor.size, st.st_size, st.st_mtime
-    tracker.ledger = SessionLedger.from_transcript(successor.transcript)
+    tracker.ledger = ledger if ledger is not None else SessionLedger.from_transcript(successor.transcript)
     return True
 
 

@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 
 import anyio
 
+from compactd import offload
 from compactd.memory._writer import MemoryWriteRefused, append_memory_as_owner, local_date
 from compactd.summarize.outcomes import Completion, LLMError
 from compactd.summarize.pace import PROMPT_OVERHEAD_TOKENS, estimate_prompt_tokens
@@ -144,17 +145,22 @@ async def flush_memories(
     """
     if client is None:
         return FlushResult("skipped", error="no summarizer configured")
-    try:
+    date = local_date(now)
+    budget = _transcript_budget(client, date, prompt, system_prompt)
+
+    def serialized() -> tuple[list[str], int] | None:
+        """The parts that fit and how many were left out (None: nothing to flush); a pass over the span."""
         text = serialize_transcript(messages, tool_result_max_chars=tool_result_max_chars, redact=redact)
+        return _fit(text.split(PART_SEPARATOR), budget) if text.strip() else None
+
+    try:
+        fitted = await offload.run_sync(serialized)  # the whole span redacted: off the loop
     except Exception as exc:
         logger.warning("memory flush failed: session=%s cannot serialize the span: %r", session_id, exc)
         return FlushResult("failed", error=f"cannot serialize the span: {exc!r}")
-    if not text.strip():
+    if fitted is None:
         return FlushResult("skipped", error="nothing to flush")
-    date = local_date(now)
-    parts = text.split(PART_SEPARATOR)
-    budget = _transcript_budget(client, date, prompt, system_prompt)
-    kept, omitted = _fit(parts, budget)
+    kept, omitted = fitted
     started = time.monotonic()
     completion: Completion | None = None
     for attempt in range(FLUSH_OVERFLOW_RETRIES + 1):

@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from compactd import offload
 from compactd._worker import work
 from compactd.config import Config
 from compactd.decision import Decision, Figures, Recorded, decide, readiness
@@ -564,7 +565,8 @@ class OpenClawSource:
                 return read_transcript(store, conn, session_id)
 
         transcript = await anyio.to_thread.run_sync(load)
-        plan = CompactionEngine(engine_settings(self.config)).plan(transcript)
+        engine = CompactionEngine(engine_settings(self.config))
+        plan = await offload.run_sync(lambda: engine.plan(transcript))  # a walk of the whole branch
         if plan is None:
             return
         await flush_span(

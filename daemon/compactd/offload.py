@@ -1,0 +1,119 @@
+"""CPU-bound work off the event loop: one compaction of a big session is seconds to minutes of pure Python.
+
+While it runs, the loop must go on pinging systemd's watchdog, following the other sessions' appends, writing
+status and handling signals. A thread is enough for that: CPython hands the GIL over every 5 ms
+(``sys.getswitchinterval``), so the loop keeps running beside a thread that computes; a process would also
+have to pickle the transcript there and the result back, and bridge every model call (bench/bench_loop.py
+measures both). The thread is a daemon thread of its own, not anyio's pool, whose threads the interpreter
+joins at exit: a job cancelled at shutdown is abandoned (its result dropped) and the process stops at once.
+So only computation may run here; whatever writes (the commit) runs where a cancellation waits for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+from anyio.lowlevel import current_token
+
+__all__ = ["LoopClient", "run_async", "run_sync"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# A model call the engine's thread hands to the loop, and where its answer goes.
+Call = tuple[Callable[[], Awaitable[Any]], "Future[Any]"]
+
+
+async def run_sync(func: Callable[[], T], *, name: str = "compactd-cpu") -> T:
+    """``func()`` in a daemon thread; the caller's loop runs meanwhile. Cancelling the caller abandons the
+    thread (it finishes on its own, or dies with the process), so ``func`` must write nothing."""
+    token = current_token()
+    done = anyio.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, func()))
+        except BaseException as exc:  # handed to the awaiting task, which re-raises it
+            outcome.append((False, exc))
+        try:
+            anyio.from_thread.run_sync(done.set, token=token)
+        except anyio.RunFinishedError:
+            log.debug("thread %s finished after its loop (an abandoned job)", name)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    await done.wait()
+    ok, value = outcome[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
+async def run_async(
+    func: Callable[[], Awaitable[T]], *, client: LoopClient | None = None, name: str = "compactd-cpu"
+) -> T:
+    """``await func()`` on an event loop of its own in a daemon thread (:func:`run_sync`): for async code that
+    is mostly computation, such as the engine. ``client``'s model calls are made here meanwhile, on this loop
+    and in this task: cancelling it cancels them too."""
+
+    async def main() -> T:
+        return await func()
+
+    if client is None:
+        return await run_sync(functools.partial(anyio.run, main), name=name)
+    outcome: list[tuple[bool, Any]] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(client.serve)
+        try:  # the job's own error is raised as it is, not in the task group's ExceptionGroup
+            outcome.append((True, await run_sync(functools.partial(anyio.run, main), name=name)))
+        except Exception as exc:
+            outcome.append((False, exc))
+        tg.cancel_scope.cancel()
+    ok, value = outcome[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
+class LoopClient:
+    """A summarizer client for code running in :func:`run_async`'s thread: each call is handed to the loop that
+    owns the client (its HTTP connections, its concurrency limiter, its retry sleeps) and made by the task
+    that awaits the job (:meth:`serve`); the thread waits for the answer.
+
+    The engine makes its model calls one after another, so blocking the thread's own loop meanwhile costs
+    nothing."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._token = current_token()
+        self._send, self._calls = anyio.create_memory_object_stream[Call](max_buffer_size=math.inf)
+
+    async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Any:
+        return self._call(functools.partial(self.client.complete, system, user, max_tokens=max_tokens))
+
+    def pace(self) -> Any:
+        return anyio.from_thread.run_sync(self.client.pace, token=self._token)
+
+    def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        answer: Future[Any] = Future()
+        anyio.from_thread.run_sync(self._send.send_nowait, (call, answer), token=self._token)
+        return answer.result()
+
+    async def serve(self) -> None:
+        """Make the calls the thread hands over, until cancelled (then the one in progress fails over there)."""
+        async for call, answer in self._calls:
+            try:
+                answer.set_result(await call())
+            except Exception as exc:  # the model's errors are the engine's to handle
+                answer.set_exception(exc)
+            except BaseException:
+                answer.set_exception(RuntimeError("the job was cancelled"))
+                raise
