@@ -415,9 +415,7 @@ class Gateway:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait(10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._close_log()
 
     def crash(self) -> None:
         """SIGKILL the gateway (its process group): its database's ``-wal`` and ``-shm`` stay as they were."""
@@ -426,6 +424,9 @@ class Gateway:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
+        self._close_log()
+
+    def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
