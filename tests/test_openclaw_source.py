@@ -343,5 +343,6 @@ def test_compactd_writes_nothing_under_the_agent_directory(
         result = compactd("once", "--config", str(config), "--json", env=env)
         assert result.returncode in (0, 1), result.stderr
         keys = {r["session_key"] for r in json.loads(result.stdout) if r.get("source") == "openclaw"}
-        assert keys == {KEY, "agent:main:crash"}, state  # the crashed gateway's last turn is read
+        # the crashed gateway's last turn is read
+        assert keys == {KEY, "agent:main:crash"}, (state, result.stdout[-1500:], result.stderr[-1500:])
         assert snapshot(agent_dir) == crashed, state

@@ -70,13 +70,16 @@ async def run_async(
     if client is None:
         return await run_sync(functools.partial(anyio.run, main), name=name)
     outcome: list[tuple[bool, Any]] = []
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(client.serve)
-        try:  # the job's own error is raised as it is, not in the task group's ExceptionGroup
-            outcome.append((True, await run_sync(functools.partial(anyio.run, main), name=name)))
-        except Exception as exc:
-            outcome.append((False, exc))
-        tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.serve)
+            try:  # the job's own error is raised as it is, not in the task group's ExceptionGroup
+                outcome.append((True, await run_sync(functools.partial(anyio.run, main), name=name)))
+            except Exception as exc:
+                outcome.append((False, exc))
+            tg.cancel_scope.cancel()
+    finally:
+        client.close()
     ok, value = outcome[0]
     if ok:
         return value  # type: ignore[no-any-return]
@@ -106,6 +109,11 @@ class LoopClient:
         answer: Future[Any] = Future()
         anyio.from_thread.run_sync(self._send.send_nowait, (call, answer), token=self._token)
         return answer.result()
+
+    def close(self) -> None:
+        """Close the hand-over stream (its job is over: no call is made after it)."""
+        self._send.close()
+        self._calls.close()
 
     async def serve(self) -> None:
         """Make the calls the thread hands over, until cancelled (then the one in progress fails over there)."""

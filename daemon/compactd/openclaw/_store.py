@@ -342,8 +342,8 @@ class Store:
                     query += "&immutable=1"  # everything is in the main file, and nobody is writing it
                 elif shm is not None:
                     query += "&readonly_shm=1"
-                else:  # our own copy: read-write, so its first reader's close checkpoints it for the next
-                    target, query = self._copied().path, "mode=rw"
+                else:  # our own private copy: read-only too (SQLite makes the copy's -shm, in our directory)
+                    target, query = self._copied().path, "mode=ro"
                 if target == self.path:
                     self.drop_copy()  # a gateway started, or stopped cleanly: the files are read again
             except IdentityError as exc:
