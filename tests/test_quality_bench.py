@@ -108,6 +108,9 @@ def test_the_runner_compacts_and_reports_every_category(tmp_path: Path) -> None:
         assert all(0.0 <= p <= 100.0 for p in figures["percent"].values())
         assert all(figures["total"][c] > 0 for c in CATEGORIES)
         assert 0.0 < figures["fill_max"] < 1.0 and figures["over_budget"] == 0
+        phases = figures["by_phase"]
+        assert sum(p["total"] for p in phases.values()) == sum(figures["total"].values())
+        assert sum(p["found"] for p in phases.values()) == sum(figures["found"].values())
     assert runs["one"]["routes"] == ["compact_only"]
     assert runs["chain3"]["routes"][0].count("+") == 2  # three compactions
     out = io.StringIO()

@@ -31,7 +31,7 @@ from compactd.transcript.context import build_context
 from compactd.transcript.reader import read_transcript
 
 from bench.quality.score import Score, score
-from bench.quality.sessions import CATEGORIES, Session, append_bytes, generate, session_bytes
+from bench.quality.sessions import CATEGORIES, PHASES, Answer, Session, append_bytes, generate, session_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 # 36,000-token window less the 20,000 reserve: a 16,000-token threshold, well under a 35k-token session.
@@ -50,11 +50,15 @@ class Tally:
 
     found: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
     total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    phases: dict[str, list[int]] = field(default_factory=lambda: {p: [0, 0] for p in PHASES})
     fills: list[float] = field(default_factory=list)
     over_budget: int = 0
     routes: list[str] = field(default_factory=list)
 
-    def add(self, result: Score, route: str) -> None:
+    def add(self, result: Score, route: str, answers: Sequence[Answer]) -> None:
+        for phase, (found, total) in result.by_phase(answers).items():
+            self.phases[phase][0] += found
+            self.phases[phase][1] += total
         for category in CATEGORIES:
             self.total[category] += result.total[category]
             if not result.over_budget:
@@ -71,6 +75,7 @@ class Tally:
             "percent": percent,
             "found": dict(self.found),
             "total": dict(self.total),
+            "by_phase": {p: {"found": f, "total": t} for p, (f, t) in self.phases.items()},
             "fill_mean": round(sum(self.fills) / len(self.fills), 3) if self.fills else None,
             "fill_max": round(max(self.fills), 3) if self.fills else None,
             "over_budget": self.over_budget,
@@ -196,10 +201,12 @@ def run(
                 tallies = {"one": Tally(), "chain3": Tally()} if chain else {"one": Tally()}
                 for n in range(sessions):
                     session = generate(seed + n, tokens)
-                    tallies["one"].add(*run_once(session, root / mode / f"one-{n}", config))
+                    tallies["one"].add(*run_once(session, root / mode / f"one-{n}", config), session.answers)
                     if chain:
                         grown = generate(seed + n, tokens * 2, session.body_turns * 2)
-                        tallies["chain3"].add(*run_chain(grown, root / mode / f"chain-{n}", config))
+                        tallies["chain3"].add(
+                            *run_chain(grown, root / mode / f"chain-{n}", config), grown.answers
+                        )
                 results["modes"][mode] = {name: tally.as_dict() for name, tally in tallies.items()}
     return results
 

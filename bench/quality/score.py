@@ -19,7 +19,7 @@ from typing import Any
 
 from compactd.tokens import estimate_context_tokens
 
-from bench.quality.sessions import CATEGORIES, Answer
+from bench.quality.sessions import CATEGORIES, PHASES, Answer
 
 # Words that mark a value as past: beside one, a superseded value is history, not a current claim.
 _MARKER = re.compile(
@@ -98,6 +98,15 @@ class Score:
         if self.over_budget and not raw:
             return 0.0
         return 100.0 * self.found.get(category, 0) / self.total[category]
+
+    def by_phase(self, answers: Sequence[Answer]) -> dict[str, list[int]]:
+        """[found, total] per phase of history where the answer was last stated (early, middle, late)."""
+        missed = {id(a) for a in self.missed}
+        figures = {phase: [0, 0] for phase in PHASES}
+        for answer in answers:
+            figures[answer.phase][1] += 1
+            figures[answer.phase][0] += id(answer) not in missed and not self.over_budget
+        return figures
 
     def as_dict(self) -> dict[str, Any]:
         return {
