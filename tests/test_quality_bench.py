@@ -16,23 +16,14 @@ from pathlib import Path
 import pytest
 
 from bench.quality.run import main, run
-from bench.quality.score import score, units
-from bench.quality.sessions import CATEGORIES, PHASES, Answer, generate, session_bytes
+from bench.quality.score import notes, score, units
+from bench.quality.sessions import CATEGORIES, PHASES, generate, session_bytes
 
 THRESHOLD = 16_000  # the runner's: a 36,000-token window less the 20,000 reserve
 
 
 def notes_summary(text: str) -> list[dict[str, object]]:
     return [{"role": "compactionSummary", "summary": text, "tokensBefore": 40_000}]
-
-
-def ideal_notes(answers: list[Answer]) -> str:
-    """One line per answer, the value beside its subject, a superseded value marked as past."""
-    lines = []
-    for a in answers:
-        was = f" (was {', '.join(a.stale)})" if a.stale else ""
-        lines.append(f"- {' '.join(a.subject)}: {a.value}{was}")
-    return "\n".join(lines)
 
 
 def test_sessions_are_seeded_and_spread_their_facts() -> None:
@@ -53,7 +44,7 @@ def test_sessions_are_seeded_and_spread_their_facts() -> None:
 
 def test_intact_facts_score_full_marks() -> None:
     session = generate(3)
-    ideal = score(notes_summary(ideal_notes(session.answers)), session.answers, THRESHOLD)
+    ideal = score(notes_summary(notes(session.answers)), session.answers, THRESHOLD)
     assert ideal.percent("exact") == 100.0, ideal.missed
     assert all(ideal.percent(c) == 100.0 for c in CATEGORIES), ideal.missed
     assert not ideal.over_budget
@@ -67,7 +58,7 @@ def test_intact_facts_score_full_marks() -> None:
 def test_a_category_without_its_facts_scores_zero(category: str) -> None:
     session = generate(4)
     kept = [a for a in session.answers if a.category != category]
-    result = score(notes_summary(ideal_notes(kept)), session.answers, THRESHOLD)
+    result = score(notes_summary(notes(kept)), session.answers, THRESHOLD)
     assert result.percent(category) == 0.0
     assert all(result.percent(c) == 100.0 for c in CATEGORIES if c != category)
 

@@ -37,6 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 # 36,000-token window less the 20,000 reserve: a 16,000-token threshold, well under a 35k-token session.
 CONTEXT_TOKENS = 36_000
 MODES = ("digest", "drop_ids", "real_model")
+REAL_MODEL_CONTEXT_TOKENS = 8_192  # tests/support/real_model.py's n_ctx
+REAL_MODEL_TIMEOUT_SECONDS = 120
 DROP_IDS_SUMMARY = (
     "## Decisions\n- The team agreed on the fixes and the rollout.\n## Open TODOs\n- Finish the open tasks.\n"
     "## Constraints/Rules\n- None.\n## Pending user asks\n- Carry on with the work.\n"
@@ -173,7 +175,13 @@ def summarizer_for(
         finally:
             server.stop()
     else:
-        yield {"base_url": real_model_url, "model": real_model_name}
+        # As tests/test_real_model.py configures SmolLM2 under llama-cpp: its real window, a CPU's timeout.
+        yield {
+            "base_url": real_model_url,
+            "model": real_model_name,
+            "context_tokens": REAL_MODEL_CONTEXT_TOKENS,
+            "timeout_seconds": REAL_MODEL_TIMEOUT_SECONDS,
+        }
 
 
 def run(
