@@ -360,6 +360,8 @@ class Service:
                 budget.estimated_with_margin,
                 budget.compact_threshold,
             )
+        if decision.held is not None and decision.route != "fits":
+            log.debug("session=%s action=held reason=%s", path, decision.held)
         st.show_next(decision.next_action, time.time())
         session.due = decision.due
         session.decision = decision
