@@ -160,6 +160,11 @@ def test_truncation_alone_also_leaves_room_and_the_newest_read_whole(tmp_path: P
     reads = {m["toolCallId"]: m["content"][0]["text"] for m in messages if m["role"] == "toolResult"}
     assert reads["call4"] == read(4, 12_000)
     assert all(len(reads[c]) < 12_000 for c in ("call0", "call2"))
+    # One turn, nothing before it to summarize: truncation still brings it under its threshold.
+    alone = write_session(tmp_path / "alone.jsonl", [("check the whole log", read(0, 60_000))])
+    result = compact(alone, config(tmp_path))
+    assert result.route == "truncate_tool_results_only"
+    assert 0.6 * THRESHOLD < result.fill.after <= THRESHOLD, result.fill.describe()
 
 
 # --- the decision (pure): room to work before the next compaction --------------------------------------------

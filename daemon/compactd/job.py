@@ -367,25 +367,25 @@ async def _plan_job(
         result.chars_saved += pruning.chars_saved
         return pruning.tokens_saved
 
+    settings = engine_settings(config, figures.provider, figures.model)
+    # The kept turns fill the target at most; the summary's tokens come out of the older kept results.
+    settings.keep_budget_tokens = target
+    engine = CompactionEngine(settings, client)
     pruned_tokens = 0
     if chosen == "truncate_tool_results_only":
         # Room to work: the older results give down to the target, the newest turn's only what the route's
-        # own target still needs. When that cannot reach the target, the session is compacted instead.
+        # own target still needs. When that cannot reach the target, the session is compacted instead (if
+        # there is anything before the kept turns to summarize).
         branch = transcript.branch()
         newest_ids = _ids(branch[_newest_turn_start(branch) :])
-        everything = _ids(branch)
-        pruned_tokens = prune(everything - newest_ids, max(remaining, measured) - target)
+        pruned_tokens = prune(_ids(branch) - newest_ids, max(remaining, measured) - target)
         need = max(remaining, measured) - prune_target_tokens(budget, chosen)
         pruned_tokens += prune(newest_ids, need - pruned_tokens)
-        if max(remaining, measured) - pruned_tokens > target:
+        if max(remaining, measured) - pruned_tokens > target and engine.plan(transcript) is not None:
             log.debug("path=%s truncation alone cannot leave room to work: compacting instead", path)
             chosen, pruned_tokens, result.chars_saved = "compact_then_truncate", 0, 0
             replacements.clear()
     if chosen != "truncate_tool_results_only":
-        settings = engine_settings(config, figures.provider, figures.model)
-        # The kept turns fill the target at most; the summary's tokens come out of the older kept results.
-        settings.keep_budget_tokens = target
-        engine = CompactionEngine(settings, client)
         workspace = workspace_for(config, path, transcript)
         rules = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
         result.engine = await engine.compact(transcript, agents_md=rules, now=now)
