@@ -57,6 +57,7 @@ DEFAULTS_TABLE: list[tuple[str, Any]] = [
     ("compaction.reserve_tokens", d.RESERVE_TOKENS),
     ("compaction.keep_recent_turns", d.KEEP_RECENT_TURNS),
     ("compaction.keep_recent_tokens", d.KEEP_RECENT_TOKENS),
+    ("compaction.target_fill", d.TARGET_FILL),
     ("compaction.commit", d.COMMIT_MODE),
     ("compaction.rotate_grace_seconds", d.ROTATE_GRACE_SECONDS),
     ("compaction.tool_result_share", d.TOOL_RESULT_CONTEXT_SHARE),
@@ -273,6 +274,8 @@ ERRORS: list[tuple[str, str, str, str]] = [
     ),
     ("turns-13", "compaction:\n  keep_recent_turns: 13\n", "compaction.keep_recent_turns", "0 to 12, got 13"),
     ("grace", "compaction:\n  rotate_grace_seconds: 0.1\n", "compaction.rotate_grace_seconds", "0.25"),
+    ("fill-0", "compaction:\n  target_fill: 0\n", "compaction.target_fill", "0"),
+    ("fill-1.5", "compaction:\n  target_fill: 1.5\n", "compaction.target_fill", "1"),
     ("log-level", "log_level: loud\n", "log_level", "one of DEBUG, INFO"),
     (
         "base-url",

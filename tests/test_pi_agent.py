@@ -607,3 +607,82 @@ def test_pi_1_shows_a_pruning_compactd_appended_as_context_edits(
         f"bytes; {len(added)} context edits appended ({len(data) - len(grown):,} bytes), 0 bytes rewritten; "
         f"fill {fill_line(compactd.log())}"
     )
+
+
+# Issue 18 item 3: a 17,200-token window and a 5,200 reserve make a 12,000 threshold; the caps are above the
+# reads, so the route is a compaction (as in the case tried by hand), and the commit appends, as it did there.
+SMALL_WINDOW = 17_200
+ROOM = {"reserve_tokens": 5_200, "keep_recent_turns": 3, "commit": "append"}
+NO_CAPS = {"tool_result_share": 1.0, "tool_result_max_chars": 64_000}
+TURNS_AFTER = 5
+
+
+def status_row(compactd: Compactd, path: Path) -> dict[str, Any] | None:
+    """The session's row in the daemon's ``status.json`` (None until it is written)."""
+    try:
+        doc = json.loads((compactd.state / "status.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return next((row for row in doc.get("sessions", []) if row.get("path") == str(path)), None)
+
+
+def settle(compactd: Compactd, path: Path, commits: int) -> int:
+    """Wait until compactd has dealt with the session as pi left it: a new commit, or a decision on the file
+    as it is now (the figure ``inspect`` reads) that nothing is due. The number of commits then."""
+    figure = compactd.inspect(path)["estimated_with_margin"]
+
+    def settled() -> bool:
+        if len(compactd.commits(path)) > commits:
+            return True
+        row = status_row(compactd, path)
+        return row is not None and row["planning_tokens"] == figure and row["next_action"] is None
+
+    wait_for(lambda: compactd.alive() and settled(), 60, "compactd to decide on the turn")
+    return len(compactd.commits(path))
+
+
+def commit_fills(log: str) -> list[str]:
+    return [line.split(" fill: ", 1)[1] for line in log.splitlines() if " fill: " in line]
+
+
+def test_a_compaction_leaves_room_for_the_next_turns(
+    tmp_path: Path, llm_server: StubLLMServer, summarizer: StubLLMServer, daemons: list[Compactd]
+) -> None:
+    """Three 12 KB reads in the last three turns, then five more turns that read one each: compactd used to
+    leave the session just under its threshold and compact again after every turn; now the fill after a
+    compaction is at most 60 % of the threshold and the five turns see at most one more compaction."""
+    ScriptedAgentModel(llm_server)
+    pi = PiAgent(tmp_path, llm_server, SMALL_WINDOW)
+    pi.write_notes(3 + TURNS_AFTER)
+    compactd = Compactd(tmp_path, pi.sessions_root, summarizer, SMALL_WINDOW, compaction={**ROOM, **NO_CAPS})
+    daemons.append(compactd)
+    compactd.start()
+
+    pi.run("Hello: I will send you notes files to check, one at a time.", resume=False)
+    path = pi.session()
+    for n in (1, 2, 3):
+        pi.run(f"Read notes_{n:02d}.txt and check its shards.")
+    before = llm_server.completions[-1]
+    first = wait_for(lambda: compactd.commits(path), 60, "the first compaction")
+    assert len(first) == 1, first
+    sent = len(llm_server.completions)
+    count = len(first)
+    per_turn = []
+    for n in range(4, 4 + TURNS_AFTER):
+        pi.run(f"Now read notes_{n:02d}.txt and check it too.")
+        now = settle(compactd, path, count)
+        per_turn.append(now - count)
+        count = now
+    after = llm_server.completions[sent]  # the first request pi made from the compacted session
+    threshold = compactd.inspect(path)["compact_threshold"]
+    lines = commit_fills(compactd.log())
+    after_figures = [int(line.split(" -> ", 1)[1].split(" of ", 1)[0].replace(",", "")) for line in lines]
+    summary = (
+        f"compactions in the {TURNS_AFTER} turns after the first: {sum(per_turn)} {per_turn}; fills after each "
+        f"compaction: {[f'{a:,} ({100 * a / threshold:.0f}%)' for a in after_figures]} of {threshold:,}; "
+        f"request before the first compaction {len(before.raw):,} bytes, after {len(after.raw):,} bytes"
+    )
+    print(f"\n[room to work] {summary}")
+    assert threshold == 12_000
+    assert sum(per_turn) <= 1, summary
+    assert after_figures and all(a <= 0.6 * threshold for a in after_figures), summary

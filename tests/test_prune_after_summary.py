@@ -94,6 +94,9 @@ def write_config(directory: Path) -> Path:
                 "agents": {"defaults": {"context_tokens": WINDOW}},
                 "sessions": {"idle_seconds": 0},
                 "memory_flush": {"enabled": False},
+                # The whole threshold as the target: this file is about what the threshold needs (room to
+                # work, the default 60 %, is tests/test_room_after_compaction.py's).
+                "compaction": {"target_fill": 1.0},
                 "state_dir": str(directory / "state"),
             }
         )

@@ -41,6 +41,7 @@ __all__ = [
     "blocked_reason",
     "choose_route",
     "decide",
+    "held_reason",
     "prune_target_tokens",
     "readiness",
     "route_after_summary",
@@ -84,10 +85,32 @@ class Recorded:
 
     flushed_this_cycle: bool = False
     backoff_until: float | None = None  # epoch seconds; a failure (or a busy agent) holds it back till then
+    # The last compaction: the file's bytes just after it, and the room it left (threshold − fill, tokens with
+    # the margin). The session is not compacted again before the agent has appended that much.
+    compacted_size: int | None = None
+    room_tokens: int | None = None
 
     @classmethod
     def of_state(cls, state: SessionState) -> Recorded:
-        return cls(state.flushed_this_cycle, state.backoff_until)
+        return cls(state.flushed_this_cycle, state.backoff_until, state.compacted_size, state.room_tokens())
+
+
+def held_reason(budget: Budget, recorded: Recorded, size: int) -> str | None:
+    """Why a session over its threshold is not compacted yet: the last compaction left it room and the agent
+    has appended less than that since (bytes / 4 counted as tokens, which can only overstate them). A file
+    smaller than it was just after the compaction is another file; the hard limit (the request no longer fits
+    the window) always compacts."""
+    if recorded.compacted_size is None or not recorded.room_tokens or size < recorded.compacted_size:
+        return None
+    if budget.estimated_with_margin >= budget.context_window:
+        return None
+    appended = math.ceil((size - recorded.compacted_size) / CHARS_PER_TOKEN)
+    if appended >= recorded.room_tokens:
+        return None
+    return (
+        f"compacted {appended:,} tokens ago: waiting for the agent to use the {recorded.room_tokens:,} tokens "
+        "of room the compaction left"
+    )
 
 
 @dataclass(frozen=True)
@@ -189,11 +212,13 @@ class Decision:
     wait: str | None = None  # why not now, when it is due
     wait_seconds: float = 0.0  # until time alone makes it ready
     turn_in_flight: bool = False
+    held: str | None = None  # over its threshold, but the last compaction's room is not used up yet
 
     @property
     def compact(self) -> bool:
-        """The session overflows its prompt budget and is not skipped: a route other than ``fits`` is due."""
-        return self.skip is None and self.route != "fits"
+        """The session overflows its prompt budget and is not skipped or held: a route other than ``fits``
+        is due."""
+        return self.skip is None and self.held is None and self.route != "fits"
 
     @property
     def due(self) -> bool:
@@ -227,6 +252,8 @@ class Decision:
     def reason(self) -> str:
         if self.skip is not None:
             return self.skip
+        if self.held is not None and self.route != "fits":
+            return self.held
         if self.compact:
             return f"{self.budget.estimated_with_margin} > {self.budget.compact_threshold} tokens"
         return "within budget"
@@ -290,6 +317,7 @@ def decide(
         wait=wait,
         wait_seconds=max(backoff, verdict.wait_seconds),
         turn_in_flight=verdict.turn_in_flight,
+        held=held_reason(budget, recorded, figures.size) if route != "fits" else None,
     )
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "SUMMARIZER_TIMEOUT_SECONDS",
     "SUMMARIZER_TOOL_RESULT_MAX_CHARS",
     "SUMMARY_MAX_CHARS",
+    "TARGET_FILL",
     "TOOL_RESULT_CONTEXT_SHARE",
     "TOOL_RESULT_MAX_CHARS",
     "TOOL_RESULT_MIN_KEEP_CHARS",
@@ -95,6 +96,8 @@ MIN_PROMPT_BUDGET_RATIO = 0.5
 KEEP_RECENT_TOKENS = 20_000
 # Recent turns kept verbatim (seed; OpenClaw recentTurnsPreserve allows 0-12).
 KEEP_RECENT_TURNS = 3
+# After a compaction the session fills at most this share of its threshold (the rest is room to work).
+TARGET_FILL = 0.6
 MAX_KEEP_RECENT_TURNS = 12
 # How the result is committed: a rotation survives an agent that keeps appending from its in-memory leaf.
 COMMIT_MODE = "rotate"

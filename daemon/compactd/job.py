@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from compactd import offload
+from compactd.budget import max_tokens_within
 from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
@@ -51,6 +52,7 @@ __all__ = [
     "engine_settings",
     "make_client",
     "snapshot_size",
+    "target_tokens",
     "turn_in_flight",
     "workspace_for",
 ]
@@ -344,8 +346,46 @@ async def _plan_job(
     # anchor (``edited_tokens``): that is its figure after a pruning, and the pruning must bring both down.
     remaining = budget.estimated_tokens
     measured = figures.edited_tokens if figures.edited_tokens is not None else remaining
+    target = target_tokens(config, budget.compact_threshold)
+    # pi 1.x prunes with context edits: the original stays in the file, the note names its entry.
+    note_chars = committed_note_chars(path, "append" if figures.edited_tokens is not None else commit_mode)
+
+    def prune(only: set[str] | None, need_tokens: int) -> int:
+        """Plan the cuts that free ``need_tokens`` from the results of ``only``; the tokens they free."""
+        if need_tokens <= 0 or (only is not None and not only):
+            return 0
+        pruning = prune_plan(
+            config,
+            transcript,
+            budget,
+            need_tokens,
+            only=only,
+            note=FULL_TEXT_PLACEHOLDER,  # the commit swaps it for where the full text still is
+            committed_note_chars=note_chars,
+        )
+        replacements.update({edit.entry_id: edit.new_message for edit in pruning.edits})
+        result.chars_saved += pruning.chars_saved
+        return pruning.tokens_saved
+
+    settings = engine_settings(config, figures.provider, figures.model)
+    # The kept turns fill the target at most; the summary's tokens come out of the older kept results.
+    settings.keep_budget_tokens = target
+    engine = CompactionEngine(settings, client)
+    pruned_tokens = 0
+    if chosen == "truncate_tool_results_only":
+        # Room to work: the older results give down to the target, the newest turn's only what the route's
+        # own target still needs. When that cannot reach the target, the session is compacted instead (if
+        # there is anything before the kept turns to summarize).
+        branch = transcript.branch()
+        newest_ids = _ids(branch[_newest_turn_start(branch) :])
+        pruned_tokens = prune(_ids(branch) - newest_ids, max(remaining, measured) - target)
+        need = max(remaining, measured) - prune_target_tokens(budget, chosen)
+        pruned_tokens += prune(newest_ids, need - pruned_tokens)
+        if max(remaining, measured) - pruned_tokens > target and engine.plan(transcript) is not None:
+            log.debug("path=%s truncation alone cannot leave room to work: compacting instead", path)
+            chosen, pruned_tokens, result.chars_saved = "compact_then_truncate", 0, 0
+            replacements.clear()
     if chosen != "truncate_tool_results_only":
-        engine = CompactionEngine(engine_settings(config, figures.provider, figures.model), client)
         workspace = workspace_for(config, path, transcript)
         rules = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
         result.engine = await engine.compact(transcript, agents_md=rules, now=now)
@@ -353,7 +393,8 @@ async def _plan_job(
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
             return result
         e = result.engine
-        kept_ids = {x["id"] for x in e.plan.path[e.plan.first_kept_index :] if isinstance(x.get("id"), str)}
+        kept_ids = _ids(e.plan.path[e.plan.first_kept_index :])
+        newest_ids = _ids(e.plan.path[e.plan.newest_turn_index :]) if e.plan.newest_turn_index >= 0 else set()
         checkpoint = e.compaction.get("systemMessage")
         pi1 = (
             figures.edited_tokens is not None
@@ -364,27 +405,18 @@ async def _plan_job(
         post_tokens = sum(estimate_tokens(m) for m in llm_visible([post] if post is not None else []))
         kept_tokens = sum(estimate_tokens(m, pi1=pi1) for m in llm_visible(e.plan.kept))
         remaining = measured = summary_tokens + post_tokens + kept_tokens
-    need = max(remaining, measured) - prune_target_tokens(budget, chosen)
-    chosen = route_after_summary(chosen, need)  # the summary may have been enough: the kept turns stay
-    pruned_tokens = 0
-    if chosen in ("truncate_tool_results_only", "compact_then_truncate"):
-        # The commit swaps the placeholder for where the full text still is (the archive, or the entry).
-        pruning = prune_plan(
-            config,
-            transcript,
-            budget,
-            need,
-            only=kept_ids,
-            note=FULL_TEXT_PLACEHOLDER,
-            # pi 1.x prunes with context edits: the original stays in the file, the note names its entry.
-            committed_note_chars=committed_note_chars(
-                path, "append" if figures.edited_tokens is not None else commit_mode
-            ),
-        )
-        replacements = {edit.entry_id: edit.new_message for edit in pruning.edits}
-        result.pruned = len(replacements)
-        result.chars_saved = pruning.chars_saved
-        pruned_tokens = pruning.tokens_saved
+        need = max(remaining, measured) - prune_target_tokens(budget, chosen)
+        chosen = route_after_summary(chosen, need)  # the summary may have been enough: the kept turns stay
+        # Room to work: the older kept results give down to the target (the summary's tokens), never the
+        # newest turn's; those give only what the threshold itself still needs.
+        older = kept_ids - newest_ids
+        room_need = max(remaining, measured) - target
+        if room_need > 0 and older:
+            chosen = "compact_then_truncate"
+        if chosen == "compact_then_truncate":
+            pruned_tokens = prune(older, room_need)
+            pruned_tokens += prune(newest_ids, need - pruned_tokens)
+    result.pruned = len(replacements)
     after = measured - pruned_tokens
     result.fill = Fill(
         threshold=budget.compact_threshold,
@@ -448,6 +480,25 @@ def _commit(
     result.reason = outcome.reason
     result.successor = outcome.successor
     return result
+
+
+def _ids(entries: list[dict[str, Any]]) -> set[str]:
+    return {x["id"] for x in entries if isinstance(x.get("id"), str)}
+
+
+def _newest_turn_start(branch: list[dict[str, Any]]) -> int:
+    """Where the branch's newest turn starts: its last user message (0 when there is none)."""
+    for i in range(len(branch) - 1, -1, -1):
+        message = branch[i].get("message")
+        if branch[i].get("type") == "message" and isinstance(message, dict) and message.get("role") == "user":
+            return i
+    return 0
+
+
+def target_tokens(config: Config, threshold: int) -> int:
+    """The raw estimate a compaction leaves a session at, at most: ``compaction.target_fill`` of its threshold
+    with the safety margin, so that the agent has the rest to work with before the next compaction."""
+    return max_tokens_within(math.floor(threshold * config.compaction.target_fill))
 
 
 def turn_in_flight(config: Config, path: str, transcript: Transcript) -> str | None:

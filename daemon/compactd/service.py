@@ -360,6 +360,8 @@ class Service:
                 budget.estimated_with_margin,
                 budget.compact_threshold,
             )
+        if decision.held is not None and decision.route != "fits":
+            log.debug("session=%s action=held reason=%s", path, decision.held)
         st.show_next(decision.next_action, time.time())
         session.due = decision.due
         session.decision = decision
@@ -617,6 +619,7 @@ class Service:
                 identifiers_kept_by_model=ids.kept_by_model if ids else None,
                 identifiers_in_summary=ids.in_summary if ids else None,
                 fill=result.fill.as_json() if result.fill else None,
+                size=committed_size(path, result.successor),
             )
             if ids is not None:
                 self.metrics.record_retention(
@@ -1078,6 +1081,17 @@ class Service:
         )
         if removed:
             log.info("action=retention removed=%d archive(s)", len(removed))
+
+
+def committed_size(path: str, successor: Successor | None) -> int | None:
+    """The file's bytes just after a commit: the successor's, else the file's now (what the agent has appended
+    since the commit then counts as room already used, which only makes the next compaction come sooner)."""
+    if successor is not None:
+        return successor.size
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return None
 
 
 def seed_tracker(

@@ -172,6 +172,7 @@ class CompactionConfig:
     reserve_tokens: int = _opt(d.RESERVE_TOKENS, ge=0)
     keep_recent_turns: int = _opt(d.KEEP_RECENT_TURNS, ge=0, le=d.MAX_KEEP_RECENT_TURNS)
     keep_recent_tokens: int = _opt(d.KEEP_RECENT_TOKENS, ge=0)
+    target_fill: float = _opt(d.TARGET_FILL, gt=0, le=1)
     commit: CommitMode = _opt(d.COMMIT_MODE)  # noqa: RUF009 - a str, immutable
     rotate_grace_seconds: float = _opt(d.ROTATE_GRACE_SECONDS, ge=0.25)
     tool_result_share: float = _opt(d.TOOL_RESULT_CONTEXT_SHARE, gt=0, le=1)

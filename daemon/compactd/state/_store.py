@@ -119,6 +119,7 @@ class SessionState:
     last_summary_tokens: int | None = None
     last_kept_tokens: int | None = None
     last_pruned_chars: int | None = None
+    compacted_size: int | None = None  # the file's bytes just after the last compaction
 
     # --- derived ---------------------------------------------------------------------------------------
     @property
@@ -181,11 +182,13 @@ class SessionState:
         identifiers_kept_by_model: int | None = None,
         identifiers_in_summary: int | None = None,
         fill: Mapping[str, Any] | None = None,
+        size: int | None = None,
     ) -> None:
         """A compaction was committed: a new cycle starts (the next flush is due again).
 
-        ``fill`` is the job's ``Fill.as_json()``.
+        ``fill`` is the job's ``Fill.as_json()``; ``size`` the file's bytes just after the commit.
         """
+        self.compacted_size = size
         self.compactions += 1
         self.last_level, self.last_route = level, route
         self.last_action, self.last_action_at = route or "compact", now
@@ -197,6 +200,12 @@ class SessionState:
         self.last_fill_threshold = f.get("threshold")
         self.last_summary_tokens, self.last_kept_tokens = f.get("summary_tokens"), f.get("kept_tokens")
         self.last_pruned_chars = f.get("pruned_chars")
+
+    def room_tokens(self) -> int | None:
+        """The room the last compaction left (threshold − fill after, tokens with the margin), if known."""
+        if self.last_fill_after is None or not self.last_fill_threshold:
+            return None
+        return max(0, self.last_fill_threshold - self.last_fill_after)
 
     def last_fill(self) -> dict[str, Any] | None:
         """The last commit's fill for ``status``: before and after (with the margin), shares, breakdown."""

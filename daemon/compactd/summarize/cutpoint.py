@@ -3,6 +3,10 @@
 We keep the last N turns verbatim, but never more than ``keep_recent_tokens``: the later of the two cuts wins.
 A toolResult is never a cut point, so a call is never separated from its result; a cut inside a turn makes a
 split turn whose prefix is summarized separately, as pi does.
+
+With a keep-recent budget (``keep_budget_tokens``, sized by the job so that the session is left with room to
+work) the tail is whole turns instead, newest first, as many as fit the budget (and the two limits above); the
+newest turn is always kept whole, even alone over the budget: it is what the agent is working on.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class CutPlan:
     first_kept_index: int
     turn_start_index: int
     previous_compaction_index: int
+    newest_turn_index: int = -1  # where the newest kept turn starts (its user message), -1 when not known
     to_summarize: list[dict[str, Any]] = field(default_factory=list)
     turn_prefix: list[dict[str, Any]] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
@@ -104,8 +109,44 @@ def _shown_by(path: list[Entry]) -> tuple[Shown, bool]:
     return (lambda e: shown.get(id(e), [])), True
 
 
-def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: int) -> CutPlan | None:
-    """The cut for a root → leaf path, or None when there is nothing to summarize."""
+def _entry_tokens(entry: Entry, shown: Shown, pi1: bool) -> int:
+    """What one entry weighs in the context, as pi's token-bounded cut counts it."""
+    if pi1:
+        return sum(estimate_tokens(m, pi1=True) for m in shown(entry))
+    message = entry.get("message")
+    if entry.get("type") != "message" or not isinstance(message, dict):
+        return 0
+    return estimate_tokens(message)
+
+
+def _budget_cut(
+    path: list[Entry], users: list[int], shown: Shown, pi1: bool, *, turns: int, tokens: int
+) -> int:
+    """The start of the oldest of the newest whole turns that fit ``tokens`` (at most ``turns`` of them); the
+    newest turn's start whatever it weighs."""
+    cut = users[-1]
+    total = sum(_entry_tokens(e, shown, pi1) for e in path[cut:])
+    for n, start in enumerate(reversed(users[:-1]), 2):
+        if turns and n > turns:
+            break
+        total += sum(_entry_tokens(e, shown, pi1) for e in path[start:cut])
+        if total > tokens:
+            break
+        cut = start
+    return cut
+
+
+def plan_cut(
+    path: list[Entry],
+    *,
+    keep_recent_turns: int,
+    keep_recent_tokens: int,
+    keep_budget_tokens: int | None = None,
+) -> CutPlan | None:
+    """The cut for a root → leaf path, or None when there is nothing to summarize.
+
+    ``keep_budget_tokens``: keep whole turns within min(this, ``keep_recent_tokens``), the newest always.
+    """
     if not path or path[-1].get("type") == "compaction":
         return None
     shown, pi1 = _shown_by(path)
@@ -141,6 +182,9 @@ def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: i
     if keep_recent_turns == 0:
         turn_cut = cut_points[-1]
     cut = max(token_cut, turn_cut)
+    if keep_budget_tokens is not None and users and keep_recent_turns:
+        budget = min(keep_budget_tokens, keep_recent_tokens)
+        cut = _budget_cut(path, users, shown, pi1, turns=keep_recent_turns, tokens=budget)
 
     while cut > start and path[cut - 1].get("type") not in ("compaction", "message"):
         cut -= 1
@@ -150,7 +194,8 @@ def plan_cut(path: list[Entry], *, keep_recent_turns: int, keep_recent_tokens: i
     history_end = turn_start if turn_start >= 0 else cut
     if not isinstance(path[cut].get("id"), str):
         return None  # an unmigrated entry cannot be named by firstKeptEntryId
-    plan = CutPlan(path, start, cut, turn_start, previous)
+    newest = next((i for i in reversed(users) if i >= cut), -1)
+    plan = CutPlan(path, start, cut, turn_start, previous, newest)
     plan.to_summarize = [m for e in path[start:history_end] for m in shown(e)]
     if turn_start >= 0:
         plan.turn_prefix = [m for e in path[turn_start:cut] for m in shown(e)]

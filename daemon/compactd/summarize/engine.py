@@ -77,6 +77,9 @@ class EngineSettings:
     custom_instructions: str | None = None
     summarizer_window: int = 32_768
     max_output_tokens: int | None = None
+    # Whole turns kept within this many tokens, the newest always (None: pi's cut, turns and tokens only);
+    # the job sizes it so that a compaction leaves the session room to work (``compaction.target_fill``).
+    keep_budget_tokens: int | None = None
 
 
 @dataclass(repr=False)
@@ -187,6 +190,7 @@ class CompactionEngine:
             transcript.branch(),
             keep_recent_turns=self.settings.keep_recent_turns,
             keep_recent_tokens=self.settings.keep_recent_tokens,
+            keep_budget_tokens=self.settings.keep_budget_tokens,
         )
 
     async def compact(
