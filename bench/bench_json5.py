@@ -19,14 +19,11 @@ takes about a minute a MiB.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
-import random
 import re
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,8 @@ from typing import Any
 import orjson
 from compactd.openclaw._discovery import parse_config, read_openclaw_config
 from compactd.openclaw._json5 import loads
+
+from bench.bench_read import _timed, interleaved
 
 DEFAULT_KB = 1024
 DEFAULT_RUNS = 7
@@ -152,13 +151,6 @@ def render(value: Any, *, style: int) -> str:
     return "".join(parts)
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    gc.collect()
-    start = time.thread_time()
-    fn()
-    return time.thread_time() - start
-
-
 def run(*, kb: float, runs: int, seed: int, package_kb: float) -> dict[str, Any]:
     value = big_config(int(kb * 1024))
     as_json = orjson.dumps(value)
@@ -175,13 +167,7 @@ def run(*, kb: float, runs: int, seed: int, package_kb: float) -> dict[str, Any]
             "json5": lambda: parse_config(as_json5),
             "cached": lambda: read_openclaw_config(str(path)),
         }
-        rng = random.Random(seed)
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        names = list(variants)
-        for _ in range(runs):
-            rng.shuffle(names)
-            for name in names:
-                times[name].append(_timed(variants[name]))
+        times = interleaved(variants, runs, seed)
     best = {name: min(values) for name, values in times.items()}
     floor = best["orjson"]
     result: dict[str, Any] = {

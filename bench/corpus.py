@@ -145,6 +145,20 @@ class Stats:
         }
 
 
+def code_line(rng: random.Random) -> str:
+    """One line of code, log or listing from the templates (the pool's and other generators' text)."""
+    w, v, x = rng.choice(WORDS), rng.choice(WORDS), rng.choice(WORDS)
+    return rng.choice(CODE_TEMPLATES).format(
+        w=w,
+        v=v,
+        x=x,
+        W=w.capitalize(),
+        n=rng.randrange(100_000),
+        m=rng.randrange(60),
+        s=rng.randrange(60),
+    )
+
+
 @functools.cache
 def _pool() -> tuple[str, list[int]]:
     """ASCII tool-result text (code, logs, listings) and each line's start offset."""
@@ -153,16 +167,7 @@ def _pool() -> tuple[str, list[int]]:
     starts: list[int] = []
     size = 0
     while size < POOL_CHARS:
-        w, v, x = rng.choice(WORDS), rng.choice(WORDS), rng.choice(WORDS)
-        line = rng.choice(CODE_TEMPLATES).format(
-            w=w,
-            v=v,
-            x=x,
-            W=w.capitalize(),
-            n=rng.randrange(100_000),
-            m=rng.randrange(60),
-            s=rng.randrange(60),
-        )
+        line = code_line(rng)
         starts.append(size)
         parts.append(line)
         size += len(line) + 1

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from bench.corpus import CODE_TEMPLATES, EPOCH_MS, WORDS
+from bench.corpus import EPOCH_MS, WORDS, code_line
 
 CATEGORIES = ("exact", "relational", "tool", "correction", "task")
 PHASES = ("early", "middle", "late")
@@ -148,16 +148,7 @@ def _filler(rng: random.Random, chars: int) -> str:
     lines: list[str] = []
     size = 0
     while size < chars:
-        w, v, x = rng.choice(WORDS), rng.choice(WORDS), rng.choice(WORDS)
-        line = rng.choice(CODE_TEMPLATES).format(
-            w=w,
-            v=v,
-            x=x,
-            W=w.capitalize(),
-            n=rng.randrange(100_000),
-            m=rng.randrange(60),
-            s=rng.randrange(60),
-        )
+        line = code_line(rng)
         lines.append(line)
         size += len(line) + 1
     return "\n".join(lines)
