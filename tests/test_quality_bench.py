@@ -2,8 +2,9 @@
 
 The scorer must give full marks to intact facts, nothing to a category whose facts are gone, and refuse a
 dump (a "summary" that is the whole transcript is over the budget and scores 0 %); the runner must compact
-real sessions with ``compactd compact`` and report every category and the fill. Today's low figures are not
-asserted as targets (bench/README.md records them).
+real sessions with ``compactd compact`` and report every category and the fill; and what compactd writes must
+keep at least 95 % of every category, with the digest and with a model that drops every identifier, after one
+compaction and after a chain of three (a small run here; ``python -m bench.quality`` runs the full one).
 """
 
 from __future__ import annotations
@@ -110,3 +111,17 @@ def test_the_runner_compacts_and_reports_every_category(tmp_path: Path) -> None:
     printed = json.loads(out.getvalue())
     assert set(printed["modes"]["digest"]["one"]["percent"]) == set(CATEGORIES)
     assert "skipped" in printed["modes"]["real_model"] or "one" in printed["modes"]["real_model"]
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_what_compactd_writes_keeps_every_category(tmp_path: Path, seed: int) -> None:
+    results = run(1, 24_000, seed, ["digest", "drop_ids"], workdir=tmp_path)
+    for mode, runs in results["modes"].items():
+        for name, figures in runs.items():
+            low = {c: p for c, p in figures["percent"].items() if p < 95.0}
+            assert not low, (mode, name, low)
+            assert figures["over_budget"] == 0 and figures["fill_max"] < 0.6, (
+                mode,
+                name,
+                figures["fill_max"],
+            )

@@ -170,9 +170,14 @@ def _facts(rng: random.Random) -> list[list[_Event]]:
     # exact recall
     for svc in services[:3]:
         port = str(rng.randrange(7000, 9999))
-        single(
-            "exact", "user", f"FYI {svc} listens on port {port} in staging.", f"port of {svc}", (svc,), port
+        said = rng.choice(
+            (
+                f"FYI {svc} listens on port {port} in staging.",
+                f"In staging, {svc} serves on port {port}.",
+                f"{svc} is bound to port {port} on the staging hosts.",
+            )
         )
+        single("exact", "user", said, f"port of {svc}", (svc,), port)
     path = f"/srv/conf/{_hex(rng, 4)}/limits.toml"
     single(
         "exact",
@@ -322,6 +327,8 @@ def _facts(rng: random.Random) -> list[list[_Event]]:
             (
                 f"Correction: {param} on {svc} must be {new}, not {old}.",
                 f"Sorry, I was wrong earlier: {svc} needs {param} = {new} (the {old} I gave is superseded).",
+                f"Correction: {param} on {svc} must be {new}.",  # the old value left unsaid
+                f"Actually, use {param} {new} for {svc} instead.",
             )
         )
         last = _Event(
@@ -364,11 +371,14 @@ def _facts(rng: random.Random) -> list[list[_Event]]:
         for k, state in enumerate(path_states):
             blocker = f"SEC-{rng.randrange(1000, 9999)}"
             why = f", blocked on {blocker} review" if state == "blocked" else ""
-            text = (
-                f"{task} ({title}) is {state}{why}; next action: {scripts[k]}."
-                if k == 0
-                else f"Update on {task}: now {state}{why}; next action: {scripts[k]}."
+            update = rng.choice(
+                (
+                    f"Update on {task}: now {state}{why}; next action: {scripts[k]}.",
+                    f"{task} is {state} now{why}. Next action: {scripts[k]}.",  # the action in its own sentence
+                    f"Status of {task}: {state}{why} (next action: {scripts[k]}).",
+                )
             )
+            text = f"{task} ({title}) is {state}{why}; next action: {scripts[k]}." if k == 0 else update
             speaker = "assistant" if k % 2 else "user"
             answers: list[Answer] = []
             if k == len(path_states) - 1:

@@ -155,7 +155,7 @@ _XML_BLOCK = re.compile(
 )
 # How a previous summary's own headings (ours, pi's default ones, a model's inventions) map onto ours.
 _DROPPED_SECTION = re.compile(
-    r"tool failures?|\bfiles\b|recent turns|summarized turns|turn context|critical rules"
+    r"tool failures?|\bfiles\b|recent turns|summarized turns|turn context|critical rules|current state"
 )
 _TODO_SECTION = re.compile(
     r"\btodos?\b|next steps?|in progress|\bblocked\b|open questions?|current task|remaining"

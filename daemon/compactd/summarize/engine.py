@@ -25,13 +25,15 @@ from compactd.ids import fresh_id
 from compactd.summarize import augment, quality
 from compactd.summarize.cutpoint import CutPlan, plan_cut
 from compactd.summarize.digest import build_digest
+from compactd.summarize.facts import merge_state, working_state
 from compactd.summarize.fileops import file_operations
-from compactd.summarize.headings import EXACT_IDENTIFIERS, split_sections
+from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_sections
 from compactd.summarize.identifiers import (
     Identifier,
     IdentifierReport,
     ensure_identifiers,
     extract_identifiers,
+    missing_identifiers,
     rank_identifiers,
     with_carried,
 )
@@ -159,12 +161,13 @@ def latest_user_ask(messages: Sequence[dict[str, Any]]) -> str | None:
 
 
 def _fit_body(body: str, budget: int) -> str:
-    """Shrink the body to ``budget`` without losing a heading or a line of the identifiers section."""
+    """Shrink the body to ``budget`` without losing a heading or a line of the identifiers and the current
+    state sections (both are exact and already budgeted)."""
     if len(body) <= budget:
         return body
     preamble, sections = split_sections(body)
-    fixed = [(h, lines) for h, lines in sections if h == EXACT_IDENTIFIERS]
-    others = [(h, lines) for h, lines in sections if h != EXACT_IDENTIFIERS]
+    fixed = [(h, lines) for h, lines in sections if h in (CURRENT_STATE, EXACT_IDENTIFIERS)]
+    others = [(h, lines) for h, lines in sections if h not in (CURRENT_STATE, EXACT_IDENTIFIERS)]
     fixed_text = "\n".join(h + "\n" + "\n".join(lines) for h, lines in fixed)
     room = max(0, budget - len(fixed_text) - sum(len(h) + 2 for h, _ in others) - 2)
     share = room // max(1, len(others) + (1 if preamble else 0))
@@ -232,8 +235,15 @@ class CompactionEngine:
         if prefix:
             split_summary, extra_calls = await self._split_turn(prefix, texts)
             calls += extra_calls
+        # What the agent knew, corrections applied, is computed from the span and the previous summary and
+        # added whatever the model wrote (design.md §6.15); before the identifier repair, which then finds
+        # most identifiers beside what they belong to.
+        state = working_state([*span, *prefix], previous, texts).render()
         # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
-        body, id_report = ensure_identifiers(self._clean(body), ranked)
+        written = self._clean(body)
+        body, id_report = ensure_identifiers(merge_state(written, state), ranked)
+        missed = missing_identifiers(written, ranked)  # what the summarizer itself kept, as before
+        id_report = IdentifierReport(id_report.total, len(ranked) - len(missed), id_report.in_summary, missed)
         ops = file_operations([*span, *prefix], plan.previous_details)
         markdown = agents_md
         if markdown is None and workspace is not None:

@@ -10,6 +10,7 @@ import re
 
 __all__ = [
     "CONSTRAINTS",
+    "CURRENT_STATE",
     "DECISIONS",
     "EXACT_IDENTIFIERS",
     "OPEN_TODOS",
@@ -25,6 +26,8 @@ OPEN_TODOS = "## Open TODOs"
 CONSTRAINTS = "## Constraints/Rules"
 PENDING_ASKS = "## Pending user asks"
 EXACT_IDENTIFIERS = "## Exact identifiers"
+# Not one of the five: compactd computes it (``facts.py``) and adds it to every summary it commits.
+CURRENT_STATE = "## Current state"
 
 REQUIRED_HEADINGS: tuple[str, ...] = (DECISIONS, OPEN_TODOS, CONSTRAINTS, PENDING_ASKS, EXACT_IDENTIFIERS)
 
