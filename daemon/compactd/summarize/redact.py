@@ -335,6 +335,26 @@ def redact_value(value: Any) -> Any:
     return value
 
 
+def _one_text(message: Message) -> bool:
+    """Whether ``text_of(message)`` is one string of the message as it is (or empty), not a join: then the
+    redacted copy's text is that string redacted, and need not be redacted a second time."""
+    role = role_of(message)
+    if role == "bashExecution":
+        return False
+    if role in ("compactionSummary", "branchSummary"):
+        return True
+    content = message.get("content")
+    if not isinstance(content, list):
+        return True  # a string content is one text block, anything else none
+    texts = 0
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts += 1
+            if texts > 1:
+                return False
+    return True
+
+
 class SpanText:
     """Each message's joined text (``text_of``), redacted once for one job and read by every consumer (the
     identifier extraction, the digest's sections) instead of each re-joining and re-redacting it.
@@ -361,7 +381,13 @@ class SpanText:
         if got is not None and got[0] is message:
             return got[1]
         pair = self._source.get(key)
-        text = redact_secrets(text_of(pair[1] if pair is not None and pair[0] is message else message))
+        if pair is None or pair[0] is not message:
+            text = redact_secrets(text_of(message))
+        elif _one_text(pair[1]) and role_of(message) == role_of(pair[1]):
+            # The join is the one string redact_value already redacted: its text is the redacted text.
+            text = text_of(message)
+        else:
+            text = redact_secrets(text_of(pair[1]))
         if role_of(message) != "toolResult":
             self._texts[key] = (message, text)
         return text
