@@ -684,6 +684,9 @@ _SHAPES = [
     "PR 567",
     "port 5432",
     "30 Nov 2026",
+    "Nov 3, 2026",
+    "Sept",
+    "2026",
     "'/tmp/a b/c.png'",
     "[",
     "]",
@@ -735,10 +738,28 @@ def _reference_scan(text: str) -> list[tuple[str, str]]:
     if " /" in rest or "'/" in rest or '"/' in rest or ":\\" in rest:
         quoted, rest = ids._quoted_paths(rest)
         expected += [(p, ids.PATH) for p in quoted]
-    phrases, rest = ids._phrases(rest)
-    expected += phrases
+    spans: list[tuple[int, int]] = []
+    for pattern, needles, accept in ids._PHRASES:  # each phrase pattern gated by its needles alone
+        if any(n in rest for n in needles):
+            for m in pattern.finditer(rest):
+                got = accept(m)
+                if got is not None:
+                    expected.append(got)
+                    spans.append(m.span())
+    if spans:
+        rest = ids._masked(rest, _merged(spans))
     expected += [(ident, kind) for _, ident, kind in ids._scan_stages(ids.candidate_text(rest))]
     return expected
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 @given(st.lists(st.sampled_from(_SHAPES), min_size=1, max_size=6))
@@ -756,7 +777,7 @@ def test_a_text_longer_than_a_slice_is_scanned_as_one() -> None:
     from compactd.summarize import identifiers as ids
 
     pieces = [shape + gap for shape in _SHAPES for gap in (" ", "\n", "\t")]
-    text = "".join(pieces * (ids._SPLIT_SLICE_CHARS // len("".join(pieces)) * 2 + 1))
+    text = "".join(pieces * (ids._SPLIT_SLICE_CHARS // len("".join(pieces)) * 2 + 2))
     assert len(text) > 2 * ids._SPLIT_SLICE_CHARS
     assert list(scan_text(text)) == _reference_scan(text)
 

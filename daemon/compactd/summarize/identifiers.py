@@ -792,15 +792,23 @@ def _needle_chars(needle: str) -> frozenset[str]:
     return symbols or frozenset(needle)
 
 
+# The stages without needles (hashes, numbers) need six hex digits in a row (7+ hex, 6+ digits): a word
+# without them is marked by this pseudo-character's absence from its plan's key.
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{6}")
+_HEXISH = "\0"
+_HEXISH_KEY = frozenset(_HEXISH)
+
+
 def _stage_plan(chars: frozenset[str]) -> tuple[int, ...]:
-    """The stages a word holding ``chars`` (of ``_NEEDLE_CHARS``) can match: those without needles and those
-    one of whose needles' characters (``_needle_chars``) it holds. A needle is a necessary condition of its
-    stage's pattern, so a stage run when the needle is absent finds nothing and masks nothing: the plan only
+    """The stages a word holding ``chars`` (of ``_NEEDLE_CHARS``, and ``_HEXISH``) can match: those one of
+    whose needles' characters (``_needle_chars``) it holds, and those without needles when it has a run of
+    hex digits. A needle (and the run) is a necessary condition of its stage's pattern, and masking only
+    blanks characters out, so a stage left out would have found nothing and masked nothing: the plan only
     saves time, and finds what the needle test of ``_scan_stages`` does."""
     return tuple(
         stage
         for stage, (_, needles, _, _) in enumerate(_STAGES)
-        if not needles or any(_needle_chars(n) <= chars for n in needles)
+        if (_HEXISH in chars if not needles else any(_needle_chars(n) <= chars for n in needles))
     )
 
 
@@ -847,6 +855,11 @@ _PHRASES: tuple[
 )
 
 
+# What both date phrases hold (a month name, then a digit after a space or tab): one search for the two of
+# them, where each pass alone tries every digit or every capital letter (month names are common words).
+_PHRASE_GATES = {_MONTH_NEEDLES: re.compile(_MONTH + r"\.?,?[ \t]+\d")}
+
+
 def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
     """The phrase-shaped identifiers of ``text``, and the text with them blanked out."""
     found: list[tuple[str, str]] = []
@@ -855,7 +868,10 @@ def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
     for pattern, needles, accept in _PHRASES:
         seen = present.get(needles)
         if seen is None:
-            seen = present[needles] = any(n in text for n in needles)
+            gate = _PHRASE_GATES.get(needles)
+            seen = present[needles] = any(n in text for n in needles) and (
+                gate is None or gate.search(text) is not None
+            )
         if not seen:
             continue
         for m in pattern.finditer(text):
@@ -929,6 +945,8 @@ def _scan_word(word: str) -> tuple[tuple[int, str, str], ...]:
     """What ``_scan_stages(word)`` finds in one candidate word, running only the stages its characters allow
     (a handful of the 23, chosen by one set intersection instead of a needle search per stage)."""
     chars = frozenset(word) & _NEEDLE_CHARS
+    if _HEX_RUN.search(word) is not None:
+        chars |= _HEXISH_KEY
     plan = _PLANS.get(chars)
     if plan is None:
         plan = _PLANS[chars] = _stage_plan(chars)
