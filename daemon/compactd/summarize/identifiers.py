@@ -857,7 +857,9 @@ _PHRASES: tuple[
 
 # What both date phrases hold (a month name, then a digit after a space or tab): one search for the two of
 # them, where each pass alone tries every digit or every capital letter (month names are common words).
-_PHRASE_GATES = {_MONTH_NEEDLES: re.compile(_MONTH + r"\.?,?[ \t]+\d")}
+_PHRASE_GATES: dict[tuple[str, ...], re.Pattern[str]] = {
+    _MONTH_NEEDLES: re.compile(_MONTH + r"\.?,?[ \t]+\d")
+}
 
 
 def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
