@@ -856,7 +856,8 @@ _PHRASES: tuple[
 
 
 # What both date phrases hold (a month name, then a digit after a space or tab): one search for the two of
-# them, where each pass alone tries every digit or every capital letter (month names are common words).
+# them, where each pass alone tries every digit or every capital letter (month names are common words), and
+# in place of the twelve substring searches for the month names.
 _PHRASE_GATES: dict[tuple[str, ...], re.Pattern[str]] = {
     _MONTH_NEEDLES: re.compile(_MONTH + r"\.?,?[ \t]+\d")
 }
@@ -870,9 +871,9 @@ def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
     for pattern, needles, accept in _PHRASES:
         seen = present.get(needles)
         if seen is None:
-            gate = _PHRASE_GATES.get(needles)
-            seen = present[needles] = any(n in text for n in needles) and (
-                gate is None or gate.search(text) is not None
+            gate = _PHRASE_GATES.get(needles)  # a gate's match holds a needle: one search for both
+            seen = present[needles] = (
+                gate.search(text) is not None if gate is not None else any(n in text for n in needles)
             )
         if not seen:
             continue
