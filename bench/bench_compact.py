@@ -100,7 +100,8 @@ def run_compact(path: Path, config: Path, pythonpath: str | None) -> dict[str, A
     start = time.monotonic()
     child = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert child.stdout is not None
-    out = child.stdout.read()
+    with child.stdout:
+        out = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     result = orjson.loads(out) if out.strip() else {}
