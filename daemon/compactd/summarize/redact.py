@@ -361,9 +361,10 @@ class SpanText:
 
     The join is redacted, not its blocks one by one: an assignment split across two text blocks is a secret
     only once they are joined. Built with :meth:`of`, a text is taken from the message as read and filed under
-    the message the engine handed on (its redacted copy, or itself); any other message is read as it is.
-    Texts are made on first read and kept, except a tool result's (the bulk of a span, read once). Keyed by
-    identity, the messages are held so that no id is reused while the value lives."""
+    the message the engine handed on (``redact_value`` of it: its redacted copy, or itself); any other message
+    is read as it is. Where that text is one string, not a join, it is the handed-on copy's string, redacted
+    already. Texts are made on first read and kept, except a tool result's (the bulk of a span, read once).
+    Keyed by identity, the messages are held so that no id is reused while the value lives."""
 
     def __init__(self) -> None:
         self._source: dict[int, tuple[Message, Message]] = {}
@@ -371,6 +372,7 @@ class SpanText:
 
     @classmethod
     def of(cls, read: Sequence[Message], handed_on: Sequence[Message]) -> SpanText:
+        """``handed_on[i]`` must be ``redact_value(read[i])``: a one-string text is taken from it as it is."""
         texts = cls()
         texts._source = {id(m): (m, source) for source, m in zip(read, handed_on, strict=True)}
         return texts
