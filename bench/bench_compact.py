@@ -6,7 +6,11 @@ read, the engine, the commit; ``rotate_grace_seconds`` at its least, 0.25 s, and
 ``wait4``) as a multiple of a bare ``orjson.loads`` loop over the same file's lines in this process, and its
 peak RSS (``ru_maxrss``) as a multiple of the file size.
 
-    python -m bench.bench_compact [--mb 50] [--orphans 100000] [--smoke] [--json]
+``--baseline PYTHONPATH`` runs another tree's package on the same files in the same run (each case once per
+tree per round, alternately, ``--rounds`` rounds, best of each) and prints ours ÷ theirs: a before/after figure
+that the machine's load moves far less than either side's seconds.
+
+    python -m bench.bench_compact [--mb 50] [--orphans 100000] [--baseline DIR] [--rounds 2] [--smoke] [--json]
 """
 
 from __future__ import annotations
@@ -96,7 +100,8 @@ def run_compact(path: Path, config: Path, pythonpath: str | None) -> dict[str, A
     start = time.monotonic()
     child = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert child.stdout is not None
-    out = child.stdout.read()
+    with child.stdout:
+        out = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     result = orjson.loads(out) if out.strip() else {}
@@ -161,20 +166,71 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--orphans", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--pythonpath", help="run another tree's package in the child (a 'before' figure)")
+    parser.add_argument("--baseline", help="another tree's package, run on the same files in the same run")
+    parser.add_argument("--rounds", type=int, default=2, help="with --baseline: alternating rounds, best of")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to prove the bench works")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     mb, orphans = (0.3, 2_000) if args.smoke else (args.mb, args.orphans)
+    cases = [
+        ("session", session_bytes(int(mb * 1_000_000), args.seed)[0]),
+        ("orphans", orphan_session(orphans)),
+    ]
     with tempfile.TemporaryDirectory(prefix="bench-compact-") as tmp:
         work = Path(tmp)
-        rows = [
-            measure("session", session_bytes(int(mb * 1_000_000), args.seed)[0], work, args.pythonpath),
-            measure("orphans", orphan_session(orphans), work, args.pythonpath),
-        ]
-    sys.stdout.write(
-        (orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() if args.json else report(rows)) + "\n"
-    )
+        if args.baseline is None:
+            rows = [measure(name, data, work, args.pythonpath) for name, data in cases]
+        else:
+            rows = compare(cases, work, args.pythonpath, args.baseline, max(1, args.rounds))
+    if args.json:
+        out = orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode()
+    else:
+        out = report(rows) if args.baseline is None else report_compared(rows)
+    sys.stdout.write(out + "\n" + f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     return rows
+
+
+def compare(
+    cases: list[tuple[str, bytes]], work: Path, ours: str | None, baseline: str, rounds: int
+) -> list[dict[str, Any]]:
+    """Each case with our tree and the baseline alternately, ``rounds`` times; best CPU and least RSS of each
+    (a fresh copy of the file every run: a compaction rewrites it)."""
+    rows: list[dict[str, Any]] = []
+    for name, data in cases:
+        best: dict[str, dict[str, Any]] = {}
+        for round_ in range(rounds):
+            for side, tree in (("ours", ours), ("baseline", baseline)):
+                got = measure(f"{name}-{side}-{round_}", data, work, tree)
+                if side not in best or got["cpu_s"] < best[side]["cpu_s"]:
+                    best[side] = got
+        us, them = best["ours"], best["baseline"]
+        rows.append(
+            {
+                "case": name,
+                "bytes": len(data),
+                "ours": us,
+                "baseline": them,
+                "cpu_ratio": round(us["cpu_s"] / them["cpu_s"], 3) if them["cpu_s"] else None,
+                "rss_ratio": round(us["rss_bytes"] / them["rss_bytes"], 3) if them["rss_bytes"] else None,
+            }
+        )
+    return rows
+
+
+def report_compared(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| case | MB | ours CPU s (÷ bare) | baseline CPU s (÷ bare) | CPU ours ÷ baseline | ours RSS ÷ size "
+        "| baseline RSS ÷ size | RSS ours ÷ baseline |"
+    )
+    out = [head, "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        us, them = r["ours"], r["baseline"]
+        out.append(
+            f"| {r['case']} | {r['bytes'] / 1e6:.1f} | {us['cpu_s']:.2f} ({us['cpu_over_bare']}) | "
+            f"{them['cpu_s']:.2f} ({them['cpu_over_bare']}) | {r['cpu_ratio']} | {us['rss_over_size']:.2f} | "
+            f"{them['rss_over_size']:.2f} | {r['rss_ratio']} |"
+        )
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ from compactd.transcript.reader import read_transcript
 
 from bench import (
     bench_cli,
+    bench_compact,
     bench_costs,
+    bench_extract,
     bench_json5,
     bench_loop,
     bench_provider,
@@ -118,6 +120,27 @@ def test_bench_service_smoke() -> None:
     assert memory["sessions_loaded"] == 50
     assert memory["rss_mb"] > 0 and memory["peak_rss_mb"] >= memory["rss_mb"]
     assert isinstance(memory["per_session_bytes"], int)
+
+
+@pytest.mark.slow  # four compactd processes
+def test_bench_compact_baseline_smoke() -> None:
+    """``--baseline``: each case compacted by both trees (here ours twice), both committed, the ratios given."""
+    rows = bench_compact.main(
+        ["--smoke", "--baseline", str(bench_compact.REPO / "daemon"), "--rounds", "1", "--json"]
+    )
+    assert [r["case"] for r in rows] == ["session", "orphans"]
+    for row in rows:
+        assert row["ours"]["committed"] and row["baseline"]["committed"]
+        assert row["cpu_ratio"] > 0 and row["rss_ratio"] > 0
+
+
+def test_bench_extract_smoke() -> None:
+    """Two children (our tree twice when no baseline is given) redact and extract the same session: the same
+    records, found and timed."""
+    result = bench_extract.main(["--smoke", "--json"])
+    assert result["records_equal"]
+    assert result["ours"]["identifiers"] == result["baseline"]["identifiers"] > 0
+    assert result["ours"]["extract_s"] > 0 and result["baseline"]["redact_s"] > 0
 
 
 @pytest.mark.slow  # eight compactd and python processes

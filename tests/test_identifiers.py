@@ -22,7 +22,7 @@ from compactd.summarize.identifiers import (
     scan_text,
     with_carried,
 )
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.support import messages as msgs
@@ -684,6 +684,9 @@ _SHAPES = [
     "PR 567",
     "port 5432",
     "30 Nov 2026",
+    "Nov 3, 2026",
+    "Sept",
+    "2026",
     "'/tmp/a b/c.png'",
     "[",
     "]",
@@ -717,15 +720,135 @@ def test_word_by_word_scan_finds_what_one_pass_per_stage_finds(parts: list[tuple
     from compactd.summarize import identifiers as ids
 
     text = "".join(shape + gap for shape, gap in parts)
+    expected = _reference_scan(text)
+    memo: ids.WordMemo = {}
+    assert list(scan_text(text)) == expected
+    assert list(scan_text(text, memo)) == expected
+    assert list(scan_text(text, memo)) == expected  # every word from the memo now
+
+
+# --- the fast paths find exactly what the reference finds -----------------------------------------------------
+def _reference_scan(text: str) -> list[tuple[str, str]]:
+    """What ``scan_text`` found before its word-by-word fast path: quoted paths and phrases, then one pass of
+    every stage (each gated by its needle) over the candidate text."""
+    from compactd.summarize import identifiers as ids
+
     rest = text
     expected: list[tuple[str, str]] = []
     if " /" in rest or "'/" in rest or '"/' in rest or ":\\" in rest:
         quoted, rest = ids._quoted_paths(rest)
         expected += [(p, ids.PATH) for p in quoted]
-    phrases, rest = ids._phrases(rest)
-    expected += phrases
+    spans: list[tuple[int, int]] = []
+    for pattern, needles, accept in ids._PHRASES:  # each phrase pattern gated by its needles alone
+        if any(n in rest for n in needles):
+            for m in pattern.finditer(rest):
+                got = accept(m)
+                if got is not None:
+                    expected.append(got)
+                    spans.append(m.span())
+    if spans:
+        rest = ids._masked(rest, _merged(spans))
     expected += [(ident, kind) for _, ident, kind in ids._scan_stages(ids.candidate_text(rest))]
-    memo: ids.WordMemo = {}
-    assert list(scan_text(text)) == expected
-    assert list(scan_text(text, memo)) == expected
-    assert list(scan_text(text, memo)) == expected  # every word from the memo now
+    return expected
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+@given(st.lists(st.sampled_from(_SHAPES), min_size=1, max_size=6))
+@settings(max_examples=400, deadline=None)
+def test_a_words_stage_plan_finds_what_every_needle_gated_stage_finds(parts: list[str]) -> None:
+    """``_scan_word`` runs only the stages a word's characters allow; the reference tests each stage's needle."""
+    from compactd.summarize import identifiers as ids
+
+    word = "".join(parts).replace(" ", "").replace("\n", "").replace("\t", "")
+    assert ids._scan_word(word) == tuple(ids._scan_stages(word))
+
+
+def test_a_text_longer_than_a_slice_is_scanned_as_one() -> None:
+    """Texts past ``_SPLIT_SLICE_CHARS`` are cut into slices at whitespace; nothing is lost or split there."""
+    from compactd.summarize import identifiers as ids
+
+    pieces = [shape + gap for shape in _SHAPES for gap in (" ", "\n", "\t")]
+    text = "".join(pieces * (ids._SPLIT_SLICE_CHARS // len("".join(pieces)) * 2 + 2))
+    assert len(text) > 2 * ids._SPLIT_SLICE_CHARS
+    assert list(scan_text(text)) == _reference_scan(text)
+
+
+_SECRET_PARTS = [
+    "api_key=",
+    "sk-",
+    "abcdef1234567890ABCDEF12",
+    "password: ",
+    "hunter2hunter2",
+    "token=x",
+    "\n",
+    " ",
+]
+
+
+@given(
+    st.lists(
+        st.lists(st.sampled_from(_SHAPES + _SECRET_PARTS), max_size=6).map("".join), min_size=0, max_size=3
+    ),
+    st.sampled_from(["user", "assistant", "toolResult", "custom", "compactionSummary", "bashExecution"]),
+)
+@example(["the api_key=", "abcdef1234567890ABCDEF12 and more"], "user")  # a secret only once joined
+@settings(max_examples=300, deadline=None)
+def test_span_text_reuses_a_redacted_string_only_where_it_is_the_whole_text(
+    blocks: list[str], role: str
+) -> None:
+    """``SpanText`` takes a one-block message's redacted block as its text; a join (whose blocks may form a
+    secret only together) is redacted again. Either way the text is the source's joined text, redacted."""
+    from compactd.summarize.redact import SpanText, redact_secrets, redact_value
+    from compactd.transcript.messages import text_of
+
+    message: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": b} for b in blocks]}
+    if role == "compactionSummary":
+        message = {"role": role, "summary": "\n".join(blocks)}
+    elif role == "bashExecution":
+        message = {"role": role, "command": blocks[0] if blocks else "", "output": "\n".join(blocks[1:])}
+    redacted = redact_value(message)
+    texts = SpanText.of([message], [redacted])
+    assert texts(redacted) == redact_secrets(text_of(message))
+
+
+def _all_real() -> list[str]:
+    return sorted(p.name for p in _real_dir().glob("*.jsonl")) if _real_dir().is_dir() else []
+
+
+@pytest.mark.parametrize("name", _all_real() or ["(no real fixtures)"])
+def test_real_sessions_records_equal_the_reference_extractor(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the real sessions the fast extraction gives the reference's records, field for field: the stage plans,
+    the candidate-word scan and ``SpanText``'s reuse of redacted strings change the time, never a record."""
+    path = _real_dir() / name
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    from compactd.summarize import identifiers as ids
+    from compactd.summarize.redact import SpanText, redact_secrets, redact_value
+    from compactd.transcript.context import build_context
+    from compactd.transcript.messages import llm_visible, text_of
+    from compactd.transcript.reader import read_transcript
+
+    read = list(llm_visible(build_context(read_transcript(path)).messages))
+    handed_on = [redact_value(m) for m in read]
+    fast = extract_identifiers(handed_on, SpanText.of(read, handed_on))
+    assert fast  # the real sessions are full of identifiers
+
+    source = {id(h): r for r, h in zip(read, handed_on, strict=True)}
+
+    class Reference(SpanText):
+        def __call__(self, message: Any) -> str:
+            return redact_secrets(text_of(source[id(message)]))
+
+    monkeypatch.setattr(ids, "scan_text", lambda text, memo=None: iter(_reference_scan(text)))
+    assert extract_identifiers(handed_on, Reference()) == fast

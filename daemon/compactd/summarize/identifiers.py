@@ -780,6 +780,41 @@ _STAGE_NEEDLE: tuple[re.Pattern[str] | None, ...] = tuple(
 # Every identifier kind holds one of these characters, and none holds whitespace: words without them (most
 # prose and code) are dropped before the patterns run, which halves the scanning time on real sessions.
 _CANDIDATE_CHAR = re.compile(r"[0-9/\\.:@]")
+# The words of a text that hold one of them, found in C: ``[w for w in text.split() if _CANDIDATE_CHAR.search(w)]``
+# without a Python step (or a memo look-up) per word of prose. ``\s`` is what str.split() splits on.
+_CANDIDATE_WORD = re.compile(r"(?<!\S)[^\s0-9/\\.:@]*+[0-9/\\.:@]\S*")
+
+
+def _needle_chars(needle: str) -> frozenset[str]:
+    """Characters every text holding ``needle`` holds: its symbols (``i-`` → ``-``), or its letters when it
+    has none (``PR``). Few distinct sets keep the plans few."""
+    symbols = frozenset(c for c in needle if not c.isascii() or not c.isalpha())
+    return symbols or frozenset(needle)
+
+
+# The stages without needles (hashes, numbers) need six hex digits in a row (7+ hex, 6+ digits): a word
+# without them is marked by this pseudo-character's absence from its plan's key.
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{6}")
+_HEXISH = "\0"
+_HEXISH_KEY = frozenset(_HEXISH)
+
+
+def _stage_plan(chars: frozenset[str]) -> tuple[int, ...]:
+    """The stages a word holding ``chars`` (of ``_NEEDLE_CHARS``, and ``_HEXISH``) can match: those one of
+    whose needles' characters (``_needle_chars``) it holds, and those without needles when it has a run of
+    hex digits. A needle (and the run) is a necessary condition of its stage's pattern, and masking only
+    blanks characters out, so a stage left out would have found nothing and masked nothing: the plan only
+    saves time, and finds what the needle test of ``_scan_stages`` does."""
+    return tuple(
+        stage
+        for stage, (_, needles, _, _) in enumerate(_STAGES)
+        if (_HEXISH in chars if not needles else any(_needle_chars(n) <= chars for n in needles))
+    )
+
+
+# The characters the stages' needles are tested by; a word's plan depends only on which of them it holds.
+_NEEDLE_CHARS = frozenset(c for _, needles, _, _ in _STAGES for n in needles for c in _needle_chars(n))
+_PLANS: dict[frozenset[str], tuple[int, ...]] = {}
 
 
 def candidate_text(text: str) -> str:
@@ -820,6 +855,14 @@ _PHRASES: tuple[
 )
 
 
+# What both date phrases hold (a month name, then a digit after a space or tab): one search for the two of
+# them, where each pass alone tries every digit or every capital letter (month names are common words), and
+# in place of the twelve substring searches for the month names.
+_PHRASE_GATES: dict[tuple[str, ...], re.Pattern[str]] = {
+    _MONTH_NEEDLES: re.compile(_MONTH + r"\.?,?[ \t]+\d")
+}
+
+
 def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
     """The phrase-shaped identifiers of ``text``, and the text with them blanked out."""
     found: list[tuple[str, str]] = []
@@ -828,7 +871,10 @@ def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
     for pattern, needles, accept in _PHRASES:
         seen = present.get(needles)
         if seen is None:
-            seen = present[needles] = any(n in text for n in needles)
+            gate = _PHRASE_GATES.get(needles)  # a gate's match holds a needle: one search for both
+            seen = present[needles] = (
+                gate.search(text) is not None if gate is not None else any(n in text for n in needles)
+            )
         if not seen:
             continue
         for m in pattern.finditer(text):
@@ -863,10 +909,10 @@ def scan_text(text: str, memo: WordMemo | None = None) -> Iterator[tuple[str, st
     yield from phrases
     words = memo if memo is not None else {}
     staged: list[tuple[int, str, str]] = []
-    for word in _split(text):
+    for word in _candidate_words(text):
         found = words.get(word)
         if found is None:
-            found = words[word] = tuple(_scan_stages(word)) if _CANDIDATE_CHAR.search(word) else ()
+            found = words[word] = _scan_word(word)
         if found:
             staged.extend(found)
     staged.sort(key=_stage_of)  # stable: stage by stage, in text order within each, as one pass per stage
@@ -880,21 +926,47 @@ _SPLIT_SLICE_CHARS = 1 << 20
 _SPACE = re.compile(r"\s")  # what str.split() splits on (str.isspace)
 
 
-def _split(text: str) -> Iterator[str]:
-    """``text.split()``, a slice of about ``_SPLIT_SLICE_CHARS`` at a time, each cut at a whitespace."""
+def _candidate_words(text: str) -> Iterator[str]:
+    """The words of ``text`` that could hold an identifier (see ``candidate_text``), found a slice of about
+    ``_SPLIT_SLICE_CHARS`` at a time, each cut at a whitespace."""
     if len(text) <= _SPLIT_SLICE_CHARS:
-        yield from text.split()
+        yield from _CANDIDATE_WORD.findall(text)
         return
     start, size = 0, len(text)
     while start < size:
         space = _SPACE.search(text, min(size, start + _SPLIT_SLICE_CHARS))
         end = space.start() if space is not None else size
-        yield from text[start:end].split()
+        yield from _CANDIDATE_WORD.findall(text, start, end)
         start = end + 1
 
 
 def _stage_of(item: tuple[int, str, str]) -> int:
     return item[0]
+
+
+def _scan_word(word: str) -> tuple[tuple[int, str, str], ...]:
+    """What ``_scan_stages(word)`` finds in one candidate word, running only the stages its characters allow
+    (a handful of the 23, chosen by one set intersection instead of a needle search per stage)."""
+    chars = frozenset(word) & _NEEDLE_CHARS
+    if _HEX_RUN.search(word) is not None:
+        chars |= _HEXISH_KEY
+    plan = _PLANS.get(chars)
+    if plan is None:
+        plan = _PLANS[chars] = _stage_plan(chars)
+    found: list[tuple[int, str, str]] = []
+    text = word
+    for stage in plan:
+        pattern, _, accept, mask_rejected = _STAGES[stage]
+        spans: list[tuple[int, int]] = []
+        for m in pattern.finditer(text):
+            got = accept(m)
+            if got is not None:
+                found.append((stage, got[0], got[1]))
+            if got is not None or mask_rejected:
+                spans.append(m.span())
+        if spans:
+            text = _masked(text, spans)
+    return tuple(found)
 
 
 def _scan_stages(text: str) -> Iterator[tuple[int, str, str]]:

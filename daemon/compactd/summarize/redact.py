@@ -335,15 +335,36 @@ def redact_value(value: Any) -> Any:
     return value
 
 
+def _one_text(message: Message) -> bool:
+    """Whether ``text_of(message)`` is one string of the message as it is (or empty), not a join: then the
+    redacted copy's text is that string redacted, and need not be redacted a second time."""
+    role = role_of(message)
+    if role == "bashExecution":
+        return False
+    if role in ("compactionSummary", "branchSummary"):
+        return True
+    content = message.get("content")
+    if not isinstance(content, list):
+        return True  # a string content is one text block, anything else none
+    texts = 0
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts += 1
+            if texts > 1:
+                return False
+    return True
+
+
 class SpanText:
     """Each message's joined text (``text_of``), redacted once for one job and read by every consumer (the
     identifier extraction, the digest's sections) instead of each re-joining and re-redacting it.
 
     The join is redacted, not its blocks one by one: an assignment split across two text blocks is a secret
     only once they are joined. Built with :meth:`of`, a text is taken from the message as read and filed under
-    the message the engine handed on (its redacted copy, or itself); any other message is read as it is.
-    Texts are made on first read and kept, except a tool result's (the bulk of a span, read once). Keyed by
-    identity, the messages are held so that no id is reused while the value lives."""
+    the message the engine handed on (``redact_value`` of it: its redacted copy, or itself); any other message
+    is read as it is. Where that text is one string, not a join, it is the handed-on copy's string, redacted
+    already. Texts are made on first read and kept, except a tool result's (the bulk of a span, read once).
+    Keyed by identity, the messages are held so that no id is reused while the value lives."""
 
     def __init__(self) -> None:
         self._source: dict[int, tuple[Message, Message]] = {}
@@ -351,6 +372,7 @@ class SpanText:
 
     @classmethod
     def of(cls, read: Sequence[Message], handed_on: Sequence[Message]) -> SpanText:
+        """``handed_on[i]`` must be ``redact_value(read[i])``: a one-string text is taken from it as it is."""
         texts = cls()
         texts._source = {id(m): (m, source) for source, m in zip(read, handed_on, strict=True)}
         return texts
@@ -361,7 +383,13 @@ class SpanText:
         if got is not None and got[0] is message:
             return got[1]
         pair = self._source.get(key)
-        text = redact_secrets(text_of(pair[1] if pair is not None and pair[0] is message else message))
+        if pair is None or pair[0] is not message:
+            text = redact_secrets(text_of(message))
+        elif _one_text(pair[1]) and role_of(message) == role_of(pair[1]):
+            # The join is the one string redact_value already redacted: its text is the redacted text.
+            text = text_of(message)
+        else:
+            text = redact_secrets(text_of(pair[1]))
         if role_of(message) != "toolResult":
             self._texts[key] = (message, text)
         return text
