@@ -54,7 +54,7 @@ from compactd.defaults import (
     SUMMARIZER_TIMEOUT_SECONDS,
 )
 from compactd.summarize import _native
-from compactd.summarize._server import Plan, ServerInfo, detect, plan_calls, server_root
+from compactd.summarize._server import Plan, ServerInfo, detect, loaded_context, plan_calls, server_root
 from compactd.summarize._stream import (
     BodyTooLarge,
     _Answer,
@@ -199,6 +199,7 @@ class SummarizerClient:
         self._planned_at = -math.inf
         self._plan_lock = anyio.Lock()
         self.cut_context: int | None = None
+        self._cut_plan: Plan | None = None
         self._native: httpx2.AsyncClient | None = None
         self._api_key = api_key
         self._sleep: Sleep = sleep or anyio.sleep
@@ -418,10 +419,19 @@ class SummarizerClient:
                 )
             if info.problem:
                 logger.debug("summarizer %s: server detection: %s", self._where, info.problem)
+            if self.cut_context is not None and plan != self._cut_plan:
+                self.cut_context = None  # the server changed since it cut a prompt: believe it again
             self.server, self.plan, self._planned_at = info, plan, time.monotonic()
             if self.configured_context_tokens is not None:
                 self.context_tokens = min(plan.context, self.cut_context or plan.context)
             return plan
+
+    async def _cold(self, plan: Plan) -> bool:
+        """Whether this call to Ollama's ``/v1`` will wait for the model to load (``/api/ps`` does not list it):
+        its time to first token is then no prompt time. The native API reports the load apart."""
+        if plan.api != "openai" or self.server is None or self.server.kind != "ollama":
+            return False
+        return await loaded_context(self.base_url, self.model) is None
 
     async def _check_cut(self, completion: Completion, prompt_estimate: int, attempt: int) -> None:
         """An answer the server built on a cut prompt is an overflow: dropped, and the context lowered to what
@@ -430,6 +440,7 @@ class SummarizerClient:
         if reported is None or not prompt_was_cut(reported, prompt_estimate):
             return
         self.cut_context = min(self.cut_context or reported, reported)
+        self._cut_plan = self.plan
         if self.context_tokens is not None:
             self.context_tokens = min(self.context_tokens, self.cut_context)
         message = (
@@ -507,6 +518,7 @@ class SummarizerClient:
             while True:
                 attempt += 1
                 answer = _Answer([])
+                answer.cold = await self._cold(plan)
                 err: LLMError | None = None
                 completion: Completion | None = None
                 token = _body_limit.set(body_limit)
@@ -623,7 +635,7 @@ class SummarizerClient:
                         raise self._too_large(answer, attempt, chars=text_limit)
                 return done
 
-            await _native.read_lines(response, answer, text_limit, on_line)
+            await _native.read_lines(response, on_line)
             if not done:
                 raise LLMError(
                     "transient",

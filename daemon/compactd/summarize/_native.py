@@ -10,7 +10,7 @@ streams one JSON object a line, and ends with a ``done`` object holding the coun
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx2
@@ -18,7 +18,7 @@ import httpx2
 from compactd.summarize._stream import _Answer
 from compactd.summarize.outcomes import Kind, LLMError, is_overflow_text, retry_after_seconds
 
-__all__ = ["chat_body", "read_lines", "status_error"]
+__all__ = ["chat_body", "read_lines", "status_error", "take_chunk"]
 
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _OVERFLOW_STATUSES = frozenset({400, 413, 422})
@@ -89,7 +89,7 @@ def status_error(response: httpx2.Response, body: bytes, where: str, attempt: in
     )
 
 
-async def read_lines(response: httpx2.Response, answer: _Answer, text_limit: int, on_line: Any) -> None:
+async def read_lines(response: httpx2.Response, on_line: Callable[[bytes], bool]) -> None:
     """Feed each complete line of a streamed body to ``on_line`` (a line never exceeds the body cap)."""
     pending: list[bytes] = []
     async for chunk in response.aiter_bytes():

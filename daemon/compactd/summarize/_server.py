@@ -40,6 +40,7 @@ __all__ = [
     "ServerInfo",
     "detect",
     "llamacpp_info",
+    "loaded_context",
     "ollama_info",
     "plan_calls",
     "server_root",
@@ -246,3 +247,16 @@ async def _ask(root: str, model: str, api_key: str | None) -> ServerInfo:
             if info is not None:
                 return info
         return ServerInfo()
+
+
+async def loaded_context(base_url: str, model: str) -> int | None:
+    """The context ``model`` is loaded with on an Ollama server right now (``/api/ps``); None when it is not
+    loaded or the server does not say: the next call will load it first."""
+    try:
+        with anyio.fail_after(DETECT_CONNECT_SECONDS):
+            timeout = httpx2.Timeout(DETECT_CONNECT_SECONDS)
+            async with httpx2.AsyncClient(timeout=timeout, event_hooks={"response": [_cap_body]}) as http:
+                ps = await http.get(server_root(base_url) + "/api/ps")
+    except (TimeoutError, httpx2.HTTPError, BodyTooLarge):
+        return None
+    return ollama_info({}, {}, _json_dict(ps) if ps.status_code == 200 else {}, model).loaded_context

@@ -113,6 +113,7 @@ class _Answer:
     # Ollama's native final chunk: its counts and durations (nanoseconds), the model's load time apart.
     ollama: dict[str, Any] | None = None
     native: bool = False  # read from Ollama's /api/chat (whose timing before the final chunk includes loads)
+    cold: bool = False  # the model was not loaded when the call was sent: its first token waited for the load
     events: int = 0  # server-sent events dispatched, [DONE] included
 
     def add(self, text: str) -> None:
@@ -163,13 +164,13 @@ class _Answer:
             return None
         prompt_tokens = self.prompt_tokens or prompt_estimate
         if self.first_at is None:
-            if complete:
+            if complete or self.cold:
                 return None
             return Sample(prompt_tokens=prompt_tokens, prompt_seconds=ended - self.sent_at, prompt_bound=True)
         generated = self.completion_tokens if complete and self.completion_tokens else self.deltas
         assert self.last_at is not None
         return Sample(
-            prompt_tokens=prompt_tokens,
+            prompt_tokens=None if self.cold else prompt_tokens,  # a load is no prompt time
             prompt_seconds=self.first_at - self.sent_at,
             output_tokens=max(0, generated - 1),  # the first token's time is in the prompt's
             output_seconds=self.last_at - self.first_at,
