@@ -124,10 +124,11 @@ async def test_leading_think_block_is_dropped(llm_server: StubLLMServer) -> None
     assert result.text == "## Goal\nx"
 
 
-async def test_ollama_num_ctx_goes_in_extra_body(llm_server: StubLLMServer) -> None:
+async def test_the_deprecated_ollama_num_ctx_is_no_longer_sent_to_v1(llm_server: StubLLMServer) -> None:
+    """Ollama's /v1 ignores it, and other servers may refuse an unknown ``options``."""
     async with make_client(llm_server.base_url, ollama_num_ctx=16384) as client:
         await client.complete("s", "u")
-    assert llm_server.completions[0].json["options"] == {"num_ctx": 16384}
+    assert "options" not in llm_server.completions[0].json
 
 
 async def test_max_tokens_is_sent_and_clamped_to_the_room_left(llm_server: StubLLMServer) -> None:
@@ -504,9 +505,12 @@ async def test_check_reports_an_unreachable_endpoint() -> None:
 async def test_check_flags_ollamas_small_context(llm_server: StubLLMServer) -> None:
     llm_server.models = ["llama3.2:latest"]
     llm_server.ollama = {"show": {"parameters": "stop <|eot_id|>\nnum_ctx                        4096"}}
-    async with make_client(llm_server.base_url, model="llama3.2", context_tokens=32_768) as client:
+    async with make_client(
+        llm_server.base_url, model="llama3.2", context_tokens=32_768, api="openai"
+    ) as client:
         check = await client.check()
     assert check.server == "ollama" and check.model_present and check.server_context_tokens == 4096
+    assert check.api == "openai" and check.context_tokens == 4096
     assert not check.ok and "OLLAMA_CONTEXT_LENGTH=32768" in check.problems[0]
     show = [r for r in llm_server.requests if r.path == "/api/show"]
     assert show[0].json == {"model": "llama3.2"} and "authorization" not in show[0].headers

@@ -283,19 +283,44 @@ def check_summarizer(config: Config, out: TextIO) -> int:
         finally:
             await client.close()
 
+    for deprecation in s.deprecations():
+        _warn(out, f"config: {deprecation}", "remove summarizer.ollama_num_ctx from the config")
     result = anyio.run(probe)
     problems = list(getattr(result, "problems", ()))
     for note in getattr(result, "notes", ()):
         _note(out, note)
+    window = getattr(result, "context_tokens", None) or s.context_tokens
+    cuts = check_summarizer_cuts(config, out)
     if problems:
         for problem in problems:
-            _bad(out, f"summarizer: {problem}", "see config.example.yaml, section summarizer")
+            _bad(out, f"summarizer: {problem}", "see README, section Ollama and llama.cpp")
         return len(problems)
-    _ok(out, f"summarizer {s.base_url} serves {s.model}")
-    return check_summarizer_speed(config, out)
+    _ok(out, f"summarizer {s.base_url} serves {s.model} with a {window:,}-token context")
+    return cuts + check_summarizer_speed(config, out, window=window)
 
 
-def check_summarizer_speed(config: Config, out: TextIO) -> int:
+def check_summarizer_cuts(config: Config, out: TextIO) -> int:
+    """A prompt the endpoint cut (it answered from fewer tokens than were sent), as the speed memory noted it:
+    compactd dropped that answer and re-chunked; the server's context is smaller than it said or was thought."""
+    from compactd.summarize.pace import SpeedMemory, endpoint_key
+
+    s = config.summarizer
+    assert s.base_url is not None
+    cut = SpeedMemory(config.state_dir).cut(endpoint_key(s.base_url, s.model or "default"))
+    if cut is None:
+        return 0
+    _warn(
+        out,
+        f"summarizer: the endpoint cut {cut.get('count', 1)} prompt(s) without an error (latest {cut.get('at')}: "
+        f"answered from {cut.get('reported')} prompt tokens of about {cut.get('sent')} sent); compactd dropped "
+        "those answers and re-chunked to what the server kept",
+        "give the model a larger context on the server (OLLAMA_CONTEXT_LENGTH, a Modelfile num_ctx, llama-server "
+        "-c) or lower summarizer.context_tokens; see README, section Ollama and llama.cpp",
+    )
+    return 0
+
+
+def check_summarizer_speed(config: Config, out: TextIO, *, window: int | None = None) -> int:
     """The speed compactd measured for the endpoint, and the call it implies within the window and the
     timeout (``compactd.summarize.pace``); a warning when even a minimal summary call cannot fit the timeout."""
     from compactd.summarize import prompts
@@ -311,6 +336,7 @@ def check_summarizer_speed(config: Config, out: TextIO) -> int:
 
     s, c = config.summarizer, config.compaction
     assert s.base_url is not None
+    window = window or s.context_tokens
     speed = SpeedMemory(config.state_dir).get(endpoint_key(s.base_url, s.model or "default"))
     if speed is None:
         _note(
@@ -331,7 +357,7 @@ def check_summarizer_speed(config: Config, out: TextIO) -> int:
     )
     fit = call_fit(
         Pace(s.timeout_seconds, speed),
-        window=s.context_tokens,
+        window=window,
         prompt_overhead=overhead,
         output_cap=s.max_output_tokens,
     )
@@ -348,9 +374,9 @@ def check_summarizer_speed(config: Config, out: TextIO) -> int:
         )
         return 1
     limit = (
-        f"the {s.context_tokens:,}-token window is the limit"
+        f"the {window:,}-token window is the limit"
         if fit.window_bound
-        else f"the timeout, not the {s.context_tokens:,}-token window, is the limit: chunks are sized to it"
+        else f"the timeout, not the {window:,}-token window, is the limit: chunks are sized to it"
     )
     _ok(
         out,

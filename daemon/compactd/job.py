@@ -90,6 +90,8 @@ def make_client(config: Config, limiter: anyio.CapacityLimiter | None = None) ->
     from compactd.summarize.llm import RetryPolicy, SummarizerClient
     from compactd.summarize.pace import SpeedMemory
 
+    for deprecation in s.deprecations():
+        log.warning("config: %s", deprecation)
     return SummarizerClient(
         base_url=s.base_url,
         model=s.model or "default",
@@ -99,6 +101,8 @@ def make_client(config: Config, limiter: anyio.CapacityLimiter | None = None) ->
         max_output_tokens=s.max_output_tokens,
         temperature=s.temperature,
         ollama_num_ctx=s.num_ctx(),
+        api=s.api,
+        keep_alive=s.keep_alive,
         max_concurrency=s.max_concurrency,
         limiter=limiter,
         retry=RetryPolicy(

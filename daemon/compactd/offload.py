@@ -105,6 +105,11 @@ class LoopClient:
     def pace(self) -> Any:
         return anyio.from_thread.run_sync(self.client.pace, token=self._token)
 
+    async def prepare(self) -> Any:
+        """The client's ``prepare`` (what the server is, the context it gives), made on the owning loop."""
+        prepare = getattr(self.client, "prepare", None)
+        return self._call(prepare) if prepare is not None else None
+
     def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
         answer: Future[Any] = Future()
         anyio.from_thread.run_sync(self._send.send_nowait, (call, answer), token=self._token)

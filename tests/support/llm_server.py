@@ -20,6 +20,7 @@ sets the gate, so a test can act while a client waits on a slow model without sl
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -39,6 +40,24 @@ DEFAULT_MODEL = "stub-model"
 HANG_LIMIT_SECONDS = 120.0
 # How many characters of content each streamed chunk carries (small, so the client must accumulate deltas).
 STREAM_PIECE_CHARS = 16
+# ``Reply.completion(prompt_tokens=COUNTED)`` (the default): the usage reports the request's own size, as a real
+# server does, counted by :func:`count_prompt_tokens`.
+COUNTED = -1
+# A stand-in for a model's tokenizer: prose and code run at about 4 characters a token, and a chat template adds
+# a few tokens per message. (compactd's own estimate uses 3.5, so it stays above this count.)
+CHARS_PER_TOKEN = 4
+TEMPLATE_TOKENS_PER_MESSAGE = 4
+
+
+def count_prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """What a server reports as the prompt tokens of ``messages`` (the tokenizer stand-in above)."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content) if content is not None else ""
+        total += -(-len(text) // CHARS_PER_TOKEN) + TEMPLATE_TOKENS_PER_MESSAGE
+    return total
+
 
 # What each server answers when the prompt does not fit (design.md §6.6).
 OVERFLOW_BODIES: dict[str, tuple[int, object]] = {
@@ -133,6 +152,29 @@ OVERFLOW_BODIES: dict[str, tuple[int, object]] = {
 BodyMaker = Callable[[bool], tuple[str, Iterable[bytes]]]
 
 
+def llamacpp_props(n_ctx: int, parallel: int = 1, *, kv_unified: bool = False) -> dict[str, Any]:
+    """``GET /props`` of a llama-server started with ``-c n_ctx --parallel parallel``, the fields compactd reads.
+
+    llama.cpp's tools/server/README.md: "`default_generation_settings` - the default generation settings for
+    the `/completion` endpoint, which has the same fields as the `generation_settings` response object" and
+    "`total_slots` - the total number of slots for process requests (defined by `--parallel` option)". A slot's
+    settings carry its own ``n_ctx``: the context divided between the slots (its start-up log: "n_slots = 4,
+    n_ctx_slot = 2048"), the whole of it with a unified KV cache ("kv_unified = 'true'").
+    """
+    slot = n_ctx if kv_unified else n_ctx // parallel
+    return {
+        "default_generation_settings": {
+            "id": 0,
+            "n_ctx": slot,
+            "params": {"n_predict": -1, "temperature": 0.8},
+        },
+        "total_slots": parallel,
+        "model_path": "/models/stub.gguf",
+        "chat_template": "",
+        "build_info": "b6000-stub",
+    }
+
+
 @dataclass
 class Reply:
     """One scripted answer. ``body`` (bytes) overrides everything; ``payload`` is sent as JSON, or as
@@ -162,7 +204,7 @@ class Reply:
         text: str | None,
         *,
         finish_reason: str | None = "stop",
-        prompt_tokens: int | None = 11,
+        prompt_tokens: int | None = COUNTED,
         completion_tokens: int | None = 7,
         model: str = DEFAULT_MODEL,
         delay: float = 0.0,
@@ -364,6 +406,8 @@ class StubLLMServer:
         self.responder: Responder = default_responder
         # Set to a dict to impersonate Ollama: {"version": ..., "show": {...}, "ps": {...}}.
         self.ollama: dict[str, Any] | None = None
+        # Set to llamacpp_props(...) to impersonate llama.cpp's llama-server.
+        self.props: dict[str, Any] | None = None
         self.requests: list[RecordedRequest] = []
         self.handler_errors: list[BaseException] = []
         self.bodies: list[SentBody] = []
@@ -540,6 +584,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"version": ollama.get("version", "0.12.0")})
         elif ollama is not None and path == "/api/ps":
             self._send_json(200, ollama.get("ps", {"models": []}))
+        elif self.stub.props is not None and path == "/props":
+            self._send_json(200, self.stub.props)
         else:
             self._send_json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
 
@@ -566,6 +612,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_generated(reply, request)
             return
         content_type = reply.content_type
+        usage = reply.payload.get("usage") if isinstance(reply.payload, dict) else None
+        if isinstance(usage, dict) and usage.get("prompt_tokens") == COUNTED:
+            counted = count_prompt_tokens(request.messages)
+            usage = {**usage, "prompt_tokens": counted, "total_tokens": counted + usage["completion_tokens"]}
+            reply = dataclasses.replace(reply, payload={**reply.payload, "usage": usage})
         if reply.body is not None:
             body = reply.body
         else:

@@ -145,6 +145,23 @@ def _parse_num_ctx(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> bool |
     raise _Invalid(f"expected true, false or a positive integer (num_ctx to send), got {_describe(value)}")
 
 
+# Ollama's keep_alive: a Go duration ("10m", "1h30m", "-1m"), "0", or a number of seconds (negative: forever).
+_GO_DURATION = re.compile(r"-?(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+\Z|0\Z")
+
+
+def _parse_keep_alive(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> str | float | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _GO_DURATION.match(value.strip()):
+        return value.strip()
+    raise _Invalid(
+        "expected a duration such as 5m, 1h or -1m, a number of seconds (negative keeps the model loaded), "
+        f"or null (the server's OLLAMA_KEEP_ALIVE), got {_describe(value, echo=True)}"
+    )
+
+
 def _parse_state_dir(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> Path:
     if value is not None and (not isinstance(value, str) or not value):
         raise _Invalid(f"expected a directory path or null (systemd/XDG default), got {_kind(value)}")

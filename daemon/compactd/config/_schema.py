@@ -32,6 +32,7 @@ from compactd.config._parsers import (
     _parse_command,
     _parse_env_name,
     _parse_globs,
+    _parse_keep_alive,
     _parse_key_file,
     _parse_log_level,
     _parse_metrics_textfile,
@@ -45,13 +46,18 @@ from compactd.config._validate import ConfigError, ConfigProblem, _Ctx, _empty_m
 from compactd.pi_settings import PiCompaction
 
 CommitMode = Literal["rotate", "append"]
+SummarizerApi = Literal["auto", "openai", "ollama"]
 IdentifierPolicy = Literal["strict", "off", "custom"]
 
 # Not (yet) in compactd.defaults; asked for in the helper's report. Kept here, named, until moved.
 # The server's own temperature unless set: None sends no temperature at all, which every server accepts.
 SUMMARIZER_TEMPERATURE: float | None = None
-# Off by default: only Ollama understands options.num_ctx; other OpenAI-compatible servers may reject it.
+# Deprecated: compactd now sets options.num_ctx itself on Ollama's native API (a number still caps it).
 SUMMARIZER_OLLAMA_NUM_CTX: bool | int = False
+# Ollama's native API when the server is Ollama (the only one where the context can be set per request).
+SUMMARIZER_API: SummarizerApi = "auto"
+# None: the server's OLLAMA_KEEP_ALIVE (5 minutes unless set) is left alone.
+SUMMARIZER_KEEP_ALIVE: str | float | None = None
 LOG_LEVEL: LogLevel = "INFO"
 _DEFAULTS_SOURCE = "<defaults>"
 
@@ -247,6 +253,8 @@ class SummarizerConfig:
     max_concurrency: int = _opt(d.SUMMARIZER_MAX_CONCURRENCY, ge=1)
     max_output_tokens: int = _opt(d.SUMMARIZER_MAX_OUTPUT_TOKENS, gt=0)
     ollama_num_ctx: bool | int = _opt(SUMMARIZER_OLLAMA_NUM_CTX, parse=_parse_num_ctx)
+    api: SummarizerApi = _opt(SUMMARIZER_API)  # noqa: RUF009 - a str
+    keep_alive: str | float | None = _opt(SUMMARIZER_KEEP_ALIVE, parse=_parse_keep_alive)
     temperature: float | None = _opt(SUMMARIZER_TEMPERATURE, ge=0, le=2)
     retry: RetryConfig = field(default_factory=RetryConfig)
 
@@ -256,12 +264,24 @@ class SummarizerConfig:
         return self.base_url is not None
 
     def num_ctx(self) -> int | None:
-        """The ``options.num_ctx`` to send Ollama: True sends ``context_tokens``, a number sends itself."""
+        """The deprecated ``ollama_num_ctx`` as a cap on the native ``options.num_ctx`` (None: no cap; True meant
+        ``context_tokens``, which bounds it anyway)."""
         if self.ollama_num_ctx is True:
             return self.context_tokens
         if self.ollama_num_ctx is False:
             return None
         return int(self.ollama_num_ctx)
+
+    def deprecations(self) -> list[str]:
+        """What the operator should change in this section (shown by ``doctor`` and logged at start)."""
+        if self.ollama_num_ctx is False:
+            return []
+        return [
+            "summarizer.ollama_num_ctx is deprecated: Ollama's OpenAI-compatible endpoint ignores a per-request "
+            "num_ctx, so compactd no longer sends it there; with summarizer.api auto (the default) or ollama it "
+            "talks to Ollama's /api/chat and sets options.num_ctx itself (up to summarizer.context_tokens and "
+            "the model's context_length). Remove the key (a number still caps the num_ctx sent)"
+        ]
 
     def api_key(self, env: Mapping[str, str] | None = None) -> str | None:
         """The key, read now: the environment variable when set and non-empty, else the key file, else None.

@@ -146,6 +146,9 @@ async def flush_memories(
     if client is None:
         return FlushResult("skipped", error="no summarizer configured")
     date = local_date(now)
+    prepare = getattr(client, "prepare", None)
+    if prepare is not None:  # the context the server really gives, before the span is fitted to it
+        await prepare()
     budget = _transcript_budget(client, date, prompt, system_prompt)
 
     def serialized() -> tuple[list[str], int] | None:

@@ -1,4 +1,16 @@
-"""The one edge that talks to a model: any OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp, Ollama).
+"""The one edge that talks to a model: any OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp, Ollama),
+and Ollama's native ``/api/chat`` where the server is Ollama.
+
+Before its first call (and again every :data:`REDETECT_SECONDS`) the client asks the server what it is and which
+context a call will really get there (:mod:`compactd.summarize._server`): the stages size chunks to that
+context (:meth:`SummarizerClient.pace`), never to a larger configured one that the server would silently cut.
+On Ollama (``summarizer.api: auto`` or ``ollama``) calls go to ``/api/chat`` with ``options.num_ctx`` and the
+configured ``keep_alive``; everywhere else, and with ``api: openai``, to ``/v1/chat/completions``.
+
+Every answer's reported prompt tokens are compared with what was sent: a count well below the estimate means
+the server cut the prompt (Ollama does, from the front, without an error). Such an answer is never returned:
+the call fails as ``context_overflow`` (``LLMError.cut``), the client's context drops to what the server kept,
+and the stages re-chunk to it. The speed memory notes the cut, for ``doctor``.
 
 The SDK's own retries are off (``max_retries=0``): its policy retries timeouts, which multiplies a read
 timeout that may be minutes on a CPU server (design.md §7.5), and it cannot tell a context overflow
@@ -11,15 +23,17 @@ connect to last byte (a read timeout alone lets a server that sends a byte a sec
 every response body stops at a size derived from the call's output budget. What arrived before either bound
 tripped is kept on the error (``partial_text``). Answer text is stripped of control characters.
 
-Each streamed call's timing (time to the first token, then output tokens per second) is folded into the
-endpoint's measured speed (:mod:`compactd.summarize.pace`), which :meth:`SummarizerClient.pace` hands to the
-stages to size the next call.
+Each streamed call's timing (time to the first token, then output tokens per second; the server's own timings
+where it sends them) is folded into the endpoint's measured speed (:mod:`compactd.summarize.pace`), which
+:meth:`SummarizerClient.pace` hands to the stages to size the next call.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import random
 import re
 import time
@@ -39,6 +53,8 @@ from compactd.defaults import (
     SUMMARIZER_MAX_OUTPUT_TOKENS,
     SUMMARIZER_TIMEOUT_SECONDS,
 )
+from compactd.summarize import _native
+from compactd.summarize._server import Plan, ServerInfo, detect, loaded_context, plan_calls, server_root
 from compactd.summarize._stream import (
     BodyTooLarge,
     _Answer,
@@ -59,7 +75,15 @@ from compactd.summarize.outcomes import (
     is_overflow_text,
     retry_after_seconds,
 )
-from compactd.summarize.pace import Pace, Speed, SpeedMemory, endpoint_key, estimate_prompt_tokens, observe
+from compactd.summarize.pace import (
+    Pace,
+    Speed,
+    SpeedMemory,
+    endpoint_key,
+    estimate_prompt_tokens,
+    observe,
+    prompt_was_cut,
+)
 from compactd.summarize.sanitize import escape_controls
 
 logger = logging.getLogger(__name__)
@@ -78,6 +102,10 @@ DEFAULT_TEMPERATURE = 0.0
 MIN_OUTPUT_TOKENS = 256
 # Server messages quoted in errors are cut here: enough to diagnose, never a whole HTML page.
 MAX_QUOTED_CHARS = 300
+# What the server is and the context it gives is asked again after this long: an operator who raised
+# OLLAMA_CONTEXT_LENGTH or restarted llama-server with another -c is followed without a compactd restart.
+REDETECT_SECONDS = 600.0
+APIS = ("auto", "openai", "ollama")
 
 
 # --- the client -------------------------------------------------------------------------------------------
@@ -97,11 +125,11 @@ class SummarizerClient:
     less than :data:`MIN_OUTPUT_TOKENS` of room is refused as ``context_overflow`` without a request, and
     ``max_tokens`` is lowered to the room left, since servers reject prompt + max_tokens > context.
 
-    ``ollama_num_ctx`` is sent as ``extra_body={"options": {"num_ctx": N}}``. Ollama truncates silently: an
-    oversized prompt loses its oldest messages (or is context-shifted) and the call *succeeds* with a worse
-    summary, so the context size must be set deliberately. OpenClaw sends this field, and Ollama's native
-    API honours it, but current Ollama's ``/v1`` endpoint ignores it (ollama/ollama#16814); the reliable
-    setting is server-side (``OLLAMA_CONTEXT_LENGTH`` or a Modelfile ``num_ctx``), which :meth:`check` reads.
+    ``api`` is ``auto`` (Ollama's native API when the server is Ollama, else ``/v1``), ``openai`` or ``ollama``;
+    ``keep_alive`` (Ollama's duration, None: the server's own ``OLLAMA_KEEP_ALIVE``) goes with native calls.
+    ``context_tokens`` is the configured context; after :meth:`prepare` it is the one the server will really
+    give a call, never more than configured. ``ollama_num_ctx`` (deprecated) caps the native ``num_ctx``; it is
+    no longer sent to ``/v1``, where Ollama ignores it.
 
     ``speed_memory`` remembers the endpoint's measured speed (:mod:`compactd.summarize.pace`) across calls and
     restarts; without one the speed measured by this client's calls is kept in memory only. :meth:`pace` is
@@ -122,6 +150,8 @@ class SummarizerClient:
         temperature: float | None = DEFAULT_TEMPERATURE,
         seed: int | None = None,
         ollama_num_ctx: int | None = None,
+        api: str = "auto",
+        keep_alive: str | float | None = None,
         max_concurrency: int = SUMMARIZER_MAX_CONCURRENCY,
         limiter: anyio.CapacityLimiter | None = None,
         retry: RetryPolicy | None = None,
@@ -136,6 +166,8 @@ class SummarizerClient:
             )
         if timeout_seconds <= 0 or max_output_tokens <= 0 or max_concurrency < 1:
             raise ValueError("timeout_seconds, max_output_tokens and max_concurrency must be positive")
+        if api not in APIS:
+            raise ValueError(f"api must be one of {', '.join(APIS)}, not {api!r}")
         # The SDK appends ``/chat/completions`` to base_url verbatim, after any query string; a query (an
         # ``?api-key=`` some gateways want) is therefore sent as the client's default query instead.
         parts = urllib.parse.urlsplit(base_url)
@@ -144,6 +176,9 @@ class SummarizerClient:
         self.model = model
         self.timeout_seconds = timeout_seconds
         self.context_tokens = context_tokens
+        self.configured_context_tokens = context_tokens
+        self.api = api
+        self.keep_alive = keep_alive
         self.max_output_tokens = max_output_tokens
         self.temperature = temperature
         self.seed = seed
@@ -158,6 +193,14 @@ class SummarizerClient:
         self._speed_key = endpoint_key(self.base_url, model)
         self.speed: Speed | None = speed_memory.get(self._speed_key) if speed_memory is not None else None
         self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_concurrency)
+        # What the server is and how calls go there (prepare()); the least prompt a server has cut to.
+        self.server: ServerInfo | None = None
+        self.plan: Plan | None = None
+        self._planned_at = -math.inf
+        self._plan_lock = anyio.Lock()
+        self.cut_context: int | None = None
+        self._cut_plan: Plan | None = None
+        self._native: httpx2.AsyncClient | None = None
         self._api_key = api_key
         self._sleep: Sleep = sleep or anyio.sleep
         self._rng = rng or random.Random()
@@ -193,6 +236,8 @@ class SummarizerClient:
 
     async def close(self) -> None:
         await self._client.close()
+        if self._native is not None:
+            await self._native.aclose()
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _redact(self, text: str) -> str:
@@ -346,8 +391,68 @@ class SummarizerClient:
         return self.retry.delay(retry, self._rng)
 
     def pace(self) -> Pace:
-        """This endpoint's call deadline and measured speed, for sizing the next call."""
-        return Pace(self.timeout_seconds, self.speed)
+        """This endpoint's call deadline, measured speed and the context a call gets, for sizing the next call."""
+        return Pace(self.timeout_seconds, self.speed, self.context_tokens if self.plan is not None else None)
+
+    async def prepare(self) -> Plan:
+        """Ask the server what it is and which context a call will get (again after :data:`REDETECT_SECONDS`);
+        from then on :attr:`context_tokens` is that context and calls go to the API it implies."""
+        if self.plan is not None and time.monotonic() - self._planned_at < REDETECT_SECONDS:
+            return self.plan
+        async with self._plan_lock:
+            if self.plan is not None and time.monotonic() - self._planned_at < REDETECT_SECONDS:
+                return self.plan
+            info = await detect(self.base_url, self.model, self._api_key)
+            configured = self.configured_context_tokens or SUMMARIZER_CONTEXT_TOKENS
+            plan = plan_calls(info, api=self.api, configured=configured, num_ctx_cap=self.ollama_num_ctx)
+            if plan != self.plan:
+                sent = f", options.num_ctx {plan.num_ctx}" if plan.num_ctx is not None else ""
+                logger.info(
+                    "summarizer %s: %s server%s, calls to %s with a %d-token context (%s%s)",
+                    self._where,
+                    info.kind,
+                    f" {info.version}" if info.version else "",
+                    "/api/chat" if plan.api == "ollama" else "/v1/chat/completions",
+                    plan.context,
+                    plan.source,
+                    sent,
+                )
+            if info.problem:
+                logger.debug("summarizer %s: server detection: %s", self._where, info.problem)
+            if self.cut_context is not None and plan != self._cut_plan:
+                self.cut_context = None  # the server changed since it cut a prompt: believe it again
+            self.server, self.plan, self._planned_at = info, plan, time.monotonic()
+            if self.configured_context_tokens is not None:
+                self.context_tokens = min(plan.context, self.cut_context or plan.context)
+            return plan
+
+    async def _cold(self, plan: Plan) -> bool:
+        """Whether this call to Ollama's ``/v1`` will wait for the model to load (``/api/ps`` does not list it):
+        its time to first token is then no prompt time. The native API reports the load apart."""
+        if plan.api != "openai" or self.server is None or self.server.kind != "ollama":
+            return False
+        return await loaded_context(self.base_url, self.model) is None
+
+    async def _check_cut(self, completion: Completion, prompt_estimate: int, attempt: int) -> None:
+        """An answer the server built on a cut prompt is an overflow: dropped, and the context lowered to what
+        the server kept, so the next chunks fit."""
+        reported = completion.prompt_tokens
+        if reported is None or not prompt_was_cut(reported, prompt_estimate):
+            return
+        self.cut_context = min(self.cut_context or reported, reported)
+        self._cut_plan = self.plan
+        if self.context_tokens is not None:
+            self.context_tokens = min(self.context_tokens, self.cut_context)
+        message = (
+            f"summarizer context_overflow: {self._where} answered from {reported} prompt tokens of about "
+            f"{prompt_estimate} sent: it cut the prompt without an error. The answer is dropped; calls are "
+            f"now sized to {self.context_tokens or reported} tokens"
+        )
+        logger.warning("%s", message)
+        if self._speed_memory is not None:
+            note = functools.partial(self._speed_memory.note_cut, reported=reported, sent=prompt_estimate)
+            await anyio.to_thread.run_sync(note, self._speed_key)
+        raise LLMError("context_overflow", message, attempts=attempt, cut=True)
 
     async def _remember(self, answer: _Answer, prompt_estimate: int, *, complete: bool) -> None:
         """Fold this call's timing into the endpoint's speed, and write it down when it changed."""
@@ -367,6 +472,7 @@ class SummarizerClient:
         Each attempt has one deadline, ``timeout_seconds`` from connect to the answer's last byte, and reads
         at most :func:`answer_limits` of the output budget; the limiter wait and back-off sleeps are outside it.
         """
+        plan = await self.prepare()
         requested = max_tokens if max_tokens is not None else self.max_output_tokens
         budget = self._output_budget(system, user, requested)
         params: dict[str, Any] = {}
@@ -374,7 +480,6 @@ class SummarizerClient:
             params["temperature"] = self.temperature
         if self.seed is not None:
             params["seed"] = self.seed
-        extra_body = {"options": {"num_ctx": self.ollama_num_ctx}} if self.ollama_num_ctx else None
         messages: list[Any] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         text_limit, body_limit = answer_limits(budget)
         prompt_estimate = estimate_prompt_tokens(system, user)
@@ -386,7 +491,6 @@ class SummarizerClient:
                 model=self.model,
                 messages=messages,
                 max_tokens=budget,
-                extra_body=extra_body,
                 **(streaming if stream else {"stream": False}),
                 **params,
             ) as raw:
@@ -414,6 +518,7 @@ class SummarizerClient:
             while True:
                 attempt += 1
                 answer = _Answer([])
+                answer.cold = await self._cold(plan)
                 err: LLMError | None = None
                 completion: Completion | None = None
                 token = _body_limit.set(body_limit)
@@ -421,7 +526,22 @@ class SummarizerClient:
                     with anyio.move_on_after(self.timeout_seconds) as deadline:
                         try:
                             try:
-                                completion = await attempt_once(answer, attempt, started, True)
+                                if plan.api == "ollama":
+                                    body = _native.chat_body(
+                                        self.model,
+                                        system,
+                                        user,
+                                        max_tokens=budget,
+                                        num_ctx=plan.num_ctx,
+                                        keep_alive=self.keep_alive,
+                                        temperature=self.temperature,
+                                        seed=self.seed,
+                                    )
+                                    completion = await self._ask_ollama(
+                                        body, answer, attempt, started, text_limit
+                                    )
+                                else:
+                                    completion = await attempt_once(answer, attempt, started, True)
                             except _SilentStream:
                                 completion = await self._unstreamed(attempt_once, answer, attempt, started)
                         except LLMError as exc:
@@ -434,6 +554,7 @@ class SummarizerClient:
                     _body_limit.reset(token)
                 if completion is not None:
                     await self._remember(answer, prompt_estimate, complete=True)
+                    await self._check_cut(completion, prompt_estimate, attempt)
                     return completion
                 if deadline.cancelled_caught:
                     await self._remember(answer, prompt_estimate, complete=False)
@@ -458,6 +579,78 @@ class SummarizerClient:
                     delay,
                 )
                 await self._sleep(delay)
+
+    async def _ask_ollama(
+        self, body: dict[str, Any], answer: _Answer, attempt: int, started: float, text_limit: int
+    ) -> Completion:
+        """One streamed ``/api/chat`` call (the API key is not sent: Ollama has none)."""
+        if self._native is None:
+            self._native = httpx2.AsyncClient(
+                base_url=server_root(self.base_url),
+                timeout=httpx2.Timeout(
+                    self.timeout_seconds,
+                    connect=CONNECT_TIMEOUT_SECONDS,
+                    write=WRITE_TIMEOUT_SECONDS,
+                    pool=POOL_TIMEOUT_SECONDS,
+                ),
+                headers={"Accept-Encoding": "identity"},
+                event_hooks={"response": [_cap_body]},
+            )
+        answer.native = True
+        answer.sent_at = time.monotonic()
+        request = self._native.build_request("POST", "/api/chat", json=body)
+        try:
+            response = await self._native.send(request, stream=True)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=request) from exc
+        except httpx2.TransportError as exc:
+            raise openai.APIConnectionError(request=request) from exc
+        try:
+            if response.status_code != 200:
+                raise _native.status_error(
+                    response, await response.aread(), self._where, attempt, self._quote
+                )
+            done = False
+
+            def on_line(line: bytes) -> bool:
+                nonlocal done
+                answer.events += 1
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise LLMError(
+                        "fatal",
+                        f"summarizer fatal: {self._where} streamed a line that is not JSON: "
+                        f"{self._quote(line[:MAX_QUOTED_CHARS].decode('utf-8', 'replace'))}",
+                        attempts=attempt,
+                    ) from None
+                if not isinstance(event, dict):
+                    return False
+                if event.get("error"):
+                    raise self._stream_error(event["error"], attempt)
+                content, done = _native.take_chunk(event, answer)
+                if content:
+                    answer.add(content)
+                    if answer.chars > text_limit:
+                        raise self._too_large(answer, attempt, chars=text_limit)
+                return done
+
+            await _native.read_lines(response, on_line)
+            if not done:
+                raise LLMError(
+                    "transient",
+                    f"summarizer transient: the stream from {self._where} ended before its final chunk "
+                    f"({answer.chars} characters received)",
+                    attempts=attempt,
+                )
+            return self._finish(answer, attempt, started, text_limit)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=request) from exc
+        except httpx2.TransportError as exc:
+            raise openai.APIConnectionError(request=request) from exc
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
 
     async def _unstreamed(
         self,

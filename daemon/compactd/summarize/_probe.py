@@ -1,20 +1,18 @@
-"""The endpoint probe for ``compactd doctor``: is the summarizer reachable, does it serve the model, and
-(Ollama) is the context it serves the model with at least ``summarizer.context_tokens``?"""
+"""The endpoint probe for ``compactd doctor``: is the summarizer reachable, does it serve the model, and is the
+context a call will really get there (:mod:`compactd.summarize._server`) at least ``summarizer.context_tokens``?"""
 
 from __future__ import annotations
 
-import re
-
 import anyio
-import httpx2
 import openai
 
-from compactd.summarize._client import CONNECT_TIMEOUT_SECONDS, SummarizerClient
-from compactd.summarize._stream import BodyTooLarge, _cap_body, _json_dict
+from compactd.summarize._client import SummarizerClient
+from compactd.summarize._server import DETECT_DEADLINE_SECONDS, Plan, ServerInfo, model_listed
+from compactd.summarize._stream import BodyTooLarge
 from compactd.summarize.outcomes import EndpointCheck, LLMError
 
-# Ollama's native endpoints answer in milliseconds; ``doctor`` must not hang on a server that trickles.
-PROBE_DEADLINE_SECONDS = 15.0
+# The server's own endpoints answer in milliseconds; ``doctor`` must not hang on a server that trickles.
+PROBE_DEADLINE_SECONDS = DETECT_DEADLINE_SECONDS
 
 
 async def list_models(self: SummarizerClient) -> list[str]:
@@ -39,7 +37,8 @@ async def list_models(self: SummarizerClient) -> list[str]:
 
 
 async def check(self: SummarizerClient) -> EndpointCheck:
-    """Is the endpoint reachable, does it serve the model, and (Ollama) is its context large enough?"""
+    """Is the endpoint reachable, does it serve the model, which context will a call really get there, and is
+    that at least ``summarizer.context_tokens``?"""
     try:
         models = tuple(await list_models(self))
     except LLMError as err:
@@ -53,7 +52,7 @@ async def check(self: SummarizerClient) -> EndpointCheck:
     notes: list[str] = []
     present: bool | None = None
     if models:
-        present = _model_listed(self.model, models)
+        present = model_listed(self.model, models)
         if not present:
             problems.append(
                 f"{self._where} is not served (the endpoint lists "
@@ -61,75 +60,56 @@ async def check(self: SummarizerClient) -> EndpointCheck:
             )
     else:
         notes.append("the endpoint lists no models; presence of the model could not be checked")
-    server = "openai-compatible"
-    server_ctx: int | None = None
-    is_ollama, server_ctx = await _probe_ollama(self)
-    if is_ollama:
-        server = "ollama"
-        notes.append(
-            "Ollama's OpenAI-compatible endpoint ignores a per-request num_ctx: set "
-            "OLLAMA_CONTEXT_LENGTH on the server (or PARAMETER num_ctx in a Modelfile)"
-        )
-        if self.context_tokens is not None and server_ctx is not None and server_ctx < self.context_tokens:
-            problems.append(
-                f"Ollama serves {self.model!r} with a {server_ctx}-token context but "
-                f"summarizer.context_tokens is {self.context_tokens}: Ollama silently drops the oldest "
-                f"part of longer prompts. Set OLLAMA_CONTEXT_LENGTH={self.context_tokens} on the Ollama "
-                "server, or lower "
-                f"summarizer.context_tokens to {server_ctx}"
-            )
-        elif server_ctx is None:
-            notes.append(
-                "could not read Ollama's context size for the model (not loaded?): make sure "
-                "OLLAMA_CONTEXT_LENGTH is at least summarizer.context_tokens"
-            )
+    self.plan = None  # ask afresh
+    plan = await self.prepare()
+    info = self.server
+    assert info is not None
+    configured = self.configured_context_tokens
+    where = "/api/chat" if plan.api == "ollama" else "/v1/chat/completions"
+    sent = f", options.num_ctx {plan.num_ctx} sent with every call" if plan.num_ctx is not None else ""
+    notes.append(
+        f"{info.kind} server{f' {info.version}' if info.version else ''}: calls go to {where} with a "
+        f"{plan.context:,}-token context ({plan.source}{sent})"
+    )
+    if configured is not None and plan.context < configured:
+        problems.extend(_small_context(self, info, plan, configured))
     return EndpointCheck(
         self._safe_url,
         self.model,
         reachable=True,
         models=models,
         model_present=present,
-        server=server,
-        server_context_tokens=server_ctx,
+        server=info.kind,
+        server_context_tokens=plan.server_context,
+        api=plan.api,
+        context_tokens=plan.context,
+        context_source=plan.source,
+        num_ctx=plan.num_ctx,
         problems=tuple(problems),
         notes=tuple(notes),
     )
 
 
-async def _probe_ollama(self: SummarizerClient) -> tuple[bool, int | None]:
-    """(is it Ollama, its effective ``num_ctx`` for the model when it says).
-
-    Uses Ollama's native API beside ``/v1`` (``/api/version``, ``/api/show``, ``/api/ps``); the API key is
-    not sent there.
-    """
-    try:
-        with anyio.fail_after(PROBE_DEADLINE_SECONDS):
-            return await _ask_ollama(self)
-    except (httpx2.HTTPError, BodyTooLarge, TimeoutError):
-        return False, None
-
-
-async def _ask_ollama(self: SummarizerClient) -> tuple[bool, int | None]:
-    root = self.base_url.removesuffix("/v1")
-    timeout = httpx2.Timeout(CONNECT_TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS)
-    hooks = {"response": [_cap_body]}  # bodies capped like the summarizer's
-    async with httpx2.AsyncClient(base_url=root, timeout=timeout, event_hooks=hooks) as http:
-        version = await http.get("/api/version")
-        if version.status_code != 200 or "version" not in _json_dict(version):
-            return False, None
-        show = _json_dict(await http.post("/api/show", json={"model": self.model}))
-        match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(show.get("parameters", "")))
-        if match:
-            return True, int(match.group(1))
-        ps = _json_dict(await http.get("/api/ps"))
-        for entry in ps.get("models", []) if isinstance(ps.get("models"), list) else []:
-            if isinstance(entry, dict) and _model_listed(self.model, (str(entry.get("name", "")),)):
-                ctx = entry.get("context_length")
-                if isinstance(ctx, int):
-                    return True, ctx
-        return True, None
-
-
-def _model_listed(model: str, ids: tuple[str, ...]) -> bool:
-    """Exact id, or Ollama's implicit ``:latest`` tag."""
-    return model in ids or (":" not in model and f"{model}:latest" in ids)
+def _small_context(self: SummarizerClient, info: ServerInfo, plan: Plan, configured: int) -> list[str]:
+    """What to fix when a call gets less than ``summarizer.context_tokens`` (compactd sizes its chunks to the
+    smaller context, so nothing is cut, but every chunk is smaller and a summary takes more calls)."""
+    head = (
+        f"{self._where} gives a call {plan.context:,} tokens ({plan.source}) but summarizer.context_tokens is "
+        f"{configured:,}: compactd sizes its chunks to {plan.context:,} (more, smaller calls)."
+    )
+    if info.kind == "llama.cpp":
+        slots = info.slots or 1
+        return [
+            f"{head} Start llama-server with -c {configured * slots} for its {slots} slot(s) (or fewer "
+            f"--parallel slots), or set summarizer.context_tokens to {plan.context}"
+        ]
+    if info.kind == "ollama" and plan.api == "openai":
+        return [
+            f"{head} Set summarizer.api to auto (compactd then sets options.num_ctx on /api/chat), or set "
+            f"OLLAMA_CONTEXT_LENGTH={configured} on the Ollama server (or PARAMETER num_ctx in a Modelfile)"
+        ]
+    if info.kind == "ollama" and info.model_context is not None and plan.context >= info.model_context:
+        return []  # the model's own limit: nothing to fix on the server
+    if info.kind == "ollama":
+        return [f"{head} Remove summarizer.ollama_num_ctx (deprecated), which caps it"]
+    return []

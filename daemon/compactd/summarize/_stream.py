@@ -110,6 +110,10 @@ class _Answer:
     last_at: float | None = None
     deltas: int = 0
     timings: dict[str, Any] | None = None
+    # Ollama's native final chunk: its counts and durations (nanoseconds), the model's load time apart.
+    ollama: dict[str, Any] | None = None
+    native: bool = False  # read from Ollama's /api/chat (whose timing before the final chunk includes loads)
+    cold: bool = False  # the model was not loaded when the call was sent: its first token waited for the load
     events: int = 0  # server-sent events dispatched, [DONE] included
 
     def add(self, text: str) -> None:
@@ -130,7 +134,22 @@ class _Answer:
         Time to the first token is prompt processing; the tokens after it over the time they took is the
         output rate. Token counts come from the usage when the server sends one, else from the prompt
         estimate and the number of deltas (llama.cpp, llama-cpp-python and Ollama stream one token each).
+        Servers that time themselves are believed instead: llama.cpp's ``timings``, and Ollama's native final
+        chunk, whose ``load_duration`` (a model loaded after 5 idle minutes, or reloaded for another
+        ``num_ctx``) is left out, so a cold start is never taken for a slow prompt.
         """
+        final = self.ollama
+        if final:
+            prompt_ns, output_ns = _number(final, "prompt_eval_duration"), _number(final, "eval_duration")
+            prompt_n, output_n = _number(final, "prompt_eval_count"), _number(final, "eval_count")
+            return Sample(
+                prompt_tokens=int(prompt_n) if prompt_n is not None else None,
+                prompt_seconds=prompt_ns / 1e9 if prompt_ns is not None else None,
+                output_tokens=int(output_n) if output_n is not None else None,
+                output_seconds=output_ns / 1e9 if output_ns is not None else None,
+            )
+        if self.native:
+            return None  # cut off before its final chunk: the time may be the model's load, not its speed
         timings = self.timings
         if timings:
             prompt_n, prompt_ms = _number(timings, "prompt_n"), _number(timings, "prompt_ms")
@@ -145,13 +164,13 @@ class _Answer:
             return None
         prompt_tokens = self.prompt_tokens or prompt_estimate
         if self.first_at is None:
-            if complete:
+            if complete or self.cold:
                 return None
             return Sample(prompt_tokens=prompt_tokens, prompt_seconds=ended - self.sent_at, prompt_bound=True)
         generated = self.completion_tokens if complete and self.completion_tokens else self.deltas
         assert self.last_at is not None
         return Sample(
-            prompt_tokens=prompt_tokens,
+            prompt_tokens=None if self.cold else prompt_tokens,  # a load is no prompt time
             prompt_seconds=self.first_at - self.sent_at,
             output_tokens=max(0, generated - 1),  # the first token's time is in the prompt's
             output_seconds=self.last_at - self.first_at,

@@ -137,6 +137,11 @@ class RedactedPrompts:
     def pace(self) -> Pace:
         return self.client.pace()
 
+    async def prepare(self) -> None:
+        prepare = getattr(self.client, "prepare", None)
+        if prepare is not None:
+            await prepare()
+
 
 def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
     from compactd.transcript.context import entry_to_message

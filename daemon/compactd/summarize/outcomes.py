@@ -117,6 +117,9 @@ class LLMError(Exception):
 
     ``partial_text`` is the answer text received before a timeout, a cut-off or a broken stream (cleaned like
     an answer; empty when nothing arrived). Whether it is good enough to use is the caller's decision.
+
+    ``cut``: a ``context_overflow`` the server did not report: it answered, but from fewer prompt tokens than
+    were sent (it cut the prompt). The answer is dropped; the client's context is already lowered to fit.
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class LLMError(Exception):
         retry_after: float | None = None,
         preflight: bool = False,
         partial_text: str = "",
+        cut: bool = False,
     ) -> None:
         super().__init__(message)
         self.kind: Kind = kind
@@ -142,6 +146,7 @@ class LLMError(Exception):
         self.retry_after = retry_after
         self.preflight = preflight
         self.partial_text = partial_text
+        self.cut = cut
 
     def __repr__(self) -> str:
         return f"LLMError({self.kind!r}, {self.message!r}, status={self.status!r}, attempts={self.attempts})"
@@ -197,8 +202,12 @@ class EndpointCheck:
     reachable: bool
     models: tuple[str, ...] = ()
     model_present: bool | None = None  # None: the server lists no models, so presence is unknown
-    server: str = "openai-compatible"  # or "ollama"
-    server_context_tokens: int | None = None  # Ollama's effective num_ctx for the model, when it says
+    server: str = "openai-compatible"  # or "ollama", "llama.cpp"
+    server_context_tokens: int | None = None  # the context a call gets without compactd's num_ctx, when known
+    api: str = "openai"  # the API calls go to: "openai" (/v1/chat/completions) or "ollama" (/api/chat)
+    context_tokens: int | None = None  # the context compactd sizes its calls to
+    context_source: str = ""  # where that figure comes from
+    num_ctx: int | None = None  # the options.num_ctx sent with every native Ollama call
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 

@@ -7,8 +7,10 @@ the chunk; a merge rewrites partial summaries), and when the endpoint's speed is
 answer must fit ``PACE_SHARE`` of the timeout: ``prompt_tokens / prompt_tps + max_tokens / output_tps``.
 
 Speeds are measured from each streamed call (time to the first token ≈ prompt processing, then output tokens
-per second; llama.cpp's own ``timings`` when it sends them) and kept in ``summarizer_speed.json``. Until an
-endpoint has been measured, calls are sized by their input and the window only.
+per second; llama.cpp's own ``timings`` and Ollama's final-chunk durations, load time apart, when they come)
+and kept in ``summarizer_speed.json``. Until an endpoint has been measured, calls are sized by their input and
+the window only. The same file keeps the latest prompt an endpoint cut (:func:`prompt_was_cut`), which
+``doctor`` reports.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "largest",
     "observe",
     "output_budget",
+    "prompt_was_cut",
 ]
 
 logger = logging.getLogger(__name__)
@@ -79,6 +82,13 @@ MEASURE_MIN_SECONDS = 0.05
 # server had cached, a quality retry of the same chunk, looks many times faster than the model is).
 SMOOTHING = 0.5
 MAX_RISE = 2.0
+# A server that reports fewer prompt tokens than this share of the estimate cut the prompt. The estimate runs
+# high (3.5 chars a token where prose tokenizes at 4-4.5, so an uncut prompt reports 0.75-1 of it), while a cut
+# keeps at most the context: Ollama's cut keeps about half of it (num_keep, then the newest tokens up to
+# num_ctx - (num_ctx - num_keep) / 2), so a prompt cut by Ollama reports at most ~0.5 of what was sent.
+CUT_SHARE = 0.6
+# Below this many tokens sent, no verdict: chat-template and counting differences dominate.
+CUT_MIN_SENT_TOKENS = 256
 
 
 def estimate_prompt_tokens(system: str, user: str) -> int:
@@ -87,6 +97,12 @@ def estimate_prompt_tokens(system: str, user: str) -> int:
     ascii_chars = len(text.encode("ascii", "ignore"))
     other = len(text) - ascii_chars
     return math.ceil(ascii_chars / PROMPT_ASCII_CHARS_PER_TOKEN) + other + PROMPT_OVERHEAD_TOKENS
+
+
+def prompt_was_cut(reported: int, sent_estimate: int) -> bool:
+    """Whether a server that reports ``reported`` prompt tokens for a prompt estimated at ``sent_estimate``
+    answered from a cut prompt (Ollama cuts without an error and reports what it kept)."""
+    return sent_estimate >= CUT_MIN_SENT_TOKENS and 0 <= reported < CUT_SHARE * sent_estimate
 
 
 def output_budget(fresh_tokens: int, carried_tokens: int, *, ratio: float, cap: int) -> int:
@@ -175,10 +191,12 @@ def observe(previous: Speed | None, sample: Sample, *, now: datetime | None = No
 
 @dataclass(frozen=True, slots=True)
 class Pace:
-    """A call's time limit and what is known of the endpoint's speed."""
+    """A call's time limit, what is known of the endpoint's speed, and the context a call gets there (None: not
+    asked yet; the configured window applies)."""
 
     timeout_seconds: float
     speed: Speed | None = None
+    window: int | None = None
 
     @property
     def budget_seconds(self) -> float:
@@ -327,12 +345,39 @@ class SpeedMemory:
 
     def put(self, key: str, speed: Speed) -> None:
         endpoints = self._read()
+        entry = endpoints.get(key)
         endpoints[key] = {
+            **(entry if isinstance(entry, dict) else {}),
             "prompt_tps": round(speed.prompt_tps, 2) if speed.prompt_tps else None,
             "output_tps": round(speed.output_tps, 2) if speed.output_tps else None,
             "samples": speed.samples,
             "updated": speed.updated or iso_seconds(zulu=True),
         }
+        self._write(endpoints)
+
+    def note_cut(self, key: str, *, reported: int, sent: int) -> None:
+        """The endpoint answered from ``reported`` prompt tokens of about ``sent``: it cut the prompt."""
+        endpoints = self._read()
+        entry = endpoints.get(key)
+        entry = dict(entry) if isinstance(entry, dict) else {}
+        previous = entry.get("cut")
+        count = previous.get("count") if isinstance(previous, dict) else None
+        entry["cut"] = {
+            "reported": reported,
+            "sent": sent,
+            "count": (count if isinstance(count, int) and not isinstance(count, bool) else 0) + 1,
+            "at": iso_seconds(zulu=True),
+        }
+        endpoints[key] = entry
+        self._write(endpoints)
+
+    def cut(self, key: str) -> dict[str, Any] | None:
+        """The latest cut prompt noted for the endpoint: ``reported``, ``sent``, ``count``, ``at``."""
+        entry = self._read().get(key)
+        found = entry.get("cut") if isinstance(entry, dict) else None
+        return dict(found) if isinstance(found, dict) else None
+
+    def _write(self, endpoints: dict[str, Any]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=STATE_DIR_MODE)
             write_atomic(self.path, dump_json({"format": SPEED_FORMAT, "endpoints": endpoints}))

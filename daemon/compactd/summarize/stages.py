@@ -3,11 +3,14 @@
 Level 1 summarizes everything (chunked to the summarizer's window, partial summaries merged); level 2 leaves
 out messages too large for the summarizer, with a note for each, or keeps what a call had written when its
 deadline hit; level 3 is the model-free digest. A context overflow never fails a level: the chunk is halved
-and retried.
+and retried; a chunk the server answered from a cut prompt (it reported fewer prompt tokens than were sent) is
+re-chunked to the context the server kept and retried, its answer dropped.
 
 Each call is sized before it is sent (:mod:`compactd.summarize.pace`): its ``max_tokens`` from its input, and,
 once the endpoint's speed is measured, its chunk and answer so the call fits the timeout. Chunks are taken one
-at a time, so a speed measured by the first call already sizes the second.
+at a time, so a speed measured by the first call already sizes the second. The window is the smaller of the
+configured one and the context the server will really give a call (``Pace.window``, which the client learns
+from the server before the first chunk is cut: ``prepare``).
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ class Summarizer(Protocol):
 
     async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Any: ...
 
+    # Optional: ``async def prepare()`` learns the server's real context before the first chunk is sized.
+
     def pace(self) -> Pace:
         """The call deadline and the endpoint's measured speed, for sizing the next call."""
         ...
@@ -108,6 +113,8 @@ class StageStats:
     chunks: int = 0
     # Calls whose deadline hit and whose complete lines were kept as their answer.
     deadline_partials: int = 0
+    # Answers dropped because the server had cut their prompt (each re-chunked and retried).
+    cut_prompts: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -146,6 +153,12 @@ class Stages:
         if key not in self._costs:
             self._costs[key] = self._serialized_cost(message)
         return self._costs[key]
+
+    @property
+    def window(self) -> int:
+        """The configured window, or the context the server will really give a call when that is smaller."""
+        real = self.client.pace().window
+        return min(self.settings.window, real) if real else self.settings.window
 
     @property
     def _output_cap(self) -> int:
@@ -241,19 +254,40 @@ class Stages:
         except LLMError as exc:
             if exc.kind != "context_overflow" or depth >= MAX_OVERFLOW_SPLITS:
                 raise
-            groups = call_groups(chunk)
-            if len(groups) < 2:
+            pieces = self._overflow_pieces(chunk, previous, cut=exc.cut)
+            if len(pieces) < 2:
                 raise
             self.stats.overflow_splits += 1
-            middle = len(groups) // 2
-            first = [m for g in groups[:middle] for m in g]
-            second = [m for g in groups[middle:] for m in g]
-            log.info("summarizer context overflow: splitting a %d-message chunk in two", len(chunk))
-            partial = await self._summarize_chunk(first, previous, None, depth + 1)
-            summary = await self._summarize_chunk(second, partial, retry_reasons, depth + 1)
+            if exc.cut:
+                self.stats.cut_prompts += 1
+            log.info(
+                "summarizer context overflow%s: splitting a %d-message chunk in %d",
+                " (a cut prompt)" if exc.cut else "",
+                len(chunk),
+                len(pieces),
+            )
+            running = previous
+            for piece in pieces[:-1]:
+                running = await self._summarize_chunk(piece, running, None, depth + 1)
+            summary = await self._summarize_chunk(pieces[-1], running, retry_reasons, depth + 1)
         if not retry_reasons:
             self._made[key] = (summary, self.summary_cut)
         return summary
+
+    def _overflow_pieces(
+        self, chunk: Sequence[Message], previous: str | None, *, cut: bool
+    ) -> list[list[Message]]:
+        """A chunk that did not fit, in pieces: re-chunked to the (lowered) window after a cut prompt, else in
+        two halves of whole tool-call groups."""
+        if cut:
+            pieces = chunk_by_max_tokens(list(chunk), self.chunk_limit(chunk, previous), self.cost)
+            if len(pieces) >= 2:
+                return [list(p) for p in pieces]
+        groups = call_groups(chunk)
+        if len(groups) < 2:
+            return [list(chunk)]
+        middle = len(groups) // 2
+        return [[m for g in groups[:middle] for m in g], [m for g in groups[middle:] for m in g]]
 
     async def _fold(
         self, messages: Sequence[Message], previous: str | None, retry_reasons: list[str] | None
@@ -280,7 +314,7 @@ class Stages:
         def answer(fresh: int) -> int:
             return output_budget(fresh, carried, ratio=CHUNK_OUTPUT_RATIO, cap=self._output_cap)
 
-        window = self.settings.window
+        window = self.window
         overhead = fixed + answer(math.floor(window * BASE_CHUNK_RATIO))
         by_window = max_chunk_tokens(messages, window, self.cost, overhead=overhead)
         pace = self.client.pace()
@@ -312,6 +346,9 @@ class Stages:
         """Single pass for a short span; else summarize each part independently and merge the partials."""
         if not messages:
             raise SummaryFailed("nothing to summarize")
+        prepare = getattr(self.client, "prepare", None)
+        if prepare is not None:
+            await prepare()  # the server's real context, before the first chunk is sized
         self.cut_answers, self.summary_cut = 0, False
         total = sum(self.cost(m) for m in messages)
         if len(messages) < MIN_MESSAGES_FOR_SPLIT or total <= self.chunk_limit(messages, previous_summary):
@@ -341,7 +378,7 @@ class Stages:
         kept: list[Message] = []
         notes: list[str] = []
         for message in messages:
-            if is_oversized(message, self.settings.window, self.cost):
+            if is_oversized(message, self.window, self.cost):
                 tokens = self.cost(message)
                 notes.append(
                     f"[Large {role_of(message) or 'message'} (~{max(1, round(tokens / 1000))}K tokens) omitted from summary]"
