@@ -1,0 +1,278 @@
+"""The real Codex CLI (``@openai/codex@0.169.0``) served by compactd: its rollout grown by ``codex exec`` against
+the scripted model, compacted by ``compactd run`` with an appended ``compacted`` item, then continued by
+``codex exec resume``, whose next request must start from compactd's summary; and Codex's own compaction
+running compactd's memory flush from its ``PreCompact`` hook (design.md §6.15)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.codex import CodexHome
+from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
+from tests.test_service_e2e import wait_for
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+MARKER = "COMPACTD-SUMMARY-7c1f"
+# Identifiers the first turns carry and the summary must keep (the engine extracts and repairs them).
+TICKET, DB_PATH, PORT = "TICKET-4711", "/srv/ledger/shard_07.db", "port 6543"
+FILLER = "The ledger reconciliation log line repeats here for bulk. "  # ~60 bytes, never an identifier
+
+
+def summarizer_responder(request: RecordedRequest) -> Reply:
+    return Reply.completion(
+        "\n".join(
+            [
+                "## Decisions",
+                f"- {MARKER}: shards 1-6 reconciled; shard 7 next.",
+                "## Open TODOs",
+                "- Reconcile shard 7.",
+                "## Constraints/Rules",
+                "- Never drop a ledger row.",
+                "## Pending user asks",
+                "- Finish the reconciliation.",
+                "## Exact identifiers",
+                f"- {TICKET}",
+            ]
+        )
+    )
+
+
+@pytest.fixture
+def model() -> Iterator[StubLLMServer]:
+    server = StubLLMServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def summarizer() -> Iterator[StubLLMServer]:
+    server = StubLLMServer().start()
+    server.responder = summarizer_responder
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def compactd_config(tmp: Path, home: Path, summarizer: StubLLMServer, **overrides: Any) -> Path:
+    (tmp / "no-pi-sessions").mkdir(exist_ok=True)
+    config: dict[str, Any] = {
+        "sessions": {"roots": [str(tmp / "no-pi-sessions")], "idle_seconds": 1.0},
+        "compaction": {"keep_recent_turns": 1},
+        "memory_flush": {"enabled": False},
+        "summarizer": {
+            "base_url": summarizer.base_url,
+            "model": "summarizer-model",
+            "context_tokens": 32_768,
+            "timeout_seconds": 30,
+        },
+        "service": {"status_refresh_seconds": 0.2, "rescan_seconds": 0.5},
+        "openclaw": {"enabled": False},
+        "codex": {"home": str(home)},
+        "state_dir": str(tmp / "state"),
+    }
+    for key, value in overrides.items():
+        config.setdefault(key, {}).update(value)
+    path = tmp / "compactd.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def compactd_env() -> dict[str, str]:
+    drop = ("JOURNAL_STREAM", "STATE_DIRECTORY", "NOTIFY_SOCKET", "CODEX_HOME")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, "PYTHONUNBUFFERED": "1"}
+
+
+def rollout_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def ask(turn: int) -> str:
+    """A user turn of about 6 KB; the first names the identifiers the summary must keep."""
+    head = f"Turn {turn}: reconcile ledger shard {turn}."
+    if turn == 1:
+        head += f" Track it under {TICKET}; the database is {DB_PATH} on {PORT}."
+    return head + " " + FILLER * 150
+
+
+def texts(items: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for item in items:
+        for block in item.get("content") or []:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                out.append(block["text"])
+    return out
+
+
+def test_compactd_compacts_an_idle_codex_session_and_codex_resumes_from_its_summary(
+    tmp_path: Path, model: StubLLMServer, summarizer: StubLLMServer
+) -> None:
+    codex = CodexHome(tmp_path / "codex-home", tmp_path / "work", model.base_url, context_window=18_000)
+    codex.write()
+    session = codex.exec(ask(1))
+    for turn in (2, 3, 4):
+        codex.exec(ask(turn), resume=session)
+    (rollout,) = codex.rollouts()
+    before = rollout.read_bytes()
+    counts = [
+        line["payload"]["info"]
+        for line in rollout_lines(rollout)
+        if line["type"] == "event_msg"
+        and line["payload"].get("type") == "token_count"
+        and line["payload"].get("info")
+    ]
+    codex_figure, codex_window = (
+        counts[-1]["last_token_usage"]["total_tokens"],
+        counts[-1]["model_context_window"],
+    )
+    request_before = model.responses[-1]
+
+    config = compactd_config(tmp_path, codex.home, summarizer)
+    log_path = tmp_path / "compactd.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "compactd", "run", "--config", str(config), "--log-level", "debug"],
+            cwd=REPO,
+            env=compactd_env(),
+            stdout=log,
+            stderr=log,
+        )
+    try:
+        wait_for(
+            lambda: any(line["type"] == "compacted" for line in rollout_lines(rollout)),
+            60,
+            "compactd to append a compacted item",
+        )
+        status = json.loads((tmp_path / "state" / "status.json").read_text())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    log_text = log_path.read_text(errors="replace")
+    after = rollout.read_bytes()
+    assert after.startswith(before), "compactd changed a byte Codex wrote"
+    appended = after[len(before) :].decode().splitlines()
+    assert len(appended) == 1
+    compacted = json.loads(appended[0])
+    assert compacted["type"] == "compacted"
+    assert compacted["ordinal"] == max(line.get("ordinal", -1) for line in rollout_lines(rollout)[:-1]) + 1
+
+    row = next(r for r in status["sessions"] if r["path"] == str(rollout))
+    assert row["source"] == "codex" and row["codex_window"] == codex_window
+    assert "action=compacted via=append" in log_text, log_text[-3000:]
+    print(f"\ncodex figure {codex_figure} of window {codex_window}; compactd showed {row['tokens']}")
+
+    # Codex continues from the appended item: its next request starts from compactd's summary.
+    served = len(model.responses)
+    codex.exec("Now reconcile shard 7 and report.", resume=session)
+    request_after = model.responses[served]
+    items = request_after.json["input"]
+    user_texts = texts([i for i in items if i.get("role") == "user"])
+    first_user = user_texts[0]
+    assert MARKER in first_user and TICKET in first_user and DB_PATH in first_user
+    assert user_texts[-1] == "Now reconcile shard 7 and report."
+    assert any(t.startswith("Turn 4:") for t in user_texts), "the newest turn is kept verbatim"
+    assert not any(t.startswith("Turn 1:") for t in user_texts), "the oldest turn is summarized, not kept"
+    print(
+        f"request before: {len(request_before.raw)} bytes, {len(request_before.json['input'])} items; "
+        f"after compactd: {len(request_after.raw)} bytes, {len(items)} items"
+    )
+    assert len(request_after.raw) < len(request_before.raw)
+
+
+def test_a_session_codex_holds_open_is_never_touched(
+    tmp_path: Path, model: StubLLMServer, summarizer: StubLLMServer
+) -> None:
+    """Codex holds ``thread-writer-locks/<id>.lock`` with an exclusive flock while a thread is open; compactd
+    appends only when it can take that lock itself (here the test holds it as Codex does)."""
+    codex = CodexHome(tmp_path / "codex-home", tmp_path / "work", model.base_url, context_window=18_000)
+    codex.write()
+    session = codex.exec(ask(1))
+    for turn in (2, 3, 4):
+        codex.exec(ask(turn), resume=session)
+    (rollout,) = codex.rollouts()
+    before = rollout.read_bytes()
+    config = compactd_config(tmp_path, codex.home, summarizer)
+    lock = codex.home / "thread-writer-locks" / f"{session}.lock"
+    with open(lock, "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = subprocess.run(
+            [sys.executable, "-m", "compactd", "once", "--force", "--json", "--config", str(config)],
+            cwd=REPO,
+            env=compactd_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    rows = json.loads(done.stdout)
+    row = next(r for r in rows if r["path"] == str(rollout))
+    assert row["action"] == "busy" and "holds" in row["reason"], row
+    assert rollout.read_bytes() == before
+    # Released, the same pass compacts it.
+    done = subprocess.run(
+        [sys.executable, "-m", "compactd", "once", "--force", "--json", "--config", str(config)],
+        cwd=REPO,
+        env=compactd_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    row = next(r for r in json.loads(done.stdout) if r["path"] == str(rollout))
+    assert row["action"] == "compact_only" and row["committed"], row
+    assert rollout.read_bytes().startswith(before)
+
+
+def test_codex_precompact_hook_flushes_memories_before_codex_compacts(
+    tmp_path: Path, model: StubLLMServer, summarizer: StubLLMServer
+) -> None:
+    """Codex's own compaction (its auto-compact limit lowered) runs ``compactd hook codex-precompact`` first;
+    the flush writes the workspace's memory file from the rollout the hook names."""
+    config = compactd_config(tmp_path, tmp_path / "codex-home", summarizer, memory_flush={"enabled": True})
+    hook = " ".join(
+        [
+            shlex.quote(sys.executable),
+            "-m",
+            "compactd",
+            "hook",
+            "codex-precompact",
+            "--config",
+            shlex.quote(str(config)),
+        ]
+    )
+    codex = CodexHome(
+        tmp_path / "codex-home",
+        tmp_path / "work",
+        model.base_url,
+        context_window=200_000,
+        auto_compact_limit=5_000,
+        hooks={"PreCompact": f"cd {shlex.quote(str(REPO))} && {hook}"},
+    )
+    codex.write()
+    summarizer.responder = lambda request: Reply.completion(
+        f"- {TICKET} tracks the ledger reconciliation of {DB_PATH}."
+        if "memory" in request.content("system").lower()
+        else summarizer_responder(request).payload["choices"][0]["message"]["content"]  # type: ignore[index]
+    )
+    session = codex.exec(ask(1))
+    codex.exec(ask(2), resume=session)
+    (rollout,) = codex.rollouts()
+    assert any(line["type"] == "compacted" for line in rollout_lines(rollout)), "Codex did not compact"
+    memory = list((codex.workdir / "memory").glob("*.md"))
+    assert len(memory) == 1, f"no memory file: {list(codex.workdir.rglob('*'))}"
+    assert TICKET in memory[0].read_text()
