@@ -238,12 +238,25 @@ def test_a_session_codex_holds_open_is_never_touched(
     assert rollout.read_bytes().startswith(before)
 
 
-def test_codex_precompact_hook_flushes_memories_before_codex_compacts(
+def test_codex_precompact_hook_flushes_memories_and_codex_compacts_with_compactds_prompt(
     tmp_path: Path, model: StubLLMServer, summarizer: StubLLMServer
 ) -> None:
-    """Codex's own compaction (its auto-compact limit lowered) runs ``compactd hook codex-precompact`` first;
-    the flush writes the workspace's memory file from the rollout the hook names."""
-    config = compactd_config(tmp_path, tmp_path / "codex-home", summarizer, memory_flush={"enabled": True})
+    """Codex's own compaction (its auto-compact limit lowered) runs ``compactd hook codex-precompact`` first: the
+    flush writes the workspace's memory file from the rollout the hook names; and the prompt ``compactd hook
+    codex-prompt`` installed is the one Codex compacts with."""
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    config = compactd_config(tmp_path, home, summarizer, memory_flush={"enabled": True})
+    installed = subprocess.run(
+        [sys.executable, "-m", "compactd", "hook", "codex-prompt", "--config", str(config)],
+        cwd=REPO,
+        env=compactd_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    assert installed == str(home / "compactd-compact-prompt.md")
     hook = " ".join(
         [
             shlex.quote(sys.executable),
@@ -256,23 +269,28 @@ def test_codex_precompact_hook_flushes_memories_before_codex_compacts(
         ]
     )
     codex = CodexHome(
-        tmp_path / "codex-home",
+        home,
         tmp_path / "work",
         model.base_url,
         context_window=200_000,
         auto_compact_limit=5_000,
         hooks={"PreCompact": f"cd {shlex.quote(str(REPO))} && {hook}"},
+        extra_config=f"experimental_compact_prompt_file = {json.dumps(installed)}\n",
     )
     codex.write()
-    summarizer.responder = lambda request: Reply.completion(
-        f"- {TICKET} tracks the ledger reconciliation of {DB_PATH}."
-        if "memory" in request.content("system").lower()
-        else summarizer_responder(request).payload["choices"][0]["message"]["content"]  # type: ignore[index]
-    )
+
+    def answer(request: RecordedRequest) -> Reply:
+        if "memor" in request.content("system").lower():
+            return Reply.completion(f"- {TICKET} tracks the ledger reconciliation of {DB_PATH}.")
+        return summarizer_responder(request)
+
+    summarizer.responder = answer
     session = codex.exec(ask(1))
     codex.exec(ask(2), resume=session)
     (rollout,) = codex.rollouts()
     assert any(line["type"] == "compacted" for line in rollout_lines(rollout)), "Codex did not compact"
     memory = list((codex.workdir / "memory").glob("*.md"))
-    assert len(memory) == 1, f"no memory file: {list(codex.workdir.rglob('*'))}"
+    assert len(memory) == 1, f"no memory file: {sorted(codex.workdir.rglob('*'))}"
     assert TICKET in memory[0].read_text()
+    compact_requests = [r for r in model.responses if "## Exact identifiers" in r.raw.decode()]
+    assert compact_requests, "Codex did not compact with compactd's prompt"

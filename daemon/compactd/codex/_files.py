@@ -87,7 +87,7 @@ def _open(path: str) -> int:
 
 
 def read_whole(path: str) -> bytes:
-    """The whole rollout, decompressed when it is ``.zst``; capped like every whole-file read (design.md §4.6)."""
+    """The whole rollout, decompressed when it is ``.zst``; capped like every whole-file read (invariant 6, design.md §4)."""
     fd = _open(path)
     with os.fdopen(fd, "rb") as handle:
         if path.endswith(".zst"):
