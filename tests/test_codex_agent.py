@@ -6,6 +6,7 @@ running compactd's memory flush from its ``PreCompact`` hook (design.md §6.15).
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import os
 import shlex
@@ -125,24 +126,13 @@ def test_compactd_compacts_an_idle_codex_session_and_codex_resumes_from_its_summ
     codex = CodexHome(tmp_path / "codex-home", tmp_path / "work", model.base_url, context_window=18_000)
     codex.write()
     session = codex.exec(ask(1))
-    for turn in (2, 3, 4):
+    for turn in (2, 3):
         codex.exec(ask(turn), resume=session)
     (rollout,) = codex.rollouts()
-    before = rollout.read_bytes()
-    counts = [
-        line["payload"]["info"]
-        for line in rollout_lines(rollout)
-        if line["type"] == "event_msg"
-        and line["payload"].get("type") == "token_count"
-        and line["payload"].get("info")
-    ]
-    codex_figure, codex_window = (
-        counts[-1]["last_token_usage"]["total_tokens"],
-        counts[-1]["model_context_window"],
-    )
-    request_before = model.responses[-1]
 
+    # compactd follows the session from under its threshold; the fourth turn takes it over.
     config = compactd_config(tmp_path, codex.home, summarizer)
+    status_path = tmp_path / "state" / "status.json"
     log_path = tmp_path / "compactd.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -154,27 +144,60 @@ def test_compactd_compacts_an_idle_codex_session_and_codex_resumes_from_its_summ
         )
     try:
         wait_for(
-            lambda: any(line["type"] == "compacted" for line in rollout_lines(rollout)),
-            60,
-            "compactd to append a compacted item",
+            lambda: (
+                status_path.exists()
+                and any(
+                    r.get("source") == "codex" and r["tokens"] > 0
+                    for r in json.loads(status_path.read_text())["sessions"]
+                )
+            ),
+            30,
+            "compactd to follow the Codex session",
+            proc,
         )
-        status = json.loads((tmp_path / "state" / "status.json").read_text())
+        codex.exec(ask(4), resume=session)
+        snapshot = rollout.read_bytes()  # compactd may already have appended (the file is quiet from here)
+        request_before = model.responses[-1]
+
+        def compacted_row() -> dict[str, Any] | None:
+            rows = json.loads(status_path.read_text())["sessions"]
+            return next((r for r in rows if r["path"] == str(rollout) and r["compactions"] >= 1), None)
+
+        row = wait_for(compacted_row, 60, "compactd to compact the Codex session", proc)
     finally:
         proc.terminate()
         proc.wait(timeout=15)
     log_text = log_path.read_text(errors="replace")
+    codex_part = b"".join(
+        itertools.takewhile(lambda raw: b'"type":"compacted"' not in raw, snapshot.splitlines(keepends=True))
+    )
     after = rollout.read_bytes()
-    assert after.startswith(before), "compactd changed a byte Codex wrote"
-    appended = after[len(before) :].decode().splitlines()
+    assert after.startswith(codex_part), "compactd changed a byte Codex wrote"
+    appended = after[len(codex_part) :].decode().splitlines()
     assert len(appended) == 1
     compacted = json.loads(appended[0])
+    lines = rollout_lines(rollout)
     assert compacted["type"] == "compacted"
-    assert compacted["ordinal"] == max(line.get("ordinal", -1) for line in rollout_lines(rollout)[:-1]) + 1
+    assert compacted["ordinal"] == max(line.get("ordinal", -1) for line in lines[:-1]) + 1
+    assert lines[-2]["payload"].get("type") == "task_complete", "compacted before the turn ended"
+    counts = [
+        line["payload"]["info"]
+        for line in lines
+        if line["type"] == "event_msg"
+        and line["payload"].get("type") == "token_count"
+        and line["payload"].get("info")
+    ]
+    codex_figure, codex_window = (
+        counts[-1]["last_token_usage"]["total_tokens"],
+        counts[-1]["model_context_window"],
+    )
 
-    row = next(r for r in status["sessions"] if r["path"] == str(rollout))
     assert row["source"] == "codex" and row["codex_window"] == codex_window
+    assert row["last_fill"]["before"] == codex_figure, "compactd decided on a figure other than Codex's"
     assert "action=compacted via=append" in log_text, log_text[-3000:]
-    print(f"\ncodex figure {codex_figure} of window {codex_window}; compactd showed {row['tokens']}")
+    print(
+        f"\ncodex figure {codex_figure} of window {codex_window}; compactd decided on {row['last_fill']['before']}"
+    )
 
     # Codex continues from the appended item: its next request starts from compactd's summary.
     served = len(model.responses)
