@@ -5,13 +5,13 @@ running compactd's memory flush from its ``PreCompact`` hook (design.md §6.15).
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import json
 import os
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,6 +195,11 @@ def test_compactd_compacts_an_idle_codex_session_and_codex_resumes_from_its_summ
     assert row["source"] == "codex" and row["codex_window"] == codex_window
     assert row["last_fill"]["before"] == codex_figure, "compactd decided on a figure other than Codex's"
     assert "action=compacted via=append" in log_text, log_text[-3000:]
+    metrics = (tmp_path / "state" / "metrics.prom").read_text()
+    assert (
+        f'compactd_session_context_window{{file="{rollout.name}",session_id="{session}"}} {codex_window}.0'
+        in metrics
+    )
     print(
         f"\ncodex figure {codex_figure} of window {codex_window}; compactd decided on {row['last_fill']['before']}"
     )
@@ -220,41 +225,42 @@ def test_compactd_compacts_an_idle_codex_session_and_codex_resumes_from_its_summ
 def test_a_session_codex_holds_open_is_never_touched(
     tmp_path: Path, model: StubLLMServer, summarizer: StubLLMServer
 ) -> None:
-    """Codex holds ``thread-writer-locks/<id>.lock`` with an exclusive flock while a thread is open; compactd
-    appends only when it can take that lock itself (here the test holds it as Codex does)."""
+    """While Codex has the thread open (here: its fifth turn waits on the model) it holds its writer lock;
+    ``compactd once --force`` (which skips the idle and mid-turn rules, never a lock) leaves the rollout alone,
+    and compacts it once Codex has exited."""
     codex = CodexHome(tmp_path / "codex-home", tmp_path / "work", model.base_url, context_window=18_000)
     codex.write()
     session = codex.exec(ask(1))
     for turn in (2, 3, 4):
         codex.exec(ask(turn), resume=session)
     (rollout,) = codex.rollouts()
-    before = rollout.read_bytes()
+    gate = threading.Event()
+    answer = model.responses_responder
+
+    def held(request: RecordedRequest) -> str:
+        if len(model.responses) == 5:  # the fifth turn's request: Codex waits with the thread open
+            gate.wait(60)
+        return answer(request)
+
+    model.responses_responder = held
     config = compactd_config(tmp_path, codex.home, summarizer)
-    lock = codex.home / "thread-writer-locks" / f"{session}.lock"
-    with open(lock, "a+b") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    once = [sys.executable, "-m", "compactd", "once", "--force", "--json", "--config", str(config)]
+    running = codex.spawn("Turn 5: keep going.", resume=session)
+    try:
+        wait_for(lambda: len(model.responses) == 5, 60, "Codex's fifth request")
+        before = rollout.read_bytes()
         done = subprocess.run(
-            [sys.executable, "-m", "compactd", "once", "--force", "--json", "--config", str(config)],
-            cwd=REPO,
-            env=compactd_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+            once, cwd=REPO, env=compactd_env(), capture_output=True, text=True, timeout=120, check=False
         )
-    rows = json.loads(done.stdout)
-    row = next(r for r in rows if r["path"] == str(rollout))
-    assert row["action"] == "busy" and "holds" in row["reason"], row
-    assert rollout.read_bytes() == before
-    # Released, the same pass compacts it.
+        row = next(r for r in json.loads(done.stdout) if r["path"] == str(rollout))
+        assert row["action"] == "busy" and "holds" in row["reason"], row
+        assert rollout.read_bytes() == before
+    finally:
+        gate.set()
+        codex.finish(running)
+    before = rollout.read_bytes()
     done = subprocess.run(
-        [sys.executable, "-m", "compactd", "once", "--force", "--json", "--config", str(config)],
-        cwd=REPO,
-        env=compactd_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        once, cwd=REPO, env=compactd_env(), capture_output=True, text=True, timeout=120, check=False
     )
     row = next(r for r in json.loads(done.stdout) if r["path"] == str(rollout))
     assert row["action"] == "compact_only" and row["committed"], row

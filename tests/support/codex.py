@@ -101,31 +101,47 @@ class CodexHome:
     def env(self) -> dict[str, str]:
         return {**os.environ, "CODEX_HOME": str(self.home), "PATH": path_with_node24(), "NO_COLOR": "1"}
 
-    def exec(self, prompt: str, *, resume: str | None = None) -> str:
-        """Run one ``codex exec`` turn (resuming ``resume``) to its end; returns the session id."""
+    def command(self, prompt: str, *, resume: str | None = None) -> list[str]:
         node = shutil.which("node", path=str(node24_bin())) or "node"
         command = [node, str(codex_launcher()), "exec", "--skip-git-repo-check"]
         if self.hooks:
             command.append("--dangerously-bypass-hook-trust")
-        command += ["resume", resume, prompt] if resume else [prompt]
-        done = subprocess.run(
-            command,
+        return command + (["resume", resume, prompt] if resume else [prompt])
+
+    def spawn(self, prompt: str, *, resume: str | None = None) -> subprocess.Popen[str]:
+        """``codex exec`` started and left running (its output piped)."""
+        return subprocess.Popen(
+            self.command(prompt, resume=resume),
             cwd=self.workdir,
             env=self.env(),
-            capture_output=True,
-            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
-            timeout=EXEC_TIMEOUT_SECONDS,
-            check=False,
+            text=True,
         )
-        if done.returncode != 0:
+
+    def finish(self, proc: subprocess.Popen[str]) -> str:
+        """Wait for a spawned ``codex exec``; returns the session id."""
+        try:
+            stdout, stderr = proc.communicate(timeout=EXEC_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
             raise AssertionError(
-                f"codex exec failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+                f"codex exec did not finish in {EXEC_TIMEOUT_SECONDS} s:\n{stderr[-3000:]}"
+            ) from None
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"codex exec failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
             )
-        found = _SESSION_ID.search(done.stderr) or _SESSION_ID.search(done.stdout)
+        found = _SESSION_ID.search(stderr) or _SESSION_ID.search(stdout)
         if found is None:
-            raise AssertionError(f"codex exec printed no session id:\n{done.stderr[-3000:]}")
+            raise AssertionError(f"codex exec printed no session id:\n{stderr[-3000:]}")
         return found.group(1)
+
+    def exec(self, prompt: str, *, resume: str | None = None) -> str:
+        """Run one ``codex exec`` turn (resuming ``resume``) to its end; returns the session id."""
+        return self.finish(self.spawn(prompt, resume=resume))
 
     def rollouts(self) -> list[Path]:
         return sorted((self.home / "sessions").rglob("rollout-*.jsonl"))
