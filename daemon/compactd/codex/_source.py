@@ -23,7 +23,6 @@ import anyio
 
 from compactd import offload
 from compactd._worker import work
-from compactd.codex._compact import append_compacted, plan_compaction, read_rollout
 from compactd.codex._files import Cursor, ThreadBusy, codex_home, find_rollouts, read_new
 from compactd.codex._rollout import RolloutFigures, parse_rollout_line
 from compactd.config import Config
@@ -35,6 +34,9 @@ log = logging.getLogger(__name__)
 
 SOURCE = "codex"
 IDLE_WAKE_SECONDS = 60.0
+# Day directories holding a rollout written this recently are watched; older ones (a resumed old session) are
+# seen by the rescan (``service.rescan_seconds``), so months of history do not cost one watch each.
+WATCH_RECENT_SECONDS = 2 * 86_400.0
 
 
 def _is_rollout_name(name: str) -> bool:
@@ -52,6 +54,7 @@ class CodexSession:
     in_flight: bool = False
     mtime: float = 0.0
     size: int = 0
+    refused_at: int | None = None  # the size at which its history was refused (not read again until it grows)
 
 
 @dataclass
@@ -94,11 +97,15 @@ class CodexSource:
             self.refresh(path)
 
     def refresh(self, path: str) -> None:
-        """Read what was appended to one rollout and decide on it again; a failure is this session's alone."""
+        """Read what was appended to one rollout and decide on it again; a failure is this session's alone.
+        One refresh at a time (the watchers' and the rescan's threads share the cursors)."""
         with self._lock:
-            session = self.sessions.get(path)
-            if session is None:
-                session = self.sessions[path] = CodexSession(path, SessionState(path=path))
+            self._refresh(path)
+
+    def _refresh(self, path: str) -> None:
+        session = self.sessions.get(path)
+        if session is None:
+            session = self.sessions[path] = CodexSession(path, SessionState(path=path))
         try:
             st = os.stat(path, follow_symlinks=False)
             if (st.st_size, st.st_mtime) == (session.size, session.mtime) and session.decision is not None:
@@ -152,9 +159,10 @@ class CodexSource:
             st.path, session_id=f.session_id, tokens=tokens, window=budget.context_window
         )
         session.decision = decision
-        session.due = decision.due and not session.path.endswith(".zst")
+        refused = session.refused_at == session.size
+        session.due = decision.due and not session.path.endswith(".zst") and not refused
         if not session.due:
-            st.show_next(None if not decision.due else "compressed: read only", now)
+            st.show_next(None if not decision.due or refused else "compressed: read only", now)
         elif f.turn_open:
             st.show_next(f"busy: turn {f.turn_open} in progress", now)
         else:
@@ -213,6 +221,8 @@ class CodexSource:
             session.in_flight = False
 
     async def _act(self, session: CodexSession) -> dict[str, Any]:
+        # Here, not at the top: `once --dry-run` and `status` import this module and need no engine.
+        from compactd.codex._compact import append_compacted, plan_compaction, read_rollout
         from compactd.job import engine_settings, target_tokens, workspace_for
         from compactd.memory import flush_span
         from compactd.summarize.engine import CompactionEngine
@@ -223,7 +233,7 @@ class CodexSource:
         reading = await anyio.to_thread.run_sync(lambda: read_rollout(session.path))
         if reading.refusal:
             st.skipped = reading.refusal
-            session.due = False
+            session.due, session.refused_at = False, reading.size
             self.changed()
             return {"action": "skipped", "reason": reading.refusal}
         workspace = workspace_for(self.config, session.path, reading.transcript)
@@ -300,7 +310,10 @@ class CodexSource:
             tg.start_soon(self._worker)
             while not self.stopping:
                 await anyio.to_thread.run_sync(self.refresh_all)
-                for directory in sorted({os.path.dirname(p) for p in self.sessions}):
+                recent = time.time() - WATCH_RECENT_SECONDS
+                for directory in sorted(
+                    {os.path.dirname(p) for p, s in self.sessions.items() if s.mtime > recent}
+                ):
                     if directory not in self.watching:
                         stop = anyio.Event()
                         self.watching[directory] = stop
