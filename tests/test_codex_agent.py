@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -109,6 +110,12 @@ def ask(turn: int) -> str:
     if turn == 1:
         head += f" Track it under {TICKET}; the database is {DB_PATH} on {PORT}."
     return head + " " + FILLER * 150
+
+
+def compacted_estimate(log_text: str) -> int:
+    found = re.search(r"action=compacted via=append .* estimate_after=(\d+)", log_text)
+    assert found is not None, log_text[-2000:]
+    return int(found.group(1))
 
 
 def texts(items: list[dict[str, Any]]) -> list[str]:
@@ -220,6 +227,17 @@ def test_compactd_compacts_an_idle_codex_session_and_codex_resumes_from_its_summ
         f"after compactd: {len(request_after.raw)} bytes, {len(items)} items"
     )
     assert len(request_after.raw) < len(request_before.raw)
+    resumed = [
+        line["payload"]["info"]["last_token_usage"]["total_tokens"]
+        for line in rollout_lines(rollout)[len(lines) :]
+        if line["type"] == "event_msg"
+        and line["payload"].get("type") == "token_count"
+        and line["payload"].get("info")
+    ]
+    print(
+        f"codex figure after resume {resumed[-1]} (compactd's estimate before it: {compacted_estimate(log_text)})"
+    )
+    assert resumed[-1] < codex_figure
 
 
 def test_a_session_codex_holds_open_is_never_touched(

@@ -113,12 +113,20 @@ def test_a_turn_started_and_not_ended_is_open() -> None:
 
 def test_after_a_compaction_the_figure_is_estimated_until_codex_counts_again() -> None:
     lines = rollout_lines()
+    history_tokens = -(
+        -sum(
+            len(json.dumps(x["payload"], separators=(",", ":")))
+            for x in lines
+            if x["type"] == "response_item"
+        )
+        // 4
+    )
+    overhead = 3000 - history_tokens  # what Codex's figure held beyond the history: instructions, tools
     kept = [message("user", "summary"), message("user", "Turn 3")]
     lines.append(line("compacted", {"message": "", "replacement_history": kept}, len(lines)))
     figures = figures_of(lines)
-    assert figures.tokens is None and figures.figure == -(
-        -sum(len(json.dumps(k, separators=(",", ":"))) for k in kept) // 4
-    )
+    kept_tokens = -(-sum(len(json.dumps(k, separators=(",", ":"))) for k in kept) // 4)
+    assert figures.tokens is None and figures.figure == overhead + kept_tokens
     lines.append(line("event_msg", token_count(1234), len(lines)))
     assert figures_of(lines).figure == 1234
 

@@ -13,7 +13,7 @@ A rollout line is ``{timestamp, [ordinal,] type, payload}``. Two readings matter
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,11 +70,6 @@ def is_context_message(item: Json) -> bool:
     return role == "user" and _text_of(item).lstrip().startswith(CONTEXT_PREFIXES)
 
 
-def estimate_items(items: Iterable[Json]) -> int:
-    """Codex's byte estimate of items it has no usage for (⌈JSON bytes / 4⌉), used after a compaction only."""
-    return math.ceil(sum(len(orjson.dumps(i)) for i in items) / 4)
-
-
 @dataclass(slots=True)
 class RolloutFigures:
     """What the follower keeps of a rollout: figures only, never the text."""
@@ -87,6 +82,8 @@ class RolloutFigures:
     tokens: int | None = None  # Codex's own figure: the last request's total tokens
     window: int | None = None  # model_context_window from the same event
     estimated_after: int = 0  # tokens estimated for what came after a compaction with no usage since
+    history_bytes: int = 0  # JSON bytes of the history Codex would rebuild now (replacement + later items)
+    overhead: int = 0  # what Codex's last figure held beyond its history's estimate (instructions, tools)
     turn_open: str | None = None  # the id of a turn started and not ended
     next_ordinal: int = 0
     lines: int = 0
@@ -95,11 +92,12 @@ class RolloutFigures:
 
     @property
     def figure(self) -> int | None:
-        """The context figure compactd decides on: Codex's own, or after a compaction the estimate of the
-        replacement history and what followed it until Codex reports usage again."""
+        """The context figure compactd decides on: Codex's own; after a compaction, until Codex reports usage
+        again, the estimate of the history it rebuilds (⌈JSON bytes / 4⌉) plus the overhead its last figure
+        showed beyond the history's estimate (its instructions and tools, which the rollout does not hold)."""
         if self.tokens is None:
-            return self.estimated_after or None
-        return self.tokens + self.estimated_after
+            return self.overhead + self.estimated_after if self.estimated_after else None
+        return self.tokens
 
     def apply(self, line: Json) -> None:
         """Take one parsed line into account."""
@@ -121,11 +119,15 @@ class RolloutFigures:
             items = replacement if isinstance(replacement, list) else []
             message = payload.get("message")
             self.tokens = None
-            self.estimated_after = estimate_items(i for i in items if isinstance(i, dict))
+            self.history_bytes = sum(len(orjson.dumps(i)) for i in items if isinstance(i, dict))
             if not items and isinstance(message, str):
-                self.estimated_after = math.ceil(len(message.encode()) / 4)
-        elif kind == "response_item" and self.tokens is None and self.estimated_after:
-            self.estimated_after += estimate_items([payload])
+                self.history_bytes = len(message.encode())
+            self.estimated_after = math.ceil(self.history_bytes / 4)
+        elif kind == "response_item":
+            size = len(orjson.dumps(payload))
+            self.history_bytes += size
+            if self.tokens is None and self.estimated_after:
+                self.estimated_after = math.ceil(self.history_bytes / 4)
 
     def _meta(self, payload: Json) -> None:
         for key in ("id", "session_id"):
@@ -146,6 +148,7 @@ class RolloutFigures:
             total = last.get("total_tokens") if isinstance(last, dict) else None
             if isinstance(total, int) and not isinstance(total, bool) and total > 0:
                 self.tokens, self.estimated_after = total, 0
+                self.overhead = max(0, total - math.ceil(self.history_bytes / 4))
             window = info.get("model_context_window") if isinstance(info, dict) else None
             if isinstance(window, int) and not isinstance(window, bool) and window > 0:
                 self.window = window

@@ -11,6 +11,7 @@ touched.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -270,7 +271,11 @@ class CodexSource:
             log.info("session=%s action=busy reason=%s", st.path, exc)
             return {"action": "busy", "reason": str(exc)}
         result = planned.result
-        after = -(-len(planned.line) // 4)
+        projected = copy.copy(reading.figures)  # the figures as the appended line leaves them
+        parsed = parse_rollout_line(planned.line.rstrip(b"\n"))
+        if parsed is not None:
+            projected.apply(parsed)
+        after = projected.figure or 0
         st.mark_compacted(
             time.time(),
             level=result.level,
