@@ -303,3 +303,16 @@ def test_the_hook_refuses_a_symlink_into_codex_home(tmp_path: Path) -> None:
 
 def test_the_compact_prompt_asks_for_compactd_headings() -> None:
     assert all(heading in COMPACT_PROMPT for heading in REQUIRED_HEADINGS)
+
+
+def test_only_the_newest_rollout_of_a_thread_may_be_compacted(tmp_path: Path) -> None:
+    from compactd.codex import CodexSource
+
+    first = write_rollout(tmp_path, rollout_lines())
+    later = first.with_name(first.name.replace(".jsonl", "_1.jsonl"))
+    later.write_bytes(first.read_bytes())
+    source = CodexSource(Config.defaults(), {"CODEX_HOME": str(tmp_path)})
+    source.refresh_all()
+    assert set(source.sessions) == {str(first), str(later)}
+    assert source.superseded == {str(first)}
+    assert source.sessions[str(first)].state.tokens == 3000  # still followed for status

@@ -24,7 +24,7 @@ import anyio
 
 from compactd import offload
 from compactd._worker import work
-from compactd.codex._files import Cursor, ThreadBusy, codex_home, find_rollouts, read_new
+from compactd.codex._files import Cursor, ThreadBusy, codex_home, find_rollouts, read_new, thread_id_of
 from compactd.codex._rollout import RolloutFigures, parse_rollout_line
 from compactd.config import Config
 from compactd.decision import Decision, Figures, Recorded, decide, readiness
@@ -68,6 +68,8 @@ class CodexSource:
     metrics: Metrics = field(default_factory=Metrics)
     sessions: dict[str, CodexSession] = field(default_factory=dict)
     watching: dict[str, anyio.Event] = field(default_factory=dict)
+    # Rollouts of a thread that has a newer one (a later window file): read for status, never compacted.
+    superseded: set[str] = field(default_factory=set)
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -91,6 +93,12 @@ class CodexSource:
             log.warning("codex home=%s action=discovery_failed error=%s", self.home, describe_error(exc))
             return
         seen = set(paths)
+        newest: dict[str, str] = {}
+        for path in paths:
+            thread = thread_id_of(path) or path
+            if thread not in newest or os.path.basename(path) > os.path.basename(newest[thread]):
+                newest[thread] = path
+        self.superseded = seen - set(newest.values())
         for path in [p for p in self.sessions if p not in seen]:
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
@@ -160,7 +168,7 @@ class CodexSource:
             st.path, session_id=f.session_id, tokens=tokens, window=budget.context_window
         )
         session.decision = decision
-        refused = session.refused_at == session.size
+        refused = session.refused_at == session.size or session.path in self.superseded
         session.due = decision.due and not session.path.endswith(".zst") and not refused
         if not session.due:
             st.show_next(None if not decision.due or refused else "compressed: read only", now)
