@@ -48,9 +48,13 @@ def _rollout_path(payload: Mapping[str, Any], home: str) -> str:
     claimed = payload.get("transcript_path")
     if not isinstance(claimed, str) or not claimed:
         raise HookRefused("no transcript_path in the hook input")
-    sessions = os.path.realpath(os.path.join(home, "sessions"))
+    sessions = os.path.join(os.path.abspath(home), "sessions")
     path = os.path.abspath(claimed)
-    if os.path.realpath(path) != path or not path.startswith(sessions + os.sep):
+    inside = os.path.relpath(path, sessions)
+    # The home itself may lie behind a symlink (``/home`` → ``/usr/home``); nothing below ``sessions`` may.
+    if inside.startswith(os.pardir) or os.path.realpath(path) != os.path.join(
+        os.path.realpath(sessions), inside
+    ):
         raise HookRefused(f"{claimed} is not a rollout under {sessions} (reached without symlinks)")
     if thread_id_of(path) is None:
         raise HookRefused(f"{claimed} is not named like a Codex rollout")
