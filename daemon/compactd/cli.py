@@ -282,6 +282,27 @@ def cmd_summarize(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_hook(args: argparse.Namespace, out: TextIO) -> int:
+    """An agent's hook: ``codex-precompact`` flushes memories before Codex compacts (never blocks it: exit 0);
+    ``codex-prompt`` installs compactd's compact prompt into ``$CODEX_HOME`` and prints its path."""
+    import anyio
+
+    from compactd.codex import codex_home, install_compact_prompt, precompact
+    from compactd.codex._hook import HookRefused
+
+    config = _load_config(args)
+    if args.hook == "codex-prompt":
+        _print_line(str(install_compact_prompt(codex_home(os.environ, config.codex.home))), out)
+        return 0
+    try:
+        done = anyio.run(precompact, config, os.environ, sys.stdin.buffer.read(1 << 20 | 1))
+    except HookRefused as exc:
+        sys.stderr.write(f"compactd hook codex-precompact: {exc}\n")
+        return 0
+    sys.stderr.write(f"compactd hook codex-precompact: {done.get('action')} {done.get('reason') or ''}\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compactd", description=__doc__)
     parser.add_argument("--version", action="version", version=f"compactd {__version__}")
@@ -334,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--workspace", metavar="DIR", help="the workspace whose AGENTS.md rules the summary carries"
     )
     p.add_argument("--agent", default="main", help="the OpenClaw agent id, for the config's workspaces")
+    p.add_argument("--config")
+    p = add("hook", cmd_hook, "Run as an agent's hook: codex-precompact (memory flush), codex-prompt.")
+    p.add_argument("hook", choices=("codex-precompact", "codex-prompt"))
     p.add_argument("--config")
     p = add("doctor", cmd_doctor, "Check the config, roots, permissions and the summarizer endpoint.")
     p.add_argument("--config")

@@ -395,6 +395,7 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
     from compactd.logs import protect_config_secrets
 
     protect_config_secrets(config)  # before any line names the endpoint
+    from compactd.codex._doctor import check_codex
     from compactd.openclaw import check_openclaw
 
     _ok(out, f"config {config.source} is valid")
@@ -406,6 +407,13 @@ def run_doctor(config_path: str | None, out: TextIO) -> int:
         + check_archives(config, out)
         + check_summarizer(config, out)
         + check_openclaw(
+            config,
+            os.environ,
+            lambda t: _ok(out, t),
+            lambda t, f: _bad(out, t, f),
+            lambda t, f: _warn(out, t, f),
+        )
+        + check_codex(
             config,
             os.environ,
             lambda t: _ok(out, t),

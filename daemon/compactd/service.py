@@ -22,6 +22,7 @@ import anyio.abc
 
 from compactd import __version__, offload
 from compactd._worker import work
+from compactd.codex import CodexSource
 from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.ledger import SessionLedger
@@ -153,6 +154,10 @@ class Service:
         self._agent_dirs: dict[str, str | None] | None = None
         # The second session source: OpenClaw 2026.9+ agents, followed in their databases.
         self.openclaw = OpenClawSource(
+            config, self.env, client=self.client, changed=self._mark_dirty, metrics=self.metrics
+        )
+        # The third: Codex CLI rollouts under $CODEX_HOME.
+        self.codex = CodexSource(
             config, self.env, client=self.client, changed=self._mark_dirty, metrics=self.metrics
         )
 
@@ -848,7 +853,7 @@ class Service:
 
         self.dirty = False
         self.last_written = time.monotonic()
-        openclaw = self.openclaw.states().values()
+        openclaw = [*self.openclaw.states().values(), *self.codex.states().values()]
         self.metrics.set_sessions(
             len(self.sessions) + len(openclaw),
             self.near_threshold() + sum(s.near_threshold() for s in openclaw),
@@ -893,6 +898,7 @@ class Service:
 
         tracked = {p: self.session_state(p) for p in self.sessions}
         tracked.update(self.openclaw.states())
+        tracked.update(self.codex.states())
         doc = build_status(
             tracked,
             max_sessions=STATUS_MAX_SESSIONS if rows else 0,
@@ -904,6 +910,7 @@ class Service:
             extra={"roots": sorted(self.roots)},
         )
         self.openclaw.annotate(doc)
+        self.codex.annotate(doc)
         return doc
 
     async def signals(self, scope: anyio.CancelScope) -> None:
@@ -920,6 +927,7 @@ class Service:
         self.stopping = True
         self.notifier.stopping()
         self.openclaw.stop()
+        self.codex.stop()
         for stop in self.roots.values():
             stop.set()
         scope.cancel()
@@ -935,6 +943,7 @@ class Service:
             return
         self.config = config
         self.openclaw.config = config
+        self.codex.config = config
         self._client = None
         self.resume.fingerprint = None  # decisions recorded from now on may be under either configuration
         log.info("action=reloaded config=%s", config.source)
@@ -1039,6 +1048,8 @@ class Service:
                 tg.start_soon(self.watch_roots, tg)
                 self.openclaw.task_group = tg
                 tg.start_soon(self.openclaw.run)
+                self.codex.task_group = tg
+                tg.start_soon(self.codex.run)
                 for _ in range(self.config.summarizer.max_concurrency):
                     tg.start_soon(self.worker)
                 tg.start_soon(self.watchdog_loop)
@@ -1223,6 +1234,13 @@ def run_once(
                     outcomes.append(_waiting_outcome(service, session, now))
             if not sessions and not dry_run:  # named files only: no OpenClaw database is looked at
                 for row in await service.openclaw.once(force=force):
+                    path, action, committed = (
+                        row.pop("path"),
+                        row.pop("action"),
+                        bool(row.pop("committed", False)),
+                    )
+                    outcomes.append(Outcome(path, action, committed, row))
+                for row in await service.codex.once(force=force):
                     path, action, committed = (
                         row.pop("path"),
                         row.pop("action"),

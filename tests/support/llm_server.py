@@ -392,6 +392,49 @@ class RecordedRequest:
 Responder = Callable[[RecordedRequest], "Reply | str"]
 
 
+def responses_events(text: str, request: RecordedRequest, index: int) -> bytes:
+    """A Responses API answer (``POST /v1/responses`` with ``stream: true``) as OpenAI streams it and Codex
+    reads it: ``response.created``, the message item added, its text in deltas, the item done, then
+    ``response.completed`` with the usage. ``input_tokens`` is the request's input counted as a quarter of its
+    JSON bytes, so the figure an agent reports grows with what it sends, as a real server's does."""
+    body = request.json if isinstance(request.json, dict) else {}
+    counted = json.dumps([body.get("instructions"), body.get("input")]).encode()
+    input_tokens = -(-len(counted) // 4)
+    output_tokens = -(-len(text.encode()) // 4)
+    rid, mid = f"resp_stub_{index}", f"msg_stub_{index}"
+    item: dict[str, Any] = {"type": "message", "id": mid, "role": "assistant", "status": "completed"}
+    events: list[bytes] = []
+
+    def event(kind: str, **fields: Any) -> None:
+        events.append(f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode())
+
+    event("response.created", response={"id": rid, "object": "response", "status": "in_progress"})
+    event("response.output_item.added", output_index=0, item={**item, "status": "in_progress", "content": []})
+    for start in range(0, len(text), STREAM_PIECE_CHARS):
+        piece = text[start : start + STREAM_PIECE_CHARS]
+        event("response.output_text.delta", item_id=mid, output_index=0, content_index=0, delta=piece)
+    done = {**item, "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    event("response.output_item.done", output_index=0, item=done)
+    usage = {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
+    event(
+        "response.completed",
+        response={"id": rid, "object": "response", "status": "completed", "usage": usage},
+    )
+    return b"".join(events)
+
+
+def default_responses_responder(request: RecordedRequest) -> str:
+    body = request.json if isinstance(request.json, dict) else {}
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    return f"stub answer to {len(items)} items"
+
+
 def default_responder(request: RecordedRequest) -> Reply:
     """A deterministic answer derived from the prompt, so tests can tell requests apart."""
     user = request.content("user")
@@ -399,11 +442,14 @@ def default_responder(request: RecordedRequest) -> Reply:
 
 
 class StubLLMServer:
-    """Serves ``POST /v1/chat/completions``, ``GET /v1/models`` and, when ``ollama`` is set, ``/api/*``."""
+    """Serves ``POST /v1/chat/completions``, ``POST /v1/responses`` (streamed), ``GET /v1/models`` and, when
+    ``ollama`` is set, ``/api/*``."""
 
     def __init__(self) -> None:
         self.models: list[str] = [DEFAULT_MODEL]
         self.responder: Responder = default_responder
+        # ``POST /v1/responses`` (Codex's wire API): the text of each answer, from the request.
+        self.responses_responder: Callable[[RecordedRequest], str] = default_responses_responder
         # Set to a dict to impersonate Ollama: {"version": ..., "show": {...}, "ps": {...}}.
         self.ollama: dict[str, Any] | None = None
         # Set to llamacpp_props(...) to impersonate llama.cpp's llama-server.
@@ -491,6 +537,16 @@ class StubLLMServer:
                 r
                 for r in self.requests
                 if r.method == "POST" and r.path.split("?", 1)[0].endswith("/chat/completions")
+            ]
+
+    @property
+    def responses(self) -> list[RecordedRequest]:
+        """The Responses API requests (``POST …/responses``), in order."""
+        with self._cond:
+            return [
+                r
+                for r in self.requests
+                if r.method == "POST" and r.path.split("?", 1)[0].rstrip("/").endswith("/responses")
             ]
 
     def wait_for_requests(self, count: int, timeout: float = 30.0) -> None:
@@ -595,6 +651,11 @@ class _Handler(BaseHTTPRequestHandler):
         ollama = self.stub.ollama
         if ollama is not None and path == "/api/show":
             self._send_json(200, ollama.get("show", {}))
+            return
+        if path.endswith("/responses"):
+            index = len(self.stub.responses)
+            text = self.stub.responses_responder(request)
+            self._send(200, responses_events(text, request, index), "text/event-stream")
             return
         if not path.endswith("/chat/completions"):
             self._send_json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})

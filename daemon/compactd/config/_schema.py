@@ -323,6 +323,15 @@ class OpenClawConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CodexConfig:
+    """Codex CLI rollouts (design.md §6.15): followed without configuration when ``<home>/sessions`` exists
+    (null home: ``$CODEX_HOME``, else ``~/.codex``); ``enabled: false`` leaves them alone."""
+
+    enabled: bool = _opt(True)
+    home: str | None = _opt(None)
+
+
+@dataclass(frozen=True, slots=True)
 class PiConfig:
     """pi's own compaction settings (``reserveTokens``, ``keepRecentTokens``, ``modelOverrides`` in its
     ``settings.json``) are a session's thresholds where the user set them (null agent_dir:
@@ -358,6 +367,7 @@ class Config:
     summarizer: SummarizerConfig = field(default_factory=SummarizerConfig)
     service: ServiceConfig = field(default_factory=ServiceConfig)
     openclaw: OpenClawConfig = field(default_factory=OpenClawConfig)
+    codex: CodexConfig = field(default_factory=CodexConfig)
     pi: PiConfig = field(default_factory=PiConfig)
     state_dir: Path = _opt(  # noqa: RUF009 - resolved from the environment when built
         factory=lambda: resolve_state_dir(os.environ), parse=_parse_state_dir, resolve_absent=True

@@ -1,0 +1,408 @@
+"""Codex CLI as a session source beside the file tailer and OpenClaw (design.md §6.16): discover, follow,
+decide, act.
+
+Its face is :class:`~compactd.openclaw.OpenClawSource`'s: :meth:`CodexSource.run` (a watcher per rollout day
+directory through :func:`compactd.watch.watch_root`, a rescan for new days, and a worker), :meth:`once`,
+:meth:`states` and :meth:`annotate` for ``status.json``, :meth:`stop`. It reads rollouts only by appended bytes
+(a compressed one whole, when it changes), keeps Codex's own figure, and acts on an idle session over its
+threshold by appending a ``compacted`` item while holding Codex's writer lock; a session Codex has open is never
+touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from compactd import offload
+from compactd._worker import work
+from compactd.codex._files import Cursor, ThreadBusy, codex_home, find_rollouts, read_new, thread_id_of
+from compactd.codex._rollout import RolloutFigures, parse_rollout_line
+from compactd.config import Config
+from compactd.decision import Decision, Figures, Recorded, decide, readiness
+from compactd.defaults import BUSY_RETRY_SECONDS
+from compactd.state import Backoff, Metrics, SessionState, describe_error
+
+log = logging.getLogger(__name__)
+
+SOURCE = "codex"
+IDLE_WAKE_SECONDS = 60.0
+# Day directories holding a rollout written this recently are watched; older ones (a resumed old session) are
+# seen by the rescan (``service.rescan_seconds``), so months of history do not cost one watch each.
+WATCH_RECENT_SECONDS = 2 * 86_400.0
+
+
+def _is_rollout_name(name: str) -> bool:
+    return name.startswith("rollout-") and (name.endswith(".jsonl") or name.endswith(".jsonl.zst"))
+
+
+@dataclass(slots=True)
+class CodexSession:
+    path: str
+    state: SessionState
+    cursor: Cursor = field(default_factory=Cursor)
+    figures: RolloutFigures = field(default_factory=RolloutFigures)
+    decision: Decision | None = None
+    due: bool = False
+    in_flight: bool = False
+    mtime: float = 0.0
+    size: int = 0
+    refused_at: int | None = None  # the size at which its history was refused (not read again until it grows)
+
+
+@dataclass
+class CodexSource:
+    config: Config
+    env: Mapping[str, str]
+    client: Callable[[], Any] = lambda: None  # the summarizer client (None: the digest)
+    task_group: Any = None
+    changed: Callable[[], None] = lambda: None
+    metrics: Metrics = field(default_factory=Metrics)
+    sessions: dict[str, CodexSession] = field(default_factory=dict)
+    watching: dict[str, anyio.Event] = field(default_factory=dict)
+    # Rollouts of a thread that has a newer one (a later window file): read for status, never compacted.
+    superseded: set[str] = field(default_factory=set)
+    wakeup: anyio.Event = field(default_factory=anyio.Event)
+    stopping: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.codex.enabled
+
+    @property
+    def home(self) -> str:
+        return codex_home(self.env, self.config.codex.home)
+
+    # --- discover / refresh -------------------------------------------------------------------------------
+    def refresh_all(self) -> None:
+        """Find every rollout and read what was appended to each (the rescan; events only make it sooner)."""
+        if not self.enabled:
+            return
+        try:
+            paths = find_rollouts(self.home)
+        except OSError as exc:
+            log.warning("codex home=%s action=discovery_failed error=%s", self.home, describe_error(exc))
+            return
+        seen = set(paths)
+        newest: dict[str, str] = {}
+        for path in paths:
+            thread = thread_id_of(path) or path
+            if thread not in newest or os.path.basename(path) > os.path.basename(newest[thread]):
+                newest[thread] = path
+        self.superseded = seen - set(newest.values())
+        for path in [p for p in self.sessions if p not in seen]:
+            self.sessions.pop(path, None)
+            self.metrics.forget_session(path)
+        for path in paths:
+            self.refresh(path)
+
+    def refresh(self, path: str) -> None:
+        """Read what was appended to one rollout and decide on it again; a failure is this session's alone.
+        One refresh at a time (the watchers' and the rescan's threads share the cursors)."""
+        with self._lock:
+            self._refresh(path)
+
+    def _refresh(self, path: str) -> None:
+        session = self.sessions.get(path)
+        if session is None:
+            session = self.sessions[path] = CodexSession(path, SessionState(path=path))
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            if (st.st_size, st.st_mtime) == (session.size, session.mtime) and session.decision is not None:
+                self._plan(session, time.time())  # time alone may make it ready
+                return
+            lines, fresh = read_new(path, session.cursor)
+        except Exception as exc:  # the boundary: a bad file never stops the service
+            session.state.last_error, session.state.error_stage = describe_error(exc), "read"
+            session.due = False
+            self.changed()
+            return
+        if fresh:
+            session.figures = RolloutFigures()
+        for raw in lines:
+            parsed = parse_rollout_line(raw)
+            if parsed is not None:
+                session.figures.apply(parsed)
+        session.size, session.mtime = st.st_size, st.st_mtime
+        if session.state.error_stage == "read":
+            session.state.last_error = session.state.error_stage = None
+        self._plan(session, time.time())
+
+    def _plan(self, session: CodexSession, now: float) -> None:
+        """The one decision point (:func:`compactd.decision.decide`) on Codex's own figure and window, with
+        OpenClaw 2026.9's thresholds (window − min(20,000, window / 4)): below Codex's own auto-compaction at
+        90 % of the window."""
+        f, st = session.figures, session.state
+        st.session_id = f.session_id
+        tokens, window = f.figure, f.window
+        if tokens is None or window is None:
+            st.tokens = st.planning_tokens = tokens or 0
+            st.next_action = "no token_count from Codex yet"
+            session.due = False
+            return
+        figures = Figures(
+            f.provider,
+            f.model,
+            tokens,
+            size=session.size,
+            mtime=session.mtime,
+            reducible_chars=0,
+            thresholds="openclaw-2026.9",
+            window=window,
+        )
+        decision = decide(self.config, figures, Recorded.of_state(st), now=now)
+        budget = decision.budget
+        st.tokens = st.planning_tokens = tokens
+        st.window, st.compact_threshold = budget.context_window, budget.compact_threshold
+        st.flush_threshold = budget.flush_threshold or None
+        self.metrics.set_session(
+            st.path, session_id=f.session_id, tokens=tokens, window=budget.context_window
+        )
+        session.decision = decision
+        refused = session.refused_at == session.size or session.path in self.superseded
+        session.due = decision.due and not session.path.endswith(".zst") and not refused
+        if not session.due:
+            st.show_next(None if not decision.due or refused else "compressed: read only", now)
+        elif f.turn_open:
+            st.show_next(f"busy: turn {f.turn_open} in progress", now)
+        else:
+            st.show_next(decision.action, now)
+        self.changed()
+        if session.due:
+            self.wakeup.set()
+
+    # --- readiness ----------------------------------------------------------------------------------------
+    def ready(self, now: float, *, force: bool = False) -> list[CodexSession]:
+        out = [
+            s
+            for s in self.sessions.values()
+            if s.due
+            and not s.in_flight
+            and not s.state.in_backoff(now)
+            and (force or not s.figures.turn_open)
+            and readiness(self.config, turn=None, quiet_seconds=now - s.mtime, force=force).ready
+        ]
+        return sorted(out, key=lambda s: -(s.state.percent_of_budget() or 0.0))
+
+    def next_wake(self, now: float) -> float:
+        waits = [
+            max(
+                s.state.backoff_remaining(now),
+                self.config.sessions.idle_seconds - (now - s.mtime),
+                BUSY_RETRY_SECONDS if s.figures.turn_open else 0.0,
+            )
+            for s in self.sessions.values()
+            if s.due and not s.in_flight
+        ]
+        return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
+
+    # --- acting -------------------------------------------------------------------------------------------
+    def _back_off(self, st: SessionState, stage: str, reason: str) -> dict[str, Any]:
+        s = self.config.service
+        delay = Backoff.record_failure(
+            st, time.time(), s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
+        )
+        self.metrics.record_failure(stage)
+        st.next_action = f"retry in {delay:.0f}s"
+        self.changed()
+        log.warning(
+            "session=%s action=failed stage=%s reason=%s retry_in=%.0fs", st.path, stage, reason, delay
+        )
+        return {"action": "failed", "stage": stage, "reason": reason, "retry_in": round(delay)}
+
+    async def act(self, session: CodexSession) -> dict[str, Any]:
+        """Flush, summarize, append under Codex's lock; never raises (the session boundary)."""
+        session.in_flight = True
+        try:
+            return await self._act(session)
+        except Exception as exc:
+            return self._back_off(session.state, "act", describe_error(exc))
+        finally:
+            session.in_flight = False
+
+    async def _act(self, session: CodexSession) -> dict[str, Any]:
+        # Here, not at the top: `once --dry-run` and `status` import this module and need no engine.
+        from compactd.codex._compact import append_compacted, plan_compaction, read_rollout
+        from compactd.job import engine_settings, target_tokens, workspace_for
+        from compactd.memory import flush_span
+        from compactd.summarize.engine import CompactionEngine
+
+        st, decision = session.state, session.decision
+        if decision is None:
+            return {"action": "none"}
+        reading = await anyio.to_thread.run_sync(lambda: read_rollout(session.path))
+        if reading.refusal:
+            st.skipped = reading.refusal
+            session.due, session.refused_at = False, reading.size
+            self.changed()
+            return {"action": "skipped", "reason": reading.refusal}
+        workspace = workspace_for(self.config, session.path, reading.transcript)
+        threshold = st.compact_threshold or 0
+        settings = engine_settings(self.config, reading.figures.provider, reading.figures.model)
+        settings.keep_budget_tokens = target_tokens(self.config, threshold) if threshold else None
+        engine = CompactionEngine(settings, self.client())
+        detail: dict[str, Any] = {"tokens": st.planning_tokens, "threshold": threshold}
+        if decision.flush and workspace is not None:
+            plan = await offload.run_sync(lambda: engine.plan(reading.transcript))
+            if plan is not None:
+                await flush_span(
+                    self.config,
+                    self.metrics,
+                    self.client(),
+                    plan.to_summarize,
+                    workspace=workspace,
+                    session_file=st.path,
+                    session_id=st.session_id,
+                )
+            st.mark_flushed(time.time())
+        if not decision.compact:
+            session.due = False
+            return {"action": "flush", **detail}
+        planned = await plan_compaction(reading, engine, workspace=workspace.path if workspace else None)
+        if planned is None:
+            session.due = False
+            return {"action": "none", "reason": "nothing before the cut", **detail}
+        try:
+            size = await anyio.to_thread.run_sync(lambda: append_compacted(self.home, reading, planned.line))
+        except ThreadBusy as exc:
+            st.retry_later(time.time(), self.config.sessions.idle_seconds, str(exc))
+            self.changed()
+            log.info("session=%s action=busy reason=%s", st.path, exc)
+            return {"action": "busy", "reason": str(exc)}
+        result = planned.result
+        projected = copy.copy(reading.figures)  # the figures as the appended line leaves them
+        parsed = parse_rollout_line(planned.line.rstrip(b"\n"))
+        if parsed is not None:
+            projected.apply(parsed)
+        after = projected.figure or 0
+        st.mark_compacted(
+            time.time(),
+            level=result.level,
+            route="compact_only",
+            identifiers_total=result.identifiers.total,
+            identifiers_kept_by_model=result.identifiers.kept_by_model,
+            identifiers_in_summary=result.identifiers.in_summary,
+            fill={"before": st.planning_tokens, "after": after, "threshold": threshold},
+            size=size,
+        )
+        self.metrics.record_compaction("compact_only", result.level)
+        Backoff.record_success(st)
+        await anyio.to_thread.run_sync(lambda: self.refresh(session.path))
+        log.info(
+            "session=%s action=compacted via=append level=%s kept_items=%d tokens_before=%d estimate_after=%d",
+            st.path,
+            result.level,
+            planned.kept,
+            detail["tokens"],
+            after,
+        )
+        return {
+            "action": "compact_only",
+            "committed": True,
+            "level": result.level,
+            "kept_items": planned.kept,
+            "estimate_after": after,
+            **detail,
+        }
+
+    # --- loops --------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Watch the rollout directories and act on ready sessions until :meth:`stop`."""
+        if not self.enabled:
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._worker)
+            while not self.stopping:
+                await anyio.to_thread.run_sync(self.refresh_all)
+                recent = time.time() - WATCH_RECENT_SECONDS
+                for directory in sorted(
+                    {os.path.dirname(p) for p, s in self.sessions.items() if s.mtime > recent}
+                ):
+                    if directory not in self.watching:
+                        stop = anyio.Event()
+                        self.watching[directory] = stop
+                        tg.start_soon(self._watch, directory, stop)
+                await anyio.sleep(self.config.service.rescan_seconds)
+            tg.cancel_scope.cancel()
+
+    async def _watch(self, directory: str, stop: anyio.Event) -> None:
+        from compactd.watch import watch_root
+
+        s = self.config.service
+        try:
+            async for paths in watch_root(
+                directory,
+                stop,
+                debounce_ms=s.debounce_ms,
+                step_ms=s.step_ms,
+                rust_timeout_ms=5_000,
+                names=_is_rollout_name,
+            ):
+                for path in sorted(paths):
+                    await anyio.to_thread.run_sync(lambda p=path: self.refresh(p))  # type: ignore[misc]
+        except Exception as exc:
+            log.warning("codex directory=%s action=watcher_stopped error=%s", directory, describe_error(exc))
+        self.watching.pop(directory, None)
+
+    async def _worker(self) -> None:
+        await work(self, self.ready, self.act)
+
+    def stop(self) -> None:
+        self.stopping = True
+        for event in self.watching.values():
+            event.set()
+        self.wakeup.set()
+
+    async def once(self, *, force: bool = False) -> list[dict[str, Any]]:
+        """``compactd once``: one look at every Codex session, acting on the ready ones."""
+        if not self.enabled:
+            return []
+        await anyio.to_thread.run_sync(self.refresh_all)
+        now = time.time()
+        ready = {id(s) for s in self.ready(now, force=force)}
+        rows: list[dict[str, Any]] = []
+        for path, session in sorted(self.sessions.items()):
+            st = session.state
+            if id(session) in ready:
+                outcome = await self.act(session)
+            elif st.error_stage == "read" and st.last_error:
+                outcome = {"action": "failed", "stage": "read", "reason": st.last_error}
+            elif session.due:
+                outcome = {"action": "wait", "reason": st.next_action or "not idle yet"}
+            else:
+                outcome = {"action": "fits", "tokens": st.planning_tokens, "threshold": st.compact_threshold}
+            rows.append({"path": path, "source": SOURCE, **outcome})
+        return rows
+
+    # --- status -------------------------------------------------------------------------------------------
+    def states(self) -> dict[str, SessionState]:
+        return {path: s.state for path, s in list(self.sessions.items())}
+
+    def annotate(self, status: dict[str, Any]) -> None:
+        """Mark Codex rows with their source, Codex's own figure and window, and whether a turn is open."""
+        for row in status.get("sessions", []):
+            session = self.sessions.get(str(row.get("path")))
+            if session is None:
+                continue
+            f = session.figures
+            row.update(
+                {
+                    "source": SOURCE,
+                    "codex_tokens": f.tokens,
+                    "codex_window": f.window,
+                    "codex_version": f.cli_version,
+                    "turn_open": f.turn_open is not None,
+                    "compressed": session.path.endswith(".zst"),
+                }
+            )
+        if self.enabled and self.sessions:
+            status["codex"] = {"home": self.home, "sessions": len(self.sessions)}
