@@ -225,6 +225,116 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     return 1 if result.reason else 0
 
 
+def _archives_of(path: str, state_dir: str) -> list[tuple[str, bool]]:
+    """Every ``<name>.bak.*`` beside ``path``, oldest first, with whether compactd's journal made it."""
+    from compactd.commit.atomic import ARCHIVE_INFIX
+    from compactd.commit.journal import Journal
+    from compactd.commit.retention import archive_time
+
+    directory, name = os.path.split(path)
+    ours = set(Journal(state_dir).archives(path))
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(name + ARCHIVE_INFIX)]
+    except OSError:
+        names = []
+    found = [os.path.join(directory, n) for n in names]
+    found.sort(key=lambda a: (archive_time(a) or 0.0, a))
+    return [(a, a in ours) for a in found]
+
+
+def _list_archives(path: str, state_dir: str, as_json: bool, out: TextIO) -> int:
+    from compactd.commit.retention import archive_time
+    from compactd.timestamps import js_iso
+    from compactd.transcript.context import build_context, context_estimate
+    from compactd.transcript.reader import read_transcript
+
+    rows: list[dict[str, Any]] = []
+    with _collector_paused():
+        for archive, ours in _archives_of(path, state_dir):
+            transcript = read_transcript(archive, follow_symlinks=False)
+            when = archive_time(archive)
+            try:
+                size = os.lstat(archive).st_size
+            except OSError:
+                continue
+            tokens = context_estimate(build_context(transcript)).tokens if transcript.usable else None
+            rows.append(
+                {
+                    "archive": archive,
+                    "time": js_iso(when) if when is not None else None,
+                    "bytes": size,
+                    "tokens": tokens,
+                    "by": "compactd" if ours else "other",
+                }
+            )
+    if as_json:
+        _print_json({"path": path, "archives": rows}, out)
+        return 0
+    if not rows:
+        _print_line(f"{path}: no archives", out)
+        return 1
+    for row in rows:
+        tokens = "unloadable" if row["tokens"] is None else f"{row['tokens']} tokens"
+        _print_line(
+            f"{row['time'] or '-':24}  {row['bytes']:>12,} bytes  {tokens:>16}  {row['by']:8}  "
+            f"{os.path.basename(row['archive'])}",
+            out,
+        )
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.commit.claim import ClaimBusy, SessionClaim
+    from compactd.commit.commit import CommitResult, commit
+    from compactd.commit.journal import recover
+    from compactd.job import turn_in_flight
+
+    config = _load_config(args)
+    path = os.path.realpath(args.file)
+    if args.list:
+        return _list_archives(path, config.state_dir, args.json, out)
+    if args.archive:
+        archive = os.path.join(
+            os.path.realpath(os.path.dirname(args.archive) or "."), os.path.basename(args.archive)
+        )
+    else:
+        ours = [a for a, by_us in _archives_of(path, config.state_dir) if by_us]
+        if not ours:
+            _print_line(f"{path}: no archive made by compactd; name one with --archive", out)
+            return 1
+        archive = ours[-1]
+
+    def busy(current: Any) -> str | None:
+        return turn_in_flight(config, path, current)
+
+    # As compact: finish what a killed commit left, and never race another compactd on this session.
+    recover(config.state_dir)
+    try:
+        with SessionClaim(config.state_dir, path):
+            result = commit(
+                path,
+                None,
+                mode="rotate",
+                state_dir=config.state_dir,
+                idle_seconds=config.sessions.idle_seconds,
+                force=args.force,
+                grace_seconds=config.compaction.rotate_grace_seconds,
+                archive_keep_count=config.compaction.archives.keep_count,
+                archive_keep_days=config.compaction.archives.keep_days,
+                check=None if args.force else busy,
+                restore_from=archive,
+            )
+    except ClaimBusy as exc:
+        result = CommitResult(False, "rotate", None, f"busy: {exc}", None, 0, 0)
+    data = {"path": path, "restored_from": archive, **result.as_json()}
+    if args.json:
+        _print_json(data, out)
+    else:
+        keys = ("path", "restored_from", "committed", "archive", "carried_lines", "rescued_lines", "reason")
+        _print_table([(k, data.get(k)) for k in keys], out)
+    return 0 if result.committed else 1
+
+
 def cmd_once(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.service import run_once
 
@@ -306,6 +416,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="run the engine, change no file")
     p.add_argument("--mode", choices=("append", "rotate"))
     p.add_argument("--force", action="store_true", help="skip the idle check (never the lock)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config")
+    p = add(
+        "restore", cmd_restore, "Put a session back as an archive holds it, keeping every line written since."
+    )
+    p.add_argument("file")
+    p.add_argument("--archive", metavar="PATH", help="the archive to restore (default: compactd's newest)")
+    p.add_argument("--list", action="store_true", help="list the session's archives: time, size, tokens")
+    p.add_argument("--force", action="store_true", help="skip the idle and turn checks (never the lock)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--config")
     p = add("once", cmd_once, "One pass over every session, doing what `run` would do now, then exit.")
