@@ -274,9 +274,9 @@ def _list_archives(path: str, state_dir: str, as_json: bool, out: TextIO) -> int
         _print_line(f"{path}: no archives", out)
         return 1
     for row in rows:
-        tokens = "unloadable" if row["tokens"] is None else f"{row['tokens']} tokens"
+        figure = "unloadable" if row["tokens"] is None else f"{row['tokens']:,} tokens"
         _print_line(
-            f"{row['time'] or '-':24}  {row['bytes']:>12,} bytes  {tokens:>16}  {row['by']:8}  "
+            f"{row['time'] or '-':24}  {row['bytes']:>12,} bytes  {figure:>16}  {row['by']:8}  "
             f"{os.path.basename(row['archive'])}",
             out,
         )
@@ -351,14 +351,48 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.service import run_service
 
     config = _load_config(args)
-    configure_logging(args.log_level or config.log_level)
+    configure_logging(args.log_level or config.log_level, style=args.log_format, pinned=bool(args.log_level))
     return run_service(config, config_path=args.config)
+
+
+def _watch_status(state_dir: Any, out: TextIO, *, interval: float, count: int | None) -> int:
+    """``status --watch``: on a TTY the view is redrawn in place; otherwise each refresh that changed something
+    is printed as plain lines under a time stamp (a log a pipe or a file can keep)."""
+    import time
+
+    from compactd.state import read_status, render_watch
+    from compactd.timestamps import iso_seconds
+
+    raw = getattr(out, "stream", out)
+    tty = hasattr(raw, "isatty") and raw.isatty()
+    shown: list[str] | None = None
+    done = 0
+    while count is None or done < count:
+        status = read_status(state_dir)
+        lines = render_watch(status) if status is not None else [f"no status in {state_dir} yet"]
+        if tty:
+            raw.write("\x1b[H\x1b[2J")  # home, clear: written raw (``out`` escapes control characters)
+            for line in lines:
+                out.write(line + "\n")
+            out.flush()
+        elif shown is None or lines[1:] != shown[1:]:
+            out.write(f"--- {iso_seconds(time.time())}\n")
+            for line in lines:
+                out.write(line + "\n")
+            out.flush()
+        shown = lines
+        done += 1
+        if count is None or done < count:
+            time.sleep(interval)  # the refresh period of a view, not a wait for an event
+    return 0
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.state import archive_usage, read_status, render_status_table
 
     config = _load_config(args)
+    if args.watch:
+        return _watch_status(config.state_dir, out, interval=args.interval, count=args.count)
     status = read_status(config.state_dir)
     if status is None:
         _print_line(f"no status in {config.state_dir}: compactd has not run with this state directory", out)
@@ -437,9 +471,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config")
     p = add("run", cmd_run, "Run the service: watch, account, flush, compact, commit.")
     p.add_argument("--config")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help="overrides the config's log_level, also across reloads",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "logfmt", "json"),
+        default="text",
+        help="one event a line: text (the default), logfmt (key=value) or json",
+    )
     p = add("status", cmd_status, "Show the sessions and the daemon's health from the state directory.")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="a live view: each session's fill, its action in progress, the last",
+    )
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes of --watch")
+    p.add_argument("--count", type=int, help="stop --watch after this many refreshes")
     p.add_argument("--config")
     p = add(
         "summarize",

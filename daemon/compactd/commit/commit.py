@@ -206,7 +206,7 @@ def commit(
         failed = True
     if result.committed:
         log.info(
-            "committed path=%s mode=%s archive=%s bytes=%d->%d carried=%d rescued=%d corrections=%d",
+            "committed path=%s mode=%s archive=%s bytes_before=%d bytes_after=%d carried=%d rescued=%d corrections=%d",
             path,
             mode,
             result.archive,
