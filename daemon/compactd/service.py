@@ -64,6 +64,8 @@ WATCH_HEARTBEAT_MS = 5_000
 STATE_HEARTBEAT_SECONDS = 60.0
 # Archive retention runs over every session this often (and after each rotation, for that session).
 RETENTION_SWEEP_SECONDS = 3600.0
+# The archives' disk use (a read of the journal and a stat per archive) is measured for the metrics this often.
+ARCHIVE_MEASURE_SECONDS = 60.0
 # /healthz: the loop ticks every LOOP_TICK_SECONDS; unhealthy when it has not for LOOP_STALE_SECONDS (a job
 # holding the loop), or when the watchers' heartbeat (an empty batch every WATCH_HEARTBEAT_MS) is this stale.
 LOOP_TICK_SECONDS = 1.0
@@ -145,6 +147,7 @@ class Service:
         self.started_at = time.time()
         self.heartbeat = time.monotonic()
         self.loop_tick = time.monotonic()
+        self.archives_measured = -ARCHIVE_MEASURE_SECONDS  # the archives' disk use, for the metrics
         self.activity: dict[str, tuple[str, float]] = {}  # path -> (stage in progress, since when)
         self.dirty = True  # something changed since state files were last written
         self.last_written = 0.0
@@ -868,6 +871,12 @@ class Service:
             len(self.sessions) + len(openclaw),
             self.near_threshold() + sum(s.near_threshold() for s in openclaw),
         )
+        if time.monotonic() - self.archives_measured >= ARCHIVE_MEASURE_SECONDS:
+            from compactd.state import archive_usage
+
+            self.archives_measured = time.monotonic()
+            usage = archive_usage(self.config.state_dir)
+            self.metrics.set_archives(usage.count, usage.disk_bytes)
         try:
             write_status(self.config.state_dir, self.status())
             self.store.save_sessions(self.state)
