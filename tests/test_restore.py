@@ -7,8 +7,9 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytest
 import yaml
 from compactd.commit import commit
 from compactd.commit.restore import plan_restore
@@ -17,7 +18,13 @@ from compactd.transcript.reader import read_transcript
 
 from tests.support import messages as msgs
 from tests.support.cli import compactd
-from tests.support.crash import ThreadAppender, archives_of, file_lines, make_entries, seq_of
+from tests.support.crash import ThreadAppender, archives_of, file_lines, make_entries, seq_of, session_ops
+from tests.support.pi import NodeAppender
+
+if TYPE_CHECKING:
+    from tests.support.pi import Pi
+
+pytest_plugins = ["tests.support.pi"]
 
 HEADER = {
     "type": "session",
@@ -271,3 +278,37 @@ def test_cli_restore_without_archives_says_so(tmp_path: Path) -> None:
     result = compactd("restore", str(path), "--config", str(_config(tmp_path)))
     assert result.returncode == 1 and "no archive made by compactd" in result.stdout
     assert read_transcript(path).problems == []
+
+
+@pytest.mark.slow  # node and pi's loader
+def test_restore_under_a_node_appender_keeps_every_line_and_pi_loads_the_restored_branch(
+    pi: Pi, tmp_path: Path
+) -> None:
+    """pi's own append (appendFileSync by path, from a node process) during the restore, pi's loader as the
+    judge: the archive's messages, then every line the agent wrote, in order, each once, no summary."""
+    path = Path(pi.write(tmp_path / "s", session_ops(8, side_branch=False))["path"])
+    state = tmp_path / "state"
+    before = pi.load(path)["messages"]
+    archive = rotate(path, state)
+    count = 3_000
+    appender = NodeAppender(path, count, pause_every=10, pause_ms=2).start()
+    try:
+        while sum(seq_of(e) is not None for e in file_lines(path)) < 300:
+            pass  # the agent is under way (polled: no sleep stands in)
+        result = commit(
+            path, None, mode="rotate", state_dir=state, idle_seconds=30, force=True, restore_from=archive
+        )
+    finally:
+        written = appender.wait()
+    assert result.committed, result.reason
+    assert written.seqs == list(range(count))
+    live = Counter(s for e in file_lines(path) if (s := seq_of(e)) is not None)
+    assert live == Counter(range(count)), "a line was lost or doubled"
+    loaded = pi.load(path)["messages"]
+    assert loaded[: len(before)] == before
+    texts = [m["content"][0]["text"] for m in loaded[len(before) :]]
+    assert texts == [f"seq {n}" for n in range(count)]
+    assert "compactionSummary" not in [m["role"] for m in loaded]
+    print(
+        f"restore under a node appender: {count} lines, carried {result.carried_lines}, rescued {result.rescued_lines}"
+    )

@@ -307,6 +307,13 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     def busy(current: Any) -> str | None:
         return turn_in_flight(config, path, current)
 
+    from compactd.openclaw import refusal
+
+    sqlite_refusal = refusal(path)
+    if sqlite_refusal is not None:  # as compact: nothing is written under a SQLite-backed OpenClaw agent
+        _print_line(f"{path}: refusing: {sqlite_refusal}", out)
+        return 1
+
     # As compact: finish what a killed commit left, and never race another compactd on this session.
     recover(config.state_dir)
     try:
