@@ -49,8 +49,9 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = CLIENT_TIMEOUT_SECONDS
-    server_version = "compactd"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return "compactd"
 
     def do_GET(self) -> None:
         self._answer(body=True)

@@ -65,7 +65,7 @@ _CHATTY_LOGGERS = ("httpx", "httpcore", "watchfiles")
 _PLACEHOLDER = re.compile(
     r"(?:(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=)?%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa%]"
 )
-_LITERAL_FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=([^\s=]+)")
+_LITERAL_FIELD = re.compile(r"(?<!\S)([A-Za-z_][A-Za-z0-9_]*)=([^\s=%]+)(?!\S)")
 # The level given on the command line wins over the config's, at start and on reload.
 _pinned_level = False
 
@@ -171,19 +171,26 @@ def _syslog_priority(levelno: int) -> int:
 
 
 def event_fields(record: logging.LogRecord) -> tuple[str, dict[str, object]] | None:
-    """(the message's prose, its ``key=%s`` fields) of a record logged with positional args; None when it
-    cannot be split (no args, a mapping, a format that does not match its args)."""
+    """(the message's prose, its fields in the order written) of a record logged with positional args: a
+    ``key=%s`` takes its argument, a literal ``key=value`` word its value; with no prose left, the prose is the
+    ``action``. None when the record cannot be split (a mapping, a format that does not match its args)."""
     args = record.args
     if not isinstance(args, tuple) or not isinstance(record.msg, str):
         return None
     fields: dict[str, object] = {}
     prose: list[str] = []
+
+    def text(piece: str) -> None:
+        for literal in _LITERAL_FIELD.finditer(piece):
+            fields.setdefault(literal.group(1), literal.group(2))  # ``action=ready`` in the format itself
+        prose.append(_LITERAL_FIELD.sub("", piece))
+
     index = 0
     last = 0
     fmt = record.msg
     for match in _PLACEHOLDER.finditer(fmt):
         spec = match.group(0)
-        prose.append(fmt[last : match.start()])
+        text(fmt[last : match.start()])
         last = match.end()
         if spec.endswith("%%"):
             prose.append("%")
@@ -194,26 +201,20 @@ def event_fields(record: logging.LogRecord) -> tuple[str, dict[str, object]] | N
         index += 1
         key = match.group(1)
         placeholder = spec[len(key) + 1 :] if key else spec
+        kind = placeholder[-1]
         try:
-            rendered = placeholder % (value,) if placeholder[-1] not in "sr" else value
+            rendered = repr(value) if kind == "r" else value if kind == "s" else placeholder % (value,)
         except (TypeError, ValueError):
             return None
         if key:
-            kind = placeholder[-1]
-            fields[key] = repr(value) if kind == "r" else value if kind in "sdi" else rendered
+            fields[key] = value if kind in "sdi" else rendered
         else:
-            prose.append(str(rendered) if placeholder[-1] != "r" else repr(value))
+            prose.append(str(rendered))
     if index != len(args):
         return None
-    prose.append(fmt[last:])
-    words: list[str] = []
-    for word in "".join(prose).split():
-        literal = _LITERAL_FIELD.fullmatch(word)
-        if literal is not None and literal.group(1) not in fields:
-            fields[literal.group(1)] = literal.group(2)  # ``action=ready`` written into the format itself
-        else:
-            words.append(word)
-    return " ".join(words), fields
+    text(fmt[last:])
+    message = " ".join("".join(prose).split())
+    return message or str(fields.get("action", "")), fields
 
 
 def _text_message(record: logging.LogRecord) -> str:

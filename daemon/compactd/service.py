@@ -628,6 +628,8 @@ class Service:
         seeded = seed_tracker(session.tracker, result.successor, ledger)  # else read afresh below
         if result.committed:
             self.metrics.record_compaction(result.route, engine.level if engine else "none")
+            if result.archive is not None:
+                self.archives_measured = -ARCHIVE_MEASURE_SECONDS  # a new archive: measured at the next write
             ids = engine.identifiers if engine else None
             st.mark_compacted(
                 now,
