@@ -11,14 +11,23 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from compactd.commit import commit
+from compactd.commit import CRASH_POINTS, commit, recover
 from compactd.commit.restore import plan_restore
 from compactd.transcript.context import build_context
 from compactd.transcript.reader import read_transcript
 
+from tests.support import crash
 from tests.support import messages as msgs
 from tests.support.cli import compactd
-from tests.support.crash import ThreadAppender, archives_of, file_lines, make_entries, seq_of, session_ops
+from tests.support.crash import (
+    ThreadAppender,
+    archives_of,
+    file_lines,
+    fork,
+    make_entries,
+    seq_of,
+    session_ops,
+)
 from tests.support.pi import NodeAppender
 
 if TYPE_CHECKING:
@@ -312,3 +321,55 @@ def test_restore_under_a_node_appender_keeps_every_line_and_pi_loads_the_restore
     print(
         f"restore under a node appender: {count} lines, carried {result.carried_lines}, rescued {result.rescued_lines}"
     )
+
+
+RESTORE_POINTS = [p for p in CRASH_POINTS if p.startswith(("commit_", "rotate_"))]
+
+
+@pytest.mark.slow  # a forked child per step
+@pytest.mark.parametrize("point", RESTORE_POINTS)
+def test_a_restore_killed_at_any_step_is_finished_or_rolled_back_by_recovery(
+    tmp_path: Path, point: str
+) -> None:
+    """kill -9 at each step of the restore's rewrite while an agent appends: after recovery the live file
+    loads, holds every line the agent wrote (once), and is either the compacted file or the restored one."""
+    path = write_session(tmp_path / "s.jsonl", 8)
+    state = tmp_path / "state"
+    archive = rotate(path, state)
+    append_turn(path, "after the compaction")
+    compacted_inode = path.stat().st_ino
+    run = fork()
+    if run == 0:  # pragma: no cover - the child
+        code = 4
+        try:
+            crash._crash_at[0] = point
+            with ThreadAppender(str(path), read_transcript(path).leaf_id, pause_every=5):
+                result = commit(
+                    path,
+                    None,
+                    mode="rotate",
+                    state_dir=state,
+                    idle_seconds=0,
+                    force=True,
+                    grace_seconds=0.1,
+                    restore_from=archive,
+                )
+            code = 0 if result.committed else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(run, 0)
+    assert os.WIFSIGNALED(status), f"the child was to be killed at {point}, exit status {status}"
+    recover(state)
+    live = file_lines(path)
+    seqs = Counter(s for e in live if (s := seq_of(e)) is not None)
+    union = set(seqs)
+    for other in archives_of(path):
+        union.update(s for e in file_lines(other) if (s := seq_of(e)) is not None)
+    assert union == set(range(len(union))), "an agent line is missing"
+    assert set(seqs) == union and max(seqs.values(), default=1) == 1, "the live file lacks or doubles a line"
+    transcript = read_transcript(path)
+    assert not [p for p in transcript.problems if p.kind in ("dangling_parent", "malformed_line")]
+    compacted = any(e.get("type") == "compaction" for e in transcript.branch())
+    assert compacted == (path.stat().st_ino == compacted_inode)  # rolled back, or restored
+    on_branch = [s for e in transcript.branch() if (s := seq_of(e)) is not None]
+    assert on_branch == sorted(union)

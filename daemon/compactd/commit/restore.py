@@ -183,6 +183,7 @@ def restore_commit(request: CommitRequest, *, archive: str, grace_seconds: float
             carried=result.carried_lines,
             rescued=result.rescued_lines,
         )
+        crash_point("rotate_after_done")
         log.info(
             "restored path=%s from=%s archive=%s carried_after_compaction=%d reattached=%d carried=%d "
             "rescued=%d",
