@@ -458,3 +458,47 @@ def test_journald_keeps_priorities_in_every_format() -> None:
         configure_logging("warning")
     line = buffer.getvalue().strip()
     assert line.startswith("<3>{") and "time" not in json.loads(line[3:])
+
+
+def test_status_watch_redraws_in_place_on_a_terminal(tmp_path: Path) -> None:
+    """On a TTY each refresh homes the cursor and clears the screen (written raw: the rest of the output
+    still has its control characters escaped); a pipe gets plain lines (the daemon test above)."""
+    import pty
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state")}))
+    primary, secondary = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPACTD_CONFIG", "STATE_DIRECTORY")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "compactd",
+            "status",
+            "--watch",
+            "--count",
+            "3",
+            "--interval",
+            "0.05",
+            "--config",
+            str(config),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=secondary,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(primary)
+    assert proc.wait(timeout=30) == 0, out
+    assert out.count(b"\x1b[H\x1b[2J") == 3
+    assert out.count(b"no status in") == 3
