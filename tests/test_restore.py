@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import time
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,8 +79,8 @@ def append_turn(path: Path, text: str) -> list[str]:
     leaf = read_transcript(path).leaf_id
     ids = []
     with open(path, "ab") as handle:
-        for i, message in enumerate((msgs.user(text, ts=1), msgs.assistant(f"re: {text}", ts=2))):
-            entry_id = f"{text.replace(' ', '')[:6]}{i}"
+        for message in (msgs.user(text, ts=1), msgs.assistant(f"re: {text}", ts=2)):
+            entry_id = secrets.token_hex(4)
             handle.write(
                 _line(
                     {
@@ -158,6 +160,38 @@ def test_restore_without_the_journal_record_carries_every_agent_entry_but_compac
     carried = [json.loads(x) for x in plan.data[len(archived) :].splitlines()]
     assert [e["id"] for e in carried] == new_ids
     assert carried[0]["parentId"] == read_transcript(archive).leaf_id  # re-attached onto the archive's leaf
+
+
+def test_restoring_an_older_archive_keeps_what_a_later_compaction_summarized(tmp_path: Path) -> None:
+    """Two compactions, then the first one undone directly: the turns written between them exist only in the
+    second's archive, and come back onto the restored branch with the turns written since."""
+    path = write_session(tmp_path / "s.jsonl", 8)
+    state = tmp_path / "state"
+    before = texts(path)
+    first = rotate(path, state)
+    between = [f"between {n}" for n in range(4)]
+    for text in between:
+        append_turn(path, text)
+    second = commit(
+        path,
+        make_entries(path, keep_turns=1, stamp_ms=crash.BASE_MS + 2 * 86_400_000),
+        mode="rotate",
+        state_dir=state,
+        idle_seconds=0,
+        now=time.time() + 1,
+    )
+    assert second.committed, second.reason
+    assert "between 0" not in texts(path)  # summarized away by the second compaction
+    append_turn(path, "after both")
+    result = commit(
+        path, None, mode="rotate", state_dir=state, idle_seconds=0, restore_from=first, now=time.time() + 2
+    )
+    assert result.committed, result.reason
+    expected = [*before]
+    for text in [*between, "after both"]:
+        expected += [text, f"re: {text}"]
+    assert texts(path) == expected
+    assert not [e for e in read_transcript(path).branch() if e.get("type") == "compaction"]
 
 
 def test_restore_refuses_an_archive_of_another_session_and_changes_nothing(tmp_path: Path) -> None:

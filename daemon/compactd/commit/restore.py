@@ -11,9 +11,11 @@ killed rotation.
 
 Which of the live file's lines came after the compaction: the journal's rotate intent that made the archive
 records the successor's size and digest; when the live file still starts with that successor, every line
-after it is an agent's. Otherwise (the journal was compacted, or the file was rewritten since) every entry
-whose id the archive lacks is carried except compactd's own (its compactions, context edits and
-``compactd.*`` custom entries), since a restored branch must not end on a compaction that undoes it.
+after it is an agent's. Otherwise (the journal was compacted, or the file was rewritten since: compacted again,
+or restored) every entry whose id the archive lacks is carried, from compactd's later archives of the session
+(what a later compaction summarized away) and then the live file, except compactd's own (its compactions,
+context edits and ``compactd.*`` custom entries), since a restored branch must not end on a compaction that
+undoes it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +40,7 @@ from compactd.commit.atomic import (
 )
 from compactd.commit.journal import Journal, successor_digest
 from compactd.commit.request import CommitRequest
+from compactd.commit.retention import archive_time
 from compactd.commit.rotate import last_id
 from compactd.commit.successor import plan_rescue
 from compactd.transcript.reader import parse_line, parse_transcript
@@ -82,22 +86,47 @@ def _rotation_of(journal: Journal, archive: str) -> tuple[int, str] | None:
     return None
 
 
-def plan_restore(archive_data: bytes, live_data: bytes, rotation: tuple[int, str] | None) -> RestorePlan:
-    """The restored file's bytes (pure): ``archive_data`` and ``live_data`` are complete lines."""
+def plan_restore(
+    archive_data: bytes,
+    live_data: bytes,
+    rotation: tuple[int, str] | None,
+    newer: Callable[[], Iterable[bytes]] = tuple,
+) -> RestorePlan:
+    """The restored file's bytes (pure but for ``newer``): ``archive_data`` and ``live_data`` are complete
+    lines; ``newer`` gives the complete lines of the session's later archives, oldest first (what later
+    compactions summarized away), asked only when the live file is no longer the successor ``rotation``
+    describes."""
     archived = parse_transcript(archive_data)
     if not archived.usable or archived.header is None:
         raise Abandon("the archive is not a loadable transcript")
-    live_header = live_data[: live_data.find(b"\n") + 1]
-    if live_header != archive_data[: archive_data.find(b"\n") + 1]:
+    header = archive_data[: archive_data.find(b"\n") + 1]
+    if live_data[: live_data.find(b"\n") + 1] != header:
         raise Abandon("the archive's session header is not the live file's: an archive of another session")
     journaled = (
         rotation is not None
         and len(live_data) >= rotation[0]
         and successor_digest(live_data[: rotation[0]]) == rotation[1]
     )
-    present = set(archived.by_id())
-    late: list[bytes] = []
-    region = live_data[rotation[0] :] if journaled and rotation is not None else live_data[len(live_header) :]
+    if journaled and rotation is not None:
+        late = _agent_lines(live_data[rotation[0] :], set(), every=True)
+    else:
+        present = set(archived.by_id())
+        late = []
+        for data in (*newer(), live_data):
+            if data[: data.find(b"\n") + 1] == header:
+                late.extend(_agent_lines(data[len(header) :], present, every=False))
+    rescue = plan_rescue(late, archive_data, archived, direct=False)
+    data = archive_data + b"".join(rescue.lines)
+    restored = parse_transcript(data)
+    if not restored.usable:
+        raise Abandon("the restored file would not load")
+    return RestorePlan(data, len(rescue.lines), rescue.reattached, restored.leaf_id, journaled)
+
+
+def _agent_lines(region: bytes, present: set[str], *, every: bool) -> list[bytes]:
+    """The lines of ``region`` to carry: ``every`` (the journal says they all came after the compaction) but
+    compactd's own custom entries; otherwise only entries ``present`` lacks that compactd did not write."""
+    out: list[bytes] = []
     for raw in region.split(b"\n"):
         if not raw.strip():
             continue
@@ -106,19 +135,27 @@ def plan_restore(archive_data: bytes, live_data: bytes, rotation: tuple[int, str
             custom = value.get("customType")
             if isinstance(custom, str) and custom.startswith(_OURS_CUSTOM_PREFIX):
                 continue  # a leaf pointer or a post-compaction message: about the compacted file only
-            if not journaled and (
-                _ours(value) or value.get("id") in present or value.get("type") == "session"
-            ):
+            if not every and (_ours(value) or value.get("id") in present or value.get("type") == "session"):
                 continue
-        elif not journaled:
+        elif not every:
             continue  # not an entry, and no record says it came after the compaction
-        late.append(raw)
-    rescue = plan_rescue(late, archive_data, archived, direct=False)
-    data = archive_data + b"".join(rescue.lines)
-    restored = parse_transcript(data)
-    if not restored.usable:
-        raise Abandon("the restored file would not load")
-    return RestorePlan(data, len(rescue.lines), rescue.reattached, restored.leaf_id, journaled)
+        out.append(raw)
+    return out
+
+
+def _newer_archives(journal: Journal, path: str, archive: str) -> list[bytes]:
+    """The complete lines of compactd's archives of ``path`` made after ``archive``, oldest first."""
+    since = archive_time(archive)
+    out: list[bytes] = []
+    for other in journal.archives(path):
+        when = archive_time(other)
+        if other == archive or (since is not None and (when is None or when <= since)):
+            continue
+        try:
+            out.append(read_archive(path, other))
+        except (Abandon, OSError) as exc:
+            log.warning("restore: archive %s not read: %s", other, exc)
+    return out
 
 
 def read_archive(path: str, archive: str) -> bytes:
@@ -154,7 +191,12 @@ def restore_commit(request: CommitRequest, *, archive: str, grace_seconds: float
     snap = open_snapshot(path)
     try:
         request.transcript(snap)  # the turn check, on the file as it is now
-        plan = plan_restore(archived, snap.data, _rotation_of(journal, archive))
+        plan = plan_restore(
+            archived,
+            snap.data,
+            _rotation_of(journal, archive),
+            lambda: _newer_archives(journal, path, archive),
+        )
         new_archive = archive_path_for(path, now)
         tmp = tmp_path_for(path)
         tx = journal.intent(
