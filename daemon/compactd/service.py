@@ -149,6 +149,7 @@ class Service:
         self.loop_tick = time.monotonic()
         self.archives_measured = -ARCHIVE_MEASURE_SECONDS  # the archives' disk use, for the metrics
         self.activity: dict[str, tuple[str, float]] = {}  # path -> (stage in progress, since when)
+        self.activity_changed = False
         self.dirty = True  # something changed since state files were last written
         self.last_written = 0.0
         self.last_sweep = time.monotonic()
@@ -431,9 +432,10 @@ class Service:
             claim.release()
 
     def _at(self, path: str, stage: str) -> str:
-        """Note the stage a session's action is at, for ``status`` (``--watch`` shows it live)."""
+        """Note the stage a session's action is at, for ``status`` (``--watch`` shows it live): status.json
+        alone is rewritten for it (the snapshots and metrics wait for the action's end)."""
         self.activity[path] = (stage, time.time())
-        self.dirty = True
+        self.activity_changed = True
         return stage
 
     async def act_claimed(
@@ -849,6 +851,8 @@ class Service:
             if self.dirty or time.monotonic() - self.last_written >= STATE_HEARTBEAT_SECONDS:
                 await anyio.to_thread.run_sync(self.write_state)
                 self.notifier.status(self.status_line())
+            elif self.activity_changed:
+                await anyio.to_thread.run_sync(self.write_activity)
             await anyio.sleep(self.config.service.status_refresh_seconds)
 
     def write_status(self) -> None:
@@ -863,10 +867,21 @@ class Service:
             log.warning("action=state_write_failed error=%s", describe_error(exc))
         self.dirty = True
 
+    def write_activity(self) -> None:
+        """status.json with the actions in progress (see :meth:`_at`)."""
+        from compactd.state import write_status
+
+        self.activity_changed = False
+        try:
+            write_status(self.config.state_dir, self.status())
+        except Exception as exc:  # as write_state: the sessions are still served
+            log.warning("action=state_write_failed error=%s", describe_error(exc))
+
     def write_state(self) -> None:
         from compactd.state import write_status
 
         self.dirty = False
+        self.activity_changed = False
         self.last_written = time.monotonic()
         openclaw = self.openclaw.states().values()
         self.metrics.set_sessions(
@@ -1038,6 +1053,12 @@ class Service:
             return
         from compactd.logs import apply_config_level
 
+        if config.service.http_listen != self.config.service.http_listen:
+            log.warning(
+                "action=reload_partial key=%s reason=%s",
+                "service.http_listen",
+                "the HTTP endpoint is bound at start: restart compactd to move it",
+            )
         self.config = config
         self.openclaw.config = config
         self._client = None
