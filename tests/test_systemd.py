@@ -250,7 +250,12 @@ def test_system_unit_hardening() -> None:
     ):
         assert d[f"Service.{key}"] == ["yes"], key
     assert d["Service.CapabilityBoundingSet"] == [""]
-    assert d["Service.SystemCallFilter"] == ["@system-service"]
+    assert d["Service.SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
+    # What `systemd-analyze security` listed and compactd works with (issue 23; tests/test_unit_hardening.py).
+    assert d["Service.ProtectProc"] == ["invisible"] and d["Service.ProcSubset"] == ["pid"]
+    for key in ("MemoryDenyWriteExecute", "PrivateMounts", "RemoveIPC"):
+        assert d[f"Service.{key}"] == ["yes"], key
+    assert d["Service.IPAddressDeny"] == ["any"] and d["Service.IPAddressAllow"] == ["localhost"]
     assert d["Install.WantedBy"] == ["multi-user.target"]
 
 
@@ -270,6 +275,9 @@ NAMESPACE_OPTIONS = {
     "ProtectControlGroups",
     "ProtectHostname",
     "ProtectClock",
+    "ProtectProc",
+    "ProcSubset",
+    "PrivateMounts",
 }
 
 
@@ -278,6 +286,9 @@ def test_user_unit_avoids_the_systemd_252_trap() -> None:
     used = {key.split(".", 1)[1] for key in d} & NAMESPACE_OPTIONS
     assert not used or d.get("Service.PrivateUsers") == ["yes"], used
     assert "Service.User" not in d
+    # The seccomp-based ones a user manager can install (issue 23).
+    assert d["Service.SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
+    assert d["Service.MemoryDenyWriteExecute"] == ["yes"]
     assert d["Install.WantedBy"] == ["default.target"]
     assert any("%h" in value for value in d["Service.Environment"])
 

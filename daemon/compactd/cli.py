@@ -225,6 +225,123 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     return 1 if result.reason else 0
 
 
+def _archives_of(path: str, state_dir: str) -> list[tuple[str, bool]]:
+    """Every ``<name>.bak.*`` beside ``path``, oldest first, with whether compactd's journal made it."""
+    from compactd.commit.atomic import ARCHIVE_INFIX
+    from compactd.commit.journal import Journal
+    from compactd.commit.retention import archive_time
+
+    directory, name = os.path.split(path)
+    ours = set(Journal(state_dir).archives(path))
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(name + ARCHIVE_INFIX)]
+    except OSError:
+        names = []
+    found = [os.path.join(directory, n) for n in names]
+    found.sort(key=lambda a: (archive_time(a) or 0.0, a))
+    return [(a, a in ours) for a in found]
+
+
+def _list_archives(path: str, state_dir: str, as_json: bool, out: TextIO) -> int:
+    from compactd.commit.retention import archive_time
+    from compactd.timestamps import js_iso
+    from compactd.transcript.context import build_context, context_estimate
+    from compactd.transcript.reader import read_transcript
+
+    rows: list[dict[str, Any]] = []
+    with _collector_paused():
+        for archive, ours in _archives_of(path, state_dir):
+            transcript = read_transcript(archive, follow_symlinks=False)
+            when = archive_time(archive)
+            try:
+                size = os.lstat(archive).st_size
+            except OSError:
+                continue
+            tokens = context_estimate(build_context(transcript)).tokens if transcript.usable else None
+            rows.append(
+                {
+                    "archive": archive,
+                    "time": js_iso(when) if when is not None else None,
+                    "bytes": size,
+                    "tokens": tokens,
+                    "by": "compactd" if ours else "other",
+                }
+            )
+    if as_json:
+        _print_json({"path": path, "archives": rows}, out)
+        return 0
+    if not rows:
+        _print_line(f"{path}: no archives", out)
+        return 1
+    for row in rows:
+        figure = "unloadable" if row["tokens"] is None else f"{row['tokens']:,} tokens"
+        _print_line(
+            f"{row['time'] or '-':24}  {row['bytes']:>12,} bytes  {figure:>16}  {row['by']:8}  "
+            f"{os.path.basename(row['archive'])}",
+            out,
+        )
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.commit.claim import ClaimBusy, SessionClaim
+    from compactd.commit.commit import CommitResult, commit
+    from compactd.commit.journal import recover
+    from compactd.job import turn_in_flight
+
+    config = _load_config(args)
+    path = os.path.realpath(args.file)
+    if args.list:
+        return _list_archives(path, config.state_dir, args.json, out)
+    if args.archive:
+        archive = os.path.join(
+            os.path.realpath(os.path.dirname(args.archive) or "."), os.path.basename(args.archive)
+        )
+    else:
+        ours = [a for a, by_us in _archives_of(path, config.state_dir) if by_us]
+        if not ours:
+            _print_line(f"{path}: no archive made by compactd; name one with --archive", out)
+            return 1
+        archive = ours[-1]
+
+    def busy(current: Any) -> str | None:
+        return turn_in_flight(config, path, current)
+
+    from compactd.openclaw import refusal
+
+    sqlite_refusal = refusal(path)
+    if sqlite_refusal is not None:  # as compact: nothing is written under a SQLite-backed OpenClaw agent
+        _print_line(f"{path}: refusing: {sqlite_refusal}", out)
+        return 1
+
+    # As compact: finish what a killed commit left, and never race another compactd on this session.
+    recover(config.state_dir)
+    try:
+        with SessionClaim(config.state_dir, path):
+            result = commit(
+                path,
+                None,
+                mode="rotate",
+                state_dir=config.state_dir,
+                idle_seconds=config.sessions.idle_seconds,
+                force=args.force,
+                grace_seconds=config.compaction.rotate_grace_seconds,
+                archive_keep_count=config.compaction.archives.keep_count,
+                archive_keep_days=config.compaction.archives.keep_days,
+                check=None if args.force else busy,
+                restore_from=archive,
+            )
+    except ClaimBusy as exc:
+        result = CommitResult(False, "rotate", None, f"busy: {exc}", None, 0, 0)
+    data = {"path": path, "restored_from": archive, **result.as_json()}
+    if args.json:
+        _print_json(data, out)
+    else:
+        keys = ("path", "restored_from", "committed", "archive", "carried_lines", "rescued_lines", "reason")
+        _print_table([(k, data.get(k)) for k in keys], out)
+    return 0 if result.committed else 1
+
+
 def cmd_once(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.service import run_once
 
@@ -241,14 +358,48 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.service import run_service
 
     config = _load_config(args)
-    configure_logging(args.log_level or config.log_level)
+    configure_logging(args.log_level or config.log_level, style=args.log_format, pinned=bool(args.log_level))
     return run_service(config, config_path=args.config)
+
+
+def _watch_status(state_dir: Any, out: TextIO, *, interval: float, count: int | None) -> int:
+    """``status --watch``: on a TTY the view is redrawn in place; otherwise each refresh that changed something
+    is printed as plain lines under a time stamp (a log a pipe or a file can keep)."""
+    import time
+
+    from compactd.state import read_status, render_watch
+    from compactd.timestamps import iso_seconds
+
+    raw = getattr(out, "stream", out)
+    tty = hasattr(raw, "isatty") and raw.isatty()
+    shown: list[str] | None = None
+    done = 0
+    while count is None or done < count:
+        status = read_status(state_dir)
+        lines = render_watch(status) if status is not None else [f"no status in {state_dir} yet"]
+        if tty:
+            raw.write("\x1b[H\x1b[2J")  # home, clear: written raw (``out`` escapes control characters)
+            for line in lines:
+                out.write(line + "\n")
+            out.flush()
+        elif shown is None or lines[1:] != shown[1:]:
+            out.write(f"--- {iso_seconds(time.time())}\n")
+            for line in lines:
+                out.write(line + "\n")
+            out.flush()
+        shown = lines
+        done += 1
+        if count is None or done < count:
+            time.sleep(interval)  # the refresh period of a view, not a wait for an event
+    return 0
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.state import archive_usage, read_status, render_status_table
 
     config = _load_config(args)
+    if args.watch:
+        return _watch_status(config.state_dir, out, interval=args.interval, count=args.count)
     status = read_status(config.state_dir)
     if status is None:
         _print_line(f"no status in {config.state_dir}: compactd has not run with this state directory", out)
@@ -329,6 +480,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="skip the idle check (never the lock)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--config")
+    p = add(
+        "restore", cmd_restore, "Put a session back as an archive holds it, keeping every line written since."
+    )
+    p.add_argument("file")
+    p.add_argument("--archive", metavar="PATH", help="the archive to restore (default: compactd's newest)")
+    p.add_argument("--list", action="store_true", help="list the session's archives: time, size, tokens")
+    p.add_argument("--force", action="store_true", help="skip the idle and turn checks (never the lock)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config")
     p = add("once", cmd_once, "One pass over every session, doing what `run` would do now, then exit.")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -339,9 +499,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config")
     p = add("run", cmd_run, "Run the service: watch, account, flush, compact, commit.")
     p.add_argument("--config")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help="overrides the config's log_level, also across reloads",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "logfmt", "json"),
+        default="text",
+        help="one event a line: text (the default), logfmt (key=value) or json",
+    )
     p = add("status", cmd_status, "Show the sessions and the daemon's health from the state directory.")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="a live view: each session's fill, its action in progress, the last",
+    )
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes of --watch")
+    p.add_argument("--count", type=int, help="stop --watch after this many refreshes")
     p.add_argument("--config")
     p = add(
         "summarize",

@@ -7,6 +7,12 @@ password or credential-named query value, so no command's log line or printed li
 Under systemd (``JOURNAL_STREAM`` naming our stderr) lines carry a ``<N>`` syslog priority prefix, which
 journald strips and stores (``journalctl -p warning`` works), and no timestamp, since the journal adds its
 own (design.md §7.4). Elsewhere lines start with a UTC timestamp.
+
+Three formats (``run --log-format``): ``text`` (the line above), ``logfmt`` (``time= level= logger= msg=`` then
+the event's fields) and ``json`` (one object a line). The fields come from the call itself: every ``key=%s`` in
+a message's format is a field with its argument as the value, so ``log.info("committed path=%s mode=%s", ...)``
+is the event "committed" with fields ``path`` and ``mode`` in every format; a field whose value is None is left
+out (``reason=None`` says nothing).
 """
 
 from __future__ import annotations
@@ -28,13 +34,16 @@ if TYPE_CHECKING:
     from compactd.config import Config
 
 __all__ = [
+    "LOG_FORMATS",
     "LOG_LEVELS",
     "LineFormatter",
     "ScrubbedOutput",
     "add_secret",
     "add_url_secrets",
+    "apply_config_level",
     "clear_secrets",
     "configure_logging",
+    "event_fields",
     "protect_config_secrets",
     "scrub",
 ]
@@ -46,8 +55,19 @@ LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 MIN_SECRET_CHARS = 4
 SECRET_MASK = "***"
 
-# These libraries log every HTTP request at INFO; one line per summarizer call is noise unless debugging.
-_CHATTY_LOGGERS = ("httpx", "httpcore")
+LOG_FORMATS: tuple[str, ...] = ("text", "logfmt", "json")
+
+# These libraries log at INFO what is noise unless debugging: every HTTP request to the summarizer, and every
+# batch of file changes ("1 change detected", one per agent append).
+_CHATTY_LOGGERS = ("httpx", "httpcore", "watchfiles")
+
+# A printf placeholder, optionally preceded by ``key=`` (then it is a field).
+_PLACEHOLDER = re.compile(
+    r"(?:(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=)?%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa%]"
+)
+_LITERAL_FIELD = re.compile(r"(?<!\S)([A-Za-z_][A-Za-z0-9_]*)=([^\s=%]+)(?!\S)")
+# The level given on the command line wins over the config's, at start and on reload.
+_pinned_level = False
 
 _secrets: set[str] = set()
 _secret_pattern: re.Pattern[str] | None = None
@@ -150,19 +170,139 @@ def _syslog_priority(levelno: int) -> int:
     return 7
 
 
+def event_fields(record: logging.LogRecord) -> tuple[str, dict[str, object]] | None:
+    """(the message's prose, its fields in the order written) of a record logged with positional args: a
+    ``key=%s`` takes its argument, a literal ``key=value`` word its value; with no prose left, the prose is the
+    ``action``. None when the record cannot be split (a mapping, a format that does not match its args)."""
+    args = record.args
+    if not isinstance(args, tuple) or not isinstance(record.msg, str):
+        return None
+    fields: dict[str, object] = {}
+    prose: list[str] = []
+
+    def text(piece: str) -> None:
+        for literal in _LITERAL_FIELD.finditer(piece):
+            fields.setdefault(literal.group(1), literal.group(2))  # ``action=ready`` in the format itself
+        prose.append(_LITERAL_FIELD.sub("", piece))
+
+    index = 0
+    last = 0
+    fmt = record.msg
+    for match in _PLACEHOLDER.finditer(fmt):
+        spec = match.group(0)
+        text(fmt[last : match.start()])
+        last = match.end()
+        if spec.endswith("%%"):
+            prose.append("%")
+            continue
+        if "*" in spec or "%(" in spec or index >= len(args):
+            return None
+        value = args[index]
+        index += 1
+        key = match.group(1)
+        placeholder = spec[len(key) + 1 :] if key else spec
+        kind = placeholder[-1]
+        try:
+            rendered = repr(value) if kind == "r" else value if kind == "s" else placeholder % (value,)
+        except (TypeError, ValueError):
+            return None
+        if key:
+            fields[key] = value if kind in "sdi" else rendered
+        else:
+            prose.append(str(rendered))
+    if index != len(args):
+        return None
+    text(fmt[last:])
+    message = " ".join("".join(prose).split())
+    return message or str(fields.get("action", "")), fields
+
+
+def _text_message(record: logging.LogRecord) -> str:
+    """The message as written, less the fields whose value is None (``reason=None`` says nothing)."""
+    args = record.args
+    if not isinstance(args, tuple) or not args or None not in args or not isinstance(record.msg, str):
+        return record.getMessage()
+    keep: list[object] = []
+    pieces: list[str] = []
+    last = 0
+    for index, match in enumerate(_PLACEHOLDER.finditer(record.msg)):
+        spec = match.group(0)
+        if spec.endswith("%%") or "*" in spec or "%(" in spec or index >= len(args):
+            return record.getMessage()
+        value = args[index]
+        if match.group(1) and value is None:
+            pieces.append(record.msg[last : match.start()].rstrip(" "))
+        else:
+            pieces.append(record.msg[last : match.end()])
+            keep.append(value)
+        last = match.end()
+    pieces.append(record.msg[last:])
+    try:
+        return "".join(pieces) % tuple(keep)
+    except (TypeError, ValueError):
+        return record.getMessage()
+
+
+def _logfmt_value(value: object) -> str:
+    text = str(value)
+    if text and not any(c in text for c in ' "=\\') and display_name(text) == text:
+        return text
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + display_name(quoted) + '"'
+
+
 class LineFormatter(logging.Formatter):
-    """``<N>LEVEL logger: msg`` for journald, else ``2026-11-30T12:00:00.123Z LEVEL logger: msg``.
+    """One event a line: ``text``: ``<N>LEVEL logger: msg`` for journald, else
+    ``2026-11-30T12:00:00.123Z LEVEL logger: msg``; ``logfmt`` and ``json`` carry the same event as fields
+    (the journald ``<N>`` prefix kept, the timestamp left to the journal).
 
     Tracebacks and stack info are appended to the message and the whole event is escaped onto one line, then
     scrubbed of secrets last, so a key inside an exception's text is masked too.
     """
 
-    def __init__(self, *, journal: bool) -> None:
+    def __init__(self, *, journal: bool, style: str = "text") -> None:
         super().__init__()
+        if style not in LOG_FORMATS:
+            raise ValueError(f"invalid log format {style!r}; valid formats: {', '.join(LOG_FORMATS)}")
         self.journal = journal
+        self.style = style
+
+    def _trailer(self, record: logging.LogRecord) -> str:
+        text = ""
+        if record.exc_info:
+            text = f"{text}\n{self.formatException(record.exc_info)}"
+        elif record.exc_text:
+            text = f"{text}\n{record.exc_text}"
+        if record.stack_info:
+            text = f"{text}\n{self.formatStack(record.stack_info)}"
+        return text.lstrip("\n")
+
+    def _structured(self, record: logging.LogRecord) -> str:
+        split = event_fields(record)
+        msg, fields = split if split is not None else (record.getMessage(), {})
+        event: dict[str, object] = {}
+        if not self.journal:
+            event["time"] = js_iso(record.created)
+        event.update(level=record.levelname.lower(), logger=record.name, msg=msg)
+        for key, value in fields.items():
+            if value is not None:
+                event[key if key not in event else f"field_{key}"] = value
+        trailer = self._trailer(record)
+        if trailer:
+            event["error"] = trailer
+        if self.style == "json":
+            import orjson
+
+            body = orjson.dumps(event, default=str).decode()
+        else:
+            body = " ".join(f"{k}={_logfmt_value(v)}" for k, v in event.items())
+        prefix = f"<{_syslog_priority(record.levelno)}>" if self.journal else ""
+        return scrub(prefix + body)
 
     def format(self, record: logging.LogRecord) -> str:
-        text = record.getMessage()
+        if self.style != "text":
+            return self._structured(record)
+        text = _text_message(record)
         if record.exc_info:
             # Not cached on the record: another handler may format it differently.
             text = f"{text}\n{self.formatException(record.exc_info)}"
@@ -221,20 +361,45 @@ def _is_journal_stream(stream: TextIO, env: Mapping[str, str]) -> bool:
 
 
 def configure_logging(
-    level: str = "info", *, env: Mapping[str, str] | None = None, stream: TextIO | None = None
+    level: str = "info",
+    *,
+    env: Mapping[str, str] | None = None,
+    stream: TextIO | None = None,
+    style: str = "text",
+    pinned: bool = False,
 ) -> None:
-    """Install compactd's one handler on the root logger (stderr unless ``stream`` is given)."""
+    """Install compactd's one handler on the root logger (stderr unless ``stream`` is given), in ``style``
+    (one of :data:`LOG_FORMATS`); ``pinned``: the level came from the command line, and a config reload keeps
+    it (:func:`apply_config_level`)."""
+    global _pinned_level
     name = level.strip().lower()
     if name not in LOG_LEVELS:
         raise ValueError(f"invalid log level {level!r}; valid levels: {', '.join(LOG_LEVELS)}")
     env = os.environ if env is None else env
     journal = _is_journal_stream(sys.stderr if stream is None else stream, env)
     handler = _CompactdHandler(_CurrentStderr() if stream is None else stream)
-    handler.setFormatter(LineFormatter(journal=journal))
+    handler.setFormatter(LineFormatter(journal=journal, style=style))
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _CompactdHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
+    _pinned_level = pinned
+    _set_level(name)
+
+
+def apply_config_level(level: str) -> bool:
+    """A reloaded config's ``log_level``, unless ``--log-level`` pinned one; True when it was applied."""
+    if _pinned_level:
+        return False
+    name = level.strip().lower()
+    if name not in LOG_LEVELS:
+        return False
+    _set_level(name)
+    return True
+
+
+def _set_level(name: str) -> None:
+    root = logging.getLogger()
     levelno = logging.getLevelNamesMapping()[name.upper()]
     root.setLevel(levelno)
     for chatty in _CHATTY_LOGGERS:

@@ -32,6 +32,7 @@ from compactd.planning import figures_of, route_cap, tool_result_cap
 from compactd.roots import IntactDirs, is_session_path
 from compactd.state import Backoff, SessionState, describe_error
 from compactd.tail import Change
+from compactd.timestamps import iso_seconds
 from compactd.tracker import UNTOUCHED, SessionTracker
 from compactd.transcript.reader import read_transcript
 from compactd.watch import expand_roots, scan_root, watch_root
@@ -64,6 +65,13 @@ WATCH_HEARTBEAT_MS = 5_000
 STATE_HEARTBEAT_SECONDS = 60.0
 # Archive retention runs over every session this often (and after each rotation, for that session).
 RETENTION_SWEEP_SECONDS = 3600.0
+# The archives' disk use (a read of the journal and a stat per archive) is measured for the metrics this often.
+ARCHIVE_MEASURE_SECONDS = 60.0
+# /healthz: the loop ticks every LOOP_TICK_SECONDS; unhealthy when it has not for LOOP_STALE_SECONDS (a job
+# holding the loop), or when the watchers' heartbeat (an empty batch every WATCH_HEARTBEAT_MS) is this stale.
+LOOP_TICK_SECONDS = 1.0
+LOOP_STALE_SECONDS = 10.0
+WATCH_STALE_SECONDS = 3 * WATCH_HEARTBEAT_MS / 1000
 
 
 def _signature(path: str) -> tuple[int, ...] | None:
@@ -139,6 +147,10 @@ class Service:
         self.stopping = False
         self.started_at = time.time()
         self.heartbeat = time.monotonic()
+        self.loop_tick = time.monotonic()
+        self.archives_measured = -ARCHIVE_MEASURE_SECONDS  # the archives' disk use, for the metrics
+        self.activity: dict[str, tuple[str, float]] = {}  # path -> (stage in progress, since when)
+        self.activity_changed = False
         self.dirty = True  # something changed since state files were last written
         self.last_written = 0.0
         self.last_sweep = time.monotonic()
@@ -424,6 +436,13 @@ class Service:
         finally:
             claim.release()
 
+    def _at(self, path: str, stage: str) -> str:
+        """Note the stage a session's action is at, for ``status`` (``--watch`` shows it live): status.json
+        alone is rewritten for it (the snapshots and metrics wait for the action's end)."""
+        self.activity[path] = (stage, time.time())
+        self.activity_changed = True
+        return stage
+
     async def act_claimed(
         self, session: Session, claim: SessionClaim | None, *, force: bool = False, dry_run: bool = False
     ) -> Outcome:
@@ -433,7 +452,7 @@ class Service:
         path = session.path
         st = self.session_state(path)
         session.in_flight = True
-        stage = "read"  # where an exception stopped this session, for its state and the log
+        stage = self._at(path, "read")  # where an exception stopped this session, for its state and the log
         try:
             if dry_run:
                 unchanged = self._unchanged_exact_decision(session, force=force)
@@ -443,13 +462,13 @@ class Service:
             read = await self._read_step(session)
             if isinstance(read, Outcome):
                 return read
-            stage = "plan"
+            stage = self._at(path, "plan")
             decision, cycle = await self._decide_step(session, read, claim, force=force)
             if dry_run:
                 detail = {**decision.figures(), "flush": decision.flush, "route": decision.route}
                 return Outcome(path, decision.action, detail=detail)
             if decision.flush:
-                stage = "flush"
+                stage = self._at(path, "flush")
                 await self._flush_step(path, read, decision, claim, cycle)
             if not decision.compact:
                 session.due = False
@@ -457,9 +476,9 @@ class Service:
                     st.skipped = decision.skip
                     return Outcome(path, "skipped", detail={"reason": decision.skip})
                 return Outcome(path, decision.action, detail=decision.figures())
-            stage = "compact"
+            stage = self._at(path, "compact")
             result = await self._compact_step(path, decision, read, force=force)
-            stage = "commit"
+            stage = self._at(path, "commit")
             successor = result.successor
             # The committed file's ledger, from the commit's own reading of it: a pass over every entry.
             ledger = None
@@ -484,6 +503,7 @@ class Service:
             )
         finally:
             session.in_flight = False
+            self.activity.pop(path, None)
             self.dirty = True
 
     async def _read_step(self, session: Session) -> Transcript | Outcome:
@@ -615,6 +635,8 @@ class Service:
         seeded = seed_tracker(session.tracker, result.successor, ledger)  # else read afresh below
         if result.committed:
             self.metrics.record_compaction(result.route, engine.level if engine else "none")
+            if result.archive is not None:
+                self.archives_measured = -ARCHIVE_MEASURE_SECONDS  # a new archive: measured at the next write
             ids = engine.identifiers if engine else None
             st.mark_compacted(
                 now,
@@ -834,6 +856,8 @@ class Service:
             if self.dirty or time.monotonic() - self.last_written >= STATE_HEARTBEAT_SECONDS:
                 await anyio.to_thread.run_sync(self.write_state)
                 self.notifier.status(self.status_line())
+            elif self.activity_changed:
+                await anyio.to_thread.run_sync(self.write_activity)
             await anyio.sleep(self.config.service.status_refresh_seconds)
 
     def write_status(self) -> None:
@@ -848,16 +872,33 @@ class Service:
             log.warning("action=state_write_failed error=%s", describe_error(exc))
         self.dirty = True
 
+    def write_activity(self) -> None:
+        """status.json with the actions in progress (see :meth:`_at`)."""
+        from compactd.state import write_status
+
+        self.activity_changed = False
+        try:
+            write_status(self.config.state_dir, self.status())
+        except Exception as exc:  # as write_state: the sessions are still served
+            log.warning("action=state_write_failed error=%s", describe_error(exc))
+
     def write_state(self) -> None:
         from compactd.state import write_status
 
         self.dirty = False
+        self.activity_changed = False
         self.last_written = time.monotonic()
         openclaw = [*self.openclaw.states().values(), *self.codex.states().values()]
         self.metrics.set_sessions(
             len(self.sessions) + len(openclaw),
             self.near_threshold() + sum(s.near_threshold() for s in openclaw),
         )
+        if time.monotonic() - self.archives_measured >= ARCHIVE_MEASURE_SECONDS:
+            from compactd.state import archive_usage
+
+            self.archives_measured = time.monotonic()
+            usage = archive_usage(self.config.state_dir)
+            self.metrics.set_archives(usage.count, usage.disk_bytes)
         try:
             write_status(self.config.state_dir, self.status())
             self.store.save_sessions(self.state)
@@ -886,6 +927,57 @@ class Service:
                 self.notifier.watchdog()
             await anyio.sleep(interval)
 
+    async def tick_loop(self) -> None:
+        """The loop's own heartbeat for /healthz: a tick that stops when anything holds the loop."""
+        while not self.stopping:
+            self.loop_tick = time.monotonic()
+            await anyio.sleep(LOOP_TICK_SECONDS)
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy while the loop ticks and, with roots watched, the watchers' heartbeat is fresh (what the
+        watchdog pings on); the figures go into /healthz's body. Called from the HTTP thread: reads only."""
+        now = time.monotonic()
+        loop_age, watch_age = now - self.loop_tick, now - self.heartbeat
+        watching = len(self.roots)
+        healthy = (
+            not self.stopping
+            and loop_age <= LOOP_STALE_SECONDS
+            and not (watching and watch_age > WATCH_STALE_SECONDS)
+        )
+        return healthy, {
+            "version": __version__,
+            "loop_seconds_ago": round(loop_age, 3),
+            "watchers_seconds_ago": round(watch_age, 3),
+            "roots_watched": watching,
+            "sessions": len(self.sessions),
+        }
+
+    def render_metrics(self) -> str:
+        """The exposition for /metrics, from the HTTP thread: the loop may change a dict mid-copy, so retry."""
+        for _ in range(4):
+            try:
+                return self.metrics.render()
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
+        return self.metrics.render()
+
+    def start_http(self) -> Any:
+        """The opt-in endpoint (``service.http_listen``), or None; a port that cannot be bound is logged and
+        the service goes on without it (the textfile still has the metrics)."""
+        listen = self.config.service.http_listen
+        if listen is None:
+            return None
+        from compactd.httpd import HttpEndpoint
+
+        try:
+            endpoint = HttpEndpoint(listen, self.render_metrics, self.health)
+        except OSError as exc:
+            log.error("action=http_failed listen=%s error=%s", listen, describe_error(exc))
+            return None
+        endpoint.start()
+        log.info("action=http_listening url=%s paths=/metrics,/healthz", endpoint.url)
+        return endpoint
+
     def near_threshold(self) -> int:
         return sum(1 for path in self.sessions if self.session_state(path).near_threshold())
 
@@ -911,6 +1003,10 @@ class Service:
         )
         self.openclaw.annotate(doc)
         self.codex.annotate(doc)
+        for row in doc.get("sessions", []):
+            doing = self.activity.get(row.get("path"))
+            if doing is not None:
+                row["in_progress"] = {"stage": doing[0], "since": iso_seconds(doing[1])}
         return doc
 
     async def signals(self, scope: anyio.CancelScope) -> None:
@@ -932,6 +1028,28 @@ class Service:
             stop.set()
         scope.cancel()
 
+    def log_start(self) -> None:
+        """One line with what this process serves: version, config, roots, sources and the summarizer
+        (endpoint with its credentials masked, model, the context it is given)."""
+        from compactd.summarize.redact import redact_url_secrets
+
+        s = self.config.summarizer
+        sources = ["jsonl"] + (["openclaw-sqlite"] if self.config.openclaw.enabled else [])
+        log.info(
+            "action=starting version=%s config=%s state_dir=%s roots=%s sources=%s summarizer=%s model=%s "
+            "context_tokens=%d num_ctx=%s http=%s",
+            __version__,
+            self.config.source,
+            self.config.state_dir,
+            ",".join(self.root_paths()) or "(none yet)",
+            ",".join(sources),
+            redact_url_secrets(s.base_url) if s.base_url else "digest",
+            s.model,
+            s.context_tokens,
+            s.num_ctx(),
+            self.config.service.http_listen,
+        )
+
     def reload(self) -> None:
         self.notifier.reloading()
         self.dirty = True
@@ -941,10 +1059,20 @@ class Service:
             log.error("reload rejected, keeping the running config: %s", exc)
             self.notifier.ready(f"config reload rejected: {exc.key}")
             return
+        from compactd.logs import apply_config_level
+
+        if config.service.http_listen != self.config.service.http_listen:
+            log.warning(
+                "action=reload_partial key=%s reason=%s",
+                "service.http_listen",
+                "the HTTP endpoint is bound at start: restart compactd to move it",
+            )
         self.config = config
         self.openclaw.config = config
         self.codex.config = config
         self._client = None
+        if apply_config_level(config.log_level):
+            log.info("action=log_level level=%s", config.log_level.lower())
         self.resume.fingerprint = None  # decisions recorded from now on may be under either configuration
         log.info("action=reloaded config=%s", config.source)
         self.notifier.ready("config reloaded")
@@ -1027,7 +1155,9 @@ class Service:
                 "action=waiting reason=a compactd once holds the state directory %s", self.config.state_dir
             )
             await anyio.sleep(ONCE_POLL_SECONDS)
+        http = None
         try:
+            self.log_start()
             self.prepare()
             # The model client now, before READY: its first build imports openai (seconds on a busy machine),
             # which would otherwise hold the loop at the first flush or summary.
@@ -1053,6 +1183,8 @@ class Service:
                 for _ in range(self.config.summarizer.max_concurrency):
                     tg.start_soon(self.worker)
                 tg.start_soon(self.watchdog_loop)
+                tg.start_soon(self.tick_loop)
+                http = self.start_http()
                 self.write_status()
                 self.notifier.ready(self.status_line())
                 log.info("action=ready sessions=%d state_dir=%s", len(self.sessions), self.config.state_dir)
@@ -1061,6 +1193,8 @@ class Service:
                 tg.start_soon(self.status_loop)
         finally:
             self.task_group = None
+            if http is not None:
+                http.stop()
             with anyio.CancelScope(shield=True):
                 self.write_state()
                 if self._client is not None:

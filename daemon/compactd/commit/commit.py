@@ -28,6 +28,7 @@ from compactd.commit.atomic import Abandon, Outcome, checked_path, crash_point, 
 from compactd.commit.journal import Journal
 from compactd.commit.locks import SessionBusy, hold_session_lock
 from compactd.commit.request import CommitRequest
+from compactd.commit.restore import restore_commit
 from compactd.commit.retention import apply_retention
 from compactd.commit.rotate import rotate_commit
 from compactd.commit.seal import seal_if_torn
@@ -126,6 +127,7 @@ def commit(
     prune: dict[str, dict[str, Any]] | None = None,
     planned: Transcript | None = None,
     check: Callable[[Transcript], str | None] | None = None,
+    restore_from: str | None = None,
 ) -> CommitResult:
     """Commit a compaction (``entries``) and/or a pruning (``entries.replacements`` or ``prune``) to ``path``.
 
@@ -134,6 +136,8 @@ def commit(
     ``planned`` is the reading the plan was made from (reused when the file is unchanged); ``check`` is asked
     about the file as it is now, under the lock, and its reason (when not None) abandons the commit; it is
     asked first when the file is not idle, so its reason (a turn started meanwhile) is the one reported.
+    ``restore_from`` (an archive of ``path``; ``entries`` None, mode ``rotate``) restores it instead, keeping
+    the lines written since (:mod:`compactd.commit.restore`).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -147,7 +151,9 @@ def commit(
         replacements.update(prune)
     result = CommitResult(False, mode, None, None, None, _size(path), _size(path))
     failed = False  # an error worth a warning, as opposed to "not now" (not idle, locked, branch moved)
-    if entries is None and not replacements:
+    if restore_from is not None and (entries is not None or replacements or mode != "rotate"):
+        raise ValueError("a restore commits nothing else, as a rotation")
+    if entries is None and not replacements and restore_from is None:
         result.reason = "nothing to commit"
         return result
     try:
@@ -167,7 +173,16 @@ def commit(
             if idle:
                 result.sealed = seal_if_torn(absolute, idle_seconds, clock)
             outcome = _run(
-                absolute, entries, replacements, mode, journal, grace_seconds, clock, planned, check
+                absolute,
+                entries,
+                replacements,
+                mode,
+                journal,
+                grace_seconds,
+                clock,
+                planned,
+                check,
+                restore_from,
             )
         result.committed = True
         result.archive = outcome.archive
@@ -191,7 +206,7 @@ def commit(
         failed = True
     if result.committed:
         log.info(
-            "committed path=%s mode=%s archive=%s bytes=%d->%d carried=%d rescued=%d corrections=%d",
+            "committed path=%s mode=%s archive=%s bytes_before=%d bytes_after=%d carried=%d rescued=%d corrections=%d",
             path,
             mode,
             result.archive,
@@ -233,6 +248,7 @@ def _run(
     now: float,
     planned: Transcript | None,
     check: Callable[[Transcript], str | None] | None,
+    restore_from: str | None,
 ) -> Outcome:
     request = CommitRequest(
         path,
@@ -245,6 +261,8 @@ def _run(
         planned=planned,
         check=check,
     )
+    if restore_from is not None:
+        return restore_commit(request, archive=restore_from, grace_seconds=grace_seconds, now=now)
     if mode == "append":
         return append_commit(request)
     return rotate_commit(request, grace_seconds=grace_seconds, now=now)

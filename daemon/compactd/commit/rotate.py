@@ -24,7 +24,7 @@ from compactd.commit.request import CommitRequest
 from compactd.commit.successor import archive_note, build_successor, verify
 from compactd.transcript.reader import parse_line
 
-__all__ = ["rotate_commit"]
+__all__ = ["last_id", "rotate_commit"]
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def rotate_commit(request: CommitRequest, *, grace_seconds: float, now: float) -
         moved = result.carried_lines or result.rescued_lines or result.leaf_pointer
         exact = not moved and result.size == len(plan.data)
         return Outcome(
-            leaf_id=_last_id(path, plan.leaf_id) if moved else plan.leaf_id,
+            leaf_id=last_id(path, plan.leaf_id) if moved else plan.leaf_id,
             bytes_after=result.size,
             archive=archive,
             carried_lines=result.carried_lines,
@@ -100,7 +100,7 @@ def rotate_commit(request: CommitRequest, *, grace_seconds: float, now: float) -
         snap.close()
 
 
-def _last_id(path: str, fallback: str | None) -> str | None:
+def last_id(path: str, fallback: str | None) -> str | None:
     """The id on the file's last complete line (after carried-over lines the leaf is an agent's)."""
     try:
         with open(path, "rb") as handle:

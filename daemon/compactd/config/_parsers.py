@@ -196,3 +196,26 @@ def _parse_metrics_textfile(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) 
             f"the directory {target.parent} does not exist (compactd writes the file, not its directory)"
         )
     return target
+
+
+def _parse_http_listen(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> str | None:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6), or a bare port, which means 127.0.0.1 (port 0: any free one) : the endpoint is served to
+    this machine unless the operator names another address."""
+    if value is None:
+        return None
+    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (
+        not port.isdigit()
+        or not 0 <= int(port) < 65536
+        or (sep and not host)
+        or any(c in host for c in "/ []")
+    ):
+        raise _Invalid(
+            f"expected HOST:PORT (e.g. 127.0.0.1:9464) or a port, got {_describe(value, echo=True)}"
+        )
+    host = host or "127.0.0.1"
+    return f"[{host}]:{int(port)}" if ":" in host else f"{host}:{int(port)}"

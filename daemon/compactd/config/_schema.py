@@ -32,6 +32,7 @@ from compactd.config._parsers import (
     _parse_command,
     _parse_env_name,
     _parse_globs,
+    _parse_http_listen,
     _parse_keep_alive,
     _parse_key_file,
     _parse_log_level,
@@ -324,7 +325,7 @@ class OpenClawConfig:
 
 @dataclass(frozen=True, slots=True)
 class CodexConfig:
-    """Codex CLI rollouts (design.md §6.15): followed without configuration when ``<home>/sessions`` exists
+    """Codex CLI rollouts (design.md §6.16): followed without configuration when ``<home>/sessions`` exists
     (null home: ``$CODEX_HOME``, else ``~/.codex``); ``enabled: false`` leaves them alone."""
 
     enabled: bool = _opt(True)
@@ -353,6 +354,8 @@ class ServiceConfig:
     backoff_max_seconds: float = _opt(d.BACKOFF_MAX_SECONDS, gt=0)
     # node_exporter's textfile collector can read the metrics where it looks (None: metrics.prom in state_dir).
     metrics_textfile: Path | None = _opt(None, parse=_parse_metrics_textfile)  # noqa: RUF009 - None
+    # Opt-in HTTP endpoint (/metrics, /healthz), e.g. "127.0.0.1:9464"; a bare port is on loopback.
+    http_listen: str | None = _opt(None, parse=_parse_http_listen)
 
 
 @dataclass(frozen=True, slots=True)

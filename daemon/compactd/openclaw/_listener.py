@@ -1,7 +1,7 @@
 """Who is at the other end of a loopback TCP connection: the uid owning the gateway's socket, from the kernel.
 
 The gateway's token is an admin credential, and its port is just a number: whoever listens there while the
-gateway is down would be sent the token. The kernel knows who listens: ``/proc/net/tcp`` and ``tcp6`` list
+gateway is down would be sent the token. The kernel knows who listens: ``/proc/self/net/tcp`` and ``tcp6`` list
 every socket of this network namespace with the uid owning it, and a connection the listener has not yet
 accepted (or has) is listed under the listener's uid (the kernel copies it from the listening socket). So the
 row whose local address is the connection's peer and whose remote address is our end names the listener's
@@ -14,7 +14,9 @@ import ipaddress
 import socket
 import sys
 
-TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+# Through ``self``: the same tables (``/proc/net`` is a link to ``self/net``), and still there under systemd's
+# ``ProcSubset=pid``, which hides ``/proc/net`` (the system unit sets it).
+TABLES = ("/proc/self/net/tcp", "/proc/self/net/tcp6")
 # The states a connection we just made has on the listener's side: ESTABLISHED, or SYN_RECV while the kernel
 # finishes the handshake (a closed or TIME_WAIT row shows uid 0 whoever owned it, so it names nobody).
 _STATES = frozenset({"01", "03"})

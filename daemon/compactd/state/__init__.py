@@ -20,6 +20,7 @@ from compactd.state._status import (
     human_bytes,
     read_status,
     render_status_table,
+    render_watch,
     write_status,
 )
 from compactd.state._store import (
@@ -66,6 +67,7 @@ __all__ = [
     "load_json",
     "read_status",
     "render_status_table",
+    "render_watch",
     "write_atomic",
     "write_metrics",
     "write_status",

@@ -76,6 +76,8 @@ class Metrics:
         self.identifiers_total = 0
         self.identifiers_kept_by_model = 0
         self.identifiers_in_summary = 0
+        self.archives = 0  # archives our rotations made that still exist (the journal lists them)
+        self.archive_bytes = 0  # their disk use, as du counts it
 
     # --- recording ------------------------------------------------------------------------------------
     def set_sessions(self, watched: int, near_threshold: int = 0) -> None:
@@ -89,6 +91,9 @@ class Metrics:
             self._sessions[path] = _SessionGauges(session_id or "", os.path.basename(path), tokens, window)
         else:
             gauges.session_id, gauges.tokens, gauges.window = session_id or "", tokens, window
+
+    def set_archives(self, count: int, disk_bytes: int) -> None:
+        self.archives, self.archive_bytes = count, disk_bytes
 
     def forget_session(self, path: str) -> None:
         self._sessions.pop(path, None)

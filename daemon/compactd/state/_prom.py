@@ -86,6 +86,14 @@ def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
         "Sessions past their memory-flush threshold or close to compaction.",
         {(): metrics.sessions_near_threshold},
     )
+    yield _gauge(
+        "compactd_archives", "Archives compactd's rotations made that still exist.", {(): metrics.archives}
+    )
+    yield _gauge(
+        "compactd_archive_bytes",
+        "Disk space those archives take (allocated blocks, as du counts).",
+        {(): metrics.archive_bytes},
+    )
     tokens: dict[Labels, float] = {}
     windows: dict[Labels, float] = {}
     retention: dict[Labels, float] = {}

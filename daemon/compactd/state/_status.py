@@ -362,6 +362,63 @@ def render_status_table(status: Mapping[str, Any], *, now: float | None = None) 
     return _lines(lines)
 
 
+# ``status --watch``: a session's fill as a bar this many cells wide, up to its window (or 1.25 x threshold).
+WATCH_BAR_CELLS = 30
+
+
+def fill_bar(tokens: int, threshold: int | None, window: int | None, cells: int = WATCH_BAR_CELLS) -> str:
+    """``[#######---|------]``: the fill against the threshold (``|``); ``!`` cells are past it."""
+    scale = window or (int(threshold * 1.25) if threshold else 0)
+    if scale <= 0:
+        return "[" + "?" * cells + "]"
+    mark = min(cells - 1, round(cells * threshold / scale)) if threshold else None
+    filled = min(cells, round(cells * tokens / scale))
+    bar = []
+    for i in range(cells):
+        past = mark is not None and i >= mark
+        bar.append(("!" if past else "#") if i < filled else "-")
+    if mark is not None:
+        bar[mark] = "|" if mark >= filled else bar[mark]
+    return "[" + "".join(bar) + "]"
+
+
+def render_watch(status: Mapping[str, Any], *, now: float | None = None) -> list[str]:
+    """The live view of ``compactd status --watch``: the daemon's line, then per session its fill as a bar
+    against its threshold, the action in progress (stage, for how long) or what comes next, and the last
+    action's result."""
+    now = time.time() if now is None else now
+    head = render_status_table({**status, "sessions": []}, now=now).splitlines()[0]
+    lines = [head]
+    rows = [r for r in status.get("sessions", []) if isinstance(r, Mapping)]
+    if not rows:
+        return [*lines, "no sessions"]
+    for row in rows:
+        name = _cut(display_name(str(row.get("file") or os.path.basename(str(row.get("path", ""))))), 32)
+        tokens = row.get("planning_tokens") or row.get("tokens") or 0
+        threshold = row.get("compact_threshold")
+        window = row.get("window")
+        bar = fill_bar(
+            tokens if isinstance(tokens, int) else 0,
+            threshold if isinstance(threshold, int) else None,
+            window if isinstance(window, int) else None,
+        )
+        percent = row.get("percent_of_budget")
+        pct = f"{percent:5.0f}%" if isinstance(percent, int | float) else "    -"
+        doing = row.get("in_progress")
+        if isinstance(doing, Mapping):
+            since = _epoch(doing.get("since"))
+            now_text = (
+                f"NOW {doing.get('stage')} {_duration(now - since) if since is not None else ''}".rstrip()
+            )
+        else:
+            now_text = f"next {_next_column(row, now)}"
+        lines.append(
+            f"{name:32} {bar} {pct} {_int(tokens):>9}/{_int(threshold):<9} {now_text:28} "
+            f"last {_last_column(row, now)}"
+        )
+    return [display_name(line.rstrip()) for line in lines]
+
+
 def _lines(lines: list[str]) -> str:
     """Each line is one line whatever a session's name or error holds (its cells were escaped before the
     columns were measured; escaping again changes nothing)."""
