@@ -243,7 +243,8 @@ class CompactionEngine:
         # What the agent knew, corrections applied, is computed from the span and the previous summary and
         # added whatever the model wrote (design.md §6.15); before the identifier repair, which then finds
         # most identifiers beside what they belong to.
-        state = working_state([*span, *prefix], previous, texts).render()
+        # Tool results are read as the engine hands them on (redacted block by block), the state redacted whole.
+        state = self._clean(working_state([*span, *prefix], previous, texts).render())
         # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
         written = self._clean(body)
         body, id_report = ensure_identifiers(merge_state(written, state), ranked)

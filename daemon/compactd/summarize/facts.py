@@ -58,6 +58,8 @@ RESULT_MAX_CHARS = 300
 SHORT_OUTPUT_LINES = 4
 SHORT_OUTPUT_CHARS = 400
 COMMAND_MAX_CHARS = 100
+# Statements kept per pool (tasks, facts) while folding: the section shows a few dozen.
+POOL_MAX = 400
 # Between a task's earlier states and its first statement (which usually names the task) on its line.
 FIRST_SEPARATOR = " — first said: "
 
@@ -130,22 +132,22 @@ def _collapse(text: str, cap: int) -> str:
     return flat if len(flat) <= cap else flat[: cap - 1].rstrip() + "…"
 
 
+def _specific_tokens(text: str) -> list[str]:
+    """The specific tokens of a text in order, lower-cased, without trailing punctuation. A text with no
+    character any of them needs has none (most prose: checked once, not word by word)."""
+    if _SPECIFIC.search(text) is None:
+        return []
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        token = word.rstrip(".:-#")
+        if token and _SPECIFIC.search(token):
+            out.append(token.lower())
+    return out
+
+
 def tokens_of(text: str) -> frozenset[str]:
-    """The specific tokens of a text, lower-cased, without trailing punctuation."""
-    out: set[str] = set()
-    for match in _WORD.finditer(text):
-        token = match.group(0).rstrip(".:-#")
-        if token and _SPECIFIC.search(token):
-            out.add(token.lower())
-    return frozenset(out)
-
-
-def _first_token(text: str) -> str | None:
-    for match in _WORD.finditer(text):
-        token = match.group(0).rstrip(".:-#")
-        if token and _SPECIFIC.search(token):
-            return token.lower()
-    return None
+    """The specific tokens of a text (see ``_SPECIFIC``)."""
+    return frozenset(_specific_tokens(text))
 
 
 def _skeleton(text: str) -> str:
@@ -159,7 +161,7 @@ def _steps(states: Sequence[str]) -> str:
     return " → ".join(s for n, s in enumerate(flat) if n == 0 or flat[n - 1] != s)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared by identity: two sayings of one sentence are two statements
 class Statement:
     """One sentence that carries a specific token, and what a later one made of it."""
 
@@ -167,13 +169,32 @@ class Statement:
     tokens: frozenset[str]
     subject: str | None
     status: str | None
+    # What the comparisons with later statements read, computed once (a span holds thousands of statements).
+    names: frozenset[str]  # the tokens that are not numbers
+    cue: bool  # it says it corrects something
+    skeleton: str
+    words: frozenset[str]
     earlier: list[str] = field(default_factory=list)  # a task's earlier states ("a → b"), its first statement
     replaced: list[str] = field(default_factory=list)  # values this statement restates with a new one
 
     @classmethod
-    def of(cls, text: str) -> Statement:
+    def of(cls, text: str) -> Statement | None:
+        """The statement of a sentence, or None when it holds no specific token."""
+        found = _specific_tokens(text)
+        if not found:
+            return None
         status = _STATUS.search(text)
-        return cls(text, tokens_of(text), _first_token(text), status.group(0).lower() if status else None)
+        tokens = frozenset(found)
+        return cls(
+            text,
+            tokens,
+            found[0],
+            status.group(0).lower() if status else None,
+            frozenset(t for t in tokens if not _is_number(t)),
+            _CORRECTION.search(text) is not None,
+            _skeleton(text),
+            frozenset(_words(text)),
+        )
 
     def line(self) -> str:
         text = self.text
@@ -281,7 +302,7 @@ def statements(messages: Sequence[Message], read: Callable[[Message], str] = tex
                 if not _is_statement(part):
                     continue
                 statement = Statement.of(_collapse(part, STATEMENT_MAX_CHARS))
-                if statement.tokens:
+                if statement is not None:
                     out.append(statement)
     return out
 
@@ -298,23 +319,22 @@ def _corrects(new: Statement, old: Statement) -> bool:
     """``new`` says it corrects, and is about what ``old`` is about with other values: it restates every
     token of ``old`` and adds some ("must be 200, not 100"), or it keeps every name of ``old``, drops only
     numbers, and shares with it two names or a name and a word ("port")."""
-    if not _CORRECTION.search(new.text):
+    if not new.cue:
         return False
     if old.tokens < new.tokens:
         return True
-    names = {t for t in old.tokens if not _is_number(t)}
-    gone = old.tokens - new.tokens
-    if not names or not names <= new.tokens or not gone or not all(map(_is_number, gone)):
+    if not old.names or not old.names <= new.tokens or old.tokens <= new.tokens:
         return False
-    return len(names) >= 2 or bool(_words(old.text) & _words(new.text))
+    if not all(map(_is_number, old.tokens - new.tokens)):
+        return False
+    return len(old.names) >= 2 or bool(old.words & new.words)
 
 
 def _restates(new: Statement, old: Statement) -> bool:
     """The same sentence about the same names, with other numbers ("set pool_size to 12" → "to 16")."""
-    changed = old.tokens ^ new.tokens
-    if not changed or not all(map(_is_number, changed)) or _skeleton(new.text) != _skeleton(old.text):
+    if new.skeleton != old.skeleton or new.tokens == old.tokens or new.names != old.names:
         return False
-    return any(not _is_number(t) for t in old.tokens & new.tokens)
+    return bool(old.names)
 
 
 def _supersedes(new: Statement, old: Statement) -> bool:
@@ -326,23 +346,67 @@ def _supersedes(new: Statement, old: Statement) -> bool:
     return _corrects(new, old) or _restates(new, old)
 
 
+class _Pools:
+    """The live statements of a state, indexed by token: every rule needs a shared token, so a new statement
+    is compared only with those that share one. Each pool keeps its newest :data:`POOL_MAX` (the section shows
+    far fewer), so a span of any size costs about its number of statements."""
+
+    def __init__(self, state: WorkingState) -> None:
+        self.state = state
+        self.index: dict[str, list[Statement]] = {}
+        self.order: dict[int, int] = {}  # id → sequence number, for the live statements
+        self.count = 0
+        for statement in [*state.tasks, *state.facts]:
+            self._register(statement)
+
+    def _register(self, statement: Statement) -> None:
+        self.count += 1
+        self.order[id(statement)] = self.count
+        for token in statement.tokens:
+            bucket = self.index.setdefault(token, [])
+            bucket.append(statement)
+            if len(bucket) > 2 * POOL_MAX:  # drop the retired from a busy token's list
+                bucket[:] = [s for s in bucket if id(s) in self.order]
+
+    def _retire(self, statement: Statement) -> None:
+        self.order.pop(id(statement), None)
+        for pool in (self.state.tasks, self.state.facts):
+            if statement in pool:
+                pool.remove(statement)
+                return
+
+    def candidates(self, new: Statement) -> list[Statement]:
+        """The live statements sharing a token with ``new``, oldest first."""
+        found = {id(s): s for t in new.tokens for s in self.index.get(t, ()) if id(s) in self.order}
+        return sorted(found.values(), key=lambda s: self.order[id(s)])
+
+    def add(self, new: Statement) -> None:
+        for old in self.candidates(new):
+            if not _supersedes(new, old):
+                continue
+            self._retire(old)
+            if new.text == old.text:
+                new.earlier, new.replaced = old.earlier, old.replaced
+            elif new.status and old.status and new.subject == old.subject:
+                states = [*old.earlier[:1], old.status] if old.earlier else [old.status]
+                first = old.earlier[1] if len(old.earlier) > 1 else old.text
+                new.earlier = [_steps(states), _collapse(first, FIRST_STATEMENT_MAX_CHARS)]
+            else:  # a correction or a restatement: say which values it replaces, unless it does
+                gone = [t for t in sorted(old.tokens - new.tokens) if _is_number(t)]
+                said = [t for t in gone if t not in new.text.lower()]
+                new.replaced = list(dict.fromkeys([*old.replaced, *said]))
+        pool = self.state.tasks if new.status else self.state.facts
+        pool.append(new)
+        self._register(new)
+        if len(pool) > POOL_MAX:
+            self._retire(pool[0])
+
+
 def _fold(state: WorkingState, incoming: Iterable[Statement]) -> None:
     """Add statements in order: each retires what it supersedes, a task's line keeps its history."""
+    pools = _Pools(state)
     for new in incoming:
-        for pool in (state.tasks, state.facts):
-            for old in [s for s in pool if _supersedes(new, old=s)]:
-                pool.remove(old)
-                if new.text == old.text:
-                    new.earlier, new.replaced = old.earlier, old.replaced
-                elif new.status and old.status and new.subject == old.subject:
-                    states = [*old.earlier[:1], old.status] if old.earlier else [old.status]
-                    first = old.earlier[1] if len(old.earlier) > 1 else old.text
-                    new.earlier = [_steps(states), _collapse(first, FIRST_STATEMENT_MAX_CHARS)]
-                else:  # a correction or a restatement: say which values it replaces, unless it does
-                    gone = [t for t in sorted(old.tokens - new.tokens) if _is_number(t)]
-                    said = [t for t in gone if t not in new.text.lower()]
-                    new.replaced = list(dict.fromkeys([*old.replaced, *said]))
-        (state.tasks if new.status else state.facts).append(new)
+        pools.add(new)
 
 
 # --- command results ----------------------------------------------------------------------------------------
@@ -362,7 +426,25 @@ def _target(call: dict[str, object]) -> tuple[str, bool]:
     return name.replace("`", "'"), False
 
 
-def _results(messages: Sequence[Message], read: Callable[[Message], str]) -> dict[str, str]:
+def _output(text: str, dump: bool) -> str | None:
+    """What a command's result shows: a short output whole, a long one by its last line (None for a long
+    file dump). Only the end of a long output is split into lines."""
+    stripped = text.strip()
+    cut = ("truncated" in stripped or "omitted" in stripped) and _CUT_MARKER.search(stripped) is not None
+    if len(stripped) <= 2 * SHORT_OUTPUT_CHARS and not cut:
+        lines = [line.strip() for line in stripped.splitlines() if line.strip()]
+        if len(lines) <= SHORT_OUTPUT_LINES and sum(map(len, lines)) <= SHORT_OUTPUT_CHARS:
+            return " | ".join(lines)  # a short file (an env file) is a result too
+    if dump:
+        return None
+    tail = [line.strip() for line in _CUT_MARKER.sub("\n", stripped[-4_096:]).splitlines() if line.strip()]
+    if not tail:
+        return None
+    count = stripped.count("\n") + 1
+    return f"(last of {count} lines) {tail[-1]}"
+
+
+def _results(messages: Sequence[Message]) -> dict[str, str]:
     from compactd.summarize.augment import is_tool_failure  # failures are listed by the augmentation
 
     calls: dict[str, tuple[str, bool]] = {}
@@ -373,23 +455,13 @@ def _results(messages: Sequence[Message], read: Callable[[Message], str]) -> dic
             for call in tool_calls(message):
                 calls[call["id"]] = _target(call)
             continue
-        if role != "toolResult" or is_tool_failure(message):
-            continue
-        call_id = tool_call_id(message)
+        call_id = tool_call_id(message) if role == "toolResult" else None
         if call_id is None or call_id not in calls:
             continue
         target, dump = calls[call_id]
-        text = read(message)
-        lines = [line.strip() for line in _CUT_MARKER.sub("\n", text).splitlines() if line.strip()]
-        if not lines:
+        output = _output(text_of(message), dump)
+        if not output or is_tool_failure(message):
             continue
-        short = len(lines) <= SHORT_OUTPUT_LINES and sum(map(len, lines)) <= SHORT_OUTPUT_CHARS
-        if short and not _CUT_MARKER.search(text):
-            output = " | ".join(lines)  # a short file (an env file) is a result too
-        elif dump:
-            continue
-        else:
-            output = f"(last of {len(lines)} lines) {lines[-1]}"
         results.pop(target, None)  # re-inserted: the dict's order is the order of the latest runs
         results[target] = _collapse(output, RESULT_MAX_CHARS)
     return results
@@ -424,6 +496,8 @@ def carried_state(previous_summary: str | None) -> WorkingState:
         text, was = (earlier.group("text"), earlier.group("was")) if earlier else (item, None)
         replaced = re.match(r"^(?P<text>.*?) \(replaces earlier (?P<values>[^)]*)\)$", text)
         statement = Statement.of(replaced.group("text") if replaced else text)
+        if statement is None:
+            continue
         if replaced:
             statement.replaced = replaced.group("values").split(", ")
         if was:
@@ -440,7 +514,7 @@ def working_state(
     """The state after ``messages``, continuing a previous summary's."""
     state = carried_state(previous_summary)
     _fold(state, statements(messages, read))
-    for target, output in _results(messages, read).items():
+    for target, output in _results(messages).items():
         state.results.pop(target, None)
         state.results[target] = output
     return state

@@ -94,13 +94,10 @@ STRUCTURE_INSTRUCTIONS = (
     + "\n".join(REQUIRED_HEADINGS)
     + "\n\nWhat belongs under each heading:\n"
     f"- {REQUIRED_HEADINGS[0]}: what was decided or done and why, and the current state of the work "
-    '(done, in progress, blocked; counts such as "5/17 files migrated"); every fact the work relies on '
-    "with what it belongs to (a port beside its service, a setting beside its component, an owner beside "
-    "what they own, a dependency as 'A depends on B'); the latest result of each command or test that "
-    "matters, exactly. When a value was corrected, give only the final one and say which it replaced.\n"
-    f"- {REQUIRED_HEADINGS[1]}: each task with its latest state (queued, in progress, blocked, verifying, "
-    "done), what blocks it and its next action; work still to do, open questions, follow-ups that were "
-    "promised.\n"
+    '(done, in progress, blocked; counts such as "5/17 files migrated"); each fact beside what it belongs '
+    "to (a port with its service); a corrected value only in its final form.\n"
+    f"- {REQUIRED_HEADINGS[1]}: each task's latest state, blocker and next action; work still to do, open "
+    "questions, follow-ups that were promised.\n"
     f"- {REQUIRED_HEADINGS[2]}: rules, preferences and limits set by the user or the project that still "
     "apply.\n"
     f"- {REQUIRED_HEADINGS[3]}: every request from the user that is not finished yet, the latest one first.\n"
