@@ -130,7 +130,7 @@ class Service:
         self.store = StateStore(config.state_dir)
         self.resume = SnapshotStore(config.state_dir)  # cursors and ledgers saved for the next start
         self.state: dict[str, SessionState] = {}
-        self.metrics = Metrics()
+        self.metrics = Metrics(session_series=config.service.metrics_top_sessions)
         self.notifier = Notifier(self.env)
         self.limiter = anyio.CapacityLimiter(config.summarizer.max_concurrency)
         self.wakeup = anyio.Event()
@@ -259,7 +259,9 @@ class Service:
             return
         if update.reason == UNTOUCHED and not seeded and self._keeps_decision(path):
             window = self.state[path].window
-            self.metrics.set_session(path, session_id=ledger.session_id, tokens=ledger.tokens, window=window)
+            self.metrics.set_session(
+                path, session_id=ledger.session_id, tokens=ledger.planning_tokens, window=window
+            )
             self.resume.mark_decided(path)
             return
         st = self.session_state(path)
@@ -340,8 +342,13 @@ class Service:
         if ledger is not None:
             st.session_id = ledger.session_id
             st.tokens = ledger.planning_tokens  # the stale pre-compaction usage anchor would mislead here
+            # What status shows: after a compaction, the estimate of the compacted context (the commit's
+            # successor seeds this ledger), never the stale usage anchor of the context before it.
             self.metrics.set_session(
-                path, session_id=ledger.session_id, tokens=ledger.tokens, window=budget.context_window
+                path,
+                session_id=ledger.session_id,
+                tokens=ledger.planning_tokens,
+                window=budget.context_window,
             )
         st.planning_tokens = budget.estimated_with_margin
         st.window = budget.context_window
@@ -596,6 +603,8 @@ class Service:
     ) -> Outcome:
         """What a compaction job did, into the session's state, the metrics and the log; the session read
         afresh (the file may have been rewritten), and backed off if that did not bring it under budget."""
+        from compactd.job import MODEL_FAILED
+
         path = session.path
         st = self.session_state(path)
         engine = result.engine
@@ -620,7 +629,10 @@ class Service:
                 identifiers_in_summary=ids.in_summary if ids else None,
                 fill=result.fill.as_json() if result.fill else None,
                 size=committed_size(path, result.successor),
+                fallback_error=engine.model_error if engine else None,
             )
+            if engine is not None and engine.model_error is not None:
+                self.metrics.record_digest_fallback()
             if ids is not None:
                 self.metrics.record_retention(
                     path,
@@ -647,7 +659,10 @@ class Service:
             self._retry_later(st, result.reason)  # an agent is at work: not a failure, just not now
         else:
             failed = True
-            where = "read" if (result.reason or "").startswith("unusable") else "commit"
+            reason = result.reason or ""
+            where = "read" if reason.startswith("unusable") else "commit"
+            if reason.startswith(MODEL_FAILED):  # summarizer.fallback: none; the model gets the next cycle
+                where = "summarize"
             self.metrics.record_failure(where)
             delay = self._back_off(st, now, result.reason or "not committed", where)
             detail = {"stage": where, **detail, "retry_in": round(delay)}
@@ -934,6 +949,7 @@ class Service:
             self.notifier.ready(f"config reload rejected: {exc.key}")
             return
         self.config = config
+        self.metrics.session_series = config.service.metrics_top_sessions
         self.openclaw.config = config
         self._client = None
         self.resume.fingerprint = None  # decisions recorded from now on may be under either configuration
@@ -1034,6 +1050,12 @@ class Service:
 
                     tg.start_soon(trigger)
                 await self.watch_new_roots(tg)  # before the read: a file changed during it is reported
+                if not self.root_paths():
+                    log.warning(
+                        "no sessions directory matches sessions.roots %s: no transcript file is served until "
+                        "one appears (OpenClaw 2026.9+ databases are followed apart); see `compactd doctor`",
+                        list(self.config.sessions.roots),
+                    )
                 self.discover()
                 release_free_memory()  # the start-up read of every transcript leaves freed heap behind
                 tg.start_soon(self.watch_roots, tg)

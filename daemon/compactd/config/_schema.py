@@ -46,6 +46,8 @@ from compactd.pi_settings import PiCompaction
 
 CommitMode = Literal["rotate", "append"]
 IdentifierPolicy = Literal["strict", "off", "custom"]
+# When the model fails: commit the deterministic digest, or leave the session for a later cycle (backed off).
+SummarizerFallback = Literal["digest", "none"]
 
 # Not (yet) in compactd.defaults; asked for in the helper's report. Kept here, named, until moved.
 # The server's own temperature unless set: None sends no temperature at all, which every server accepts.
@@ -249,6 +251,7 @@ class SummarizerConfig:
     ollama_num_ctx: bool | int = _opt(SUMMARIZER_OLLAMA_NUM_CTX, parse=_parse_num_ctx)
     temperature: float | None = _opt(SUMMARIZER_TEMPERATURE, ge=0, le=2)
     retry: RetryConfig = field(default_factory=RetryConfig)
+    fallback: SummarizerFallback = _opt(d.SUMMARIZER_FALLBACK)  # noqa: RUF009 - a str, immutable
 
     @property
     def enabled(self) -> bool:
@@ -324,6 +327,8 @@ class ServiceConfig:
     backoff_max_seconds: float = _opt(d.BACKOFF_MAX_SECONDS, gt=0)
     # node_exporter's textfile collector can read the metrics where it looks (None: metrics.prom in state_dir).
     metrics_textfile: Path | None = _opt(None, parse=_parse_metrics_textfile)  # noqa: RUF009 - None
+    # The per-session metric series kept: the fullest sessions' (every session counts in the totals).
+    metrics_top_sessions: int = _opt(d.METRICS_TOP_SESSIONS, ge=0)
 
 
 @dataclass(frozen=True, slots=True)
