@@ -142,7 +142,9 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         from compactd.planning import figures_of
 
         figures = figures_of(config, transcript, context=context)
-        report.update(decide(config, figures, now=0.0, force=True).as_json())
+        decision = decide(config, figures, now=0.0, force=True)
+        report.update(decision.as_json())
+        report.update(_predicted(config, os.path.realpath(args.file), transcript, decision))
     if args.json:
         _print_json(report, out)
         return 0
@@ -163,6 +165,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
             "window_source",
             "compact_threshold",
             "route",
+            "flush",
             "guard",
             "tool_result_chars",
         )
@@ -173,6 +176,19 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     for problem in report["problems"]:
         _print_line(f"problem: {problem['kind']} (line {problem['line']}): {problem['message']}", out)
     return 0
+
+
+def _predicted(config: Any, path: str, transcript: Any, decision: Any) -> dict[str, Any]:
+    """The route and flush the run would take (``job.predict_route``, ``job.flush_runs``): what ``once
+    --dry-run`` reports too, no model called."""
+    import anyio
+
+    from compactd.job import flush_runs, predict_route
+
+    out: dict[str, Any] = {"flush": bool(decision.flush) and flush_runs(config, path, transcript)}
+    if decision.compact:
+        out["route"] = anyio.run(predict_route, path, config, transcript, decision.job_route)
+    return out
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:

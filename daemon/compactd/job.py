@@ -52,7 +52,9 @@ __all__ = [
     "committed_note_chars",
     "compact_file",
     "engine_settings",
+    "flush_runs",
     "make_client",
+    "predict_route",
     "refusal_before_spending",
     "snapshot_size",
     "target_tokens",
@@ -353,6 +355,7 @@ async def _plan_job(
     force: bool,
     route: Route | None,
     now: datetime | None,
+    report: bool = True,
 ) -> JobResult | tuple[JobResult, dict[str, dict[str, Any]]]:
     """The job up to its commit, in :func:`compactd.offload.run_async`'s thread: a JobResult when it stops
     there (a turn in flight, nothing to compact, a dry run), else the result and the pruning's replacements."""
@@ -419,7 +422,8 @@ async def _plan_job(
     if chosen != "truncate_tool_results_only":
         workspace = workspace_for(config, path, transcript)
         rules = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
-        progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
+        if report:
+            progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         result.engine = await engine.compact(transcript, agents_md=rules, now=now)
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
@@ -540,6 +544,43 @@ def target_tokens(config: Config, threshold: int) -> int:
     """The raw estimate a compaction leaves a session at, at most: ``compaction.target_fill`` of its threshold
     with the safety margin, so that the agent has the rest to work with before the next compaction."""
     return max_tokens_within(math.floor(threshold * config.compaction.target_fill))
+
+
+async def predict_route(path: str, config: Config, transcript: Transcript, route: Route) -> Route:
+    """The route a compaction of ``transcript`` asked to take ``route`` ends with, for a dry run: the job
+    planned exactly as the real one (the cut, the kept turns, the pruning), with the digest standing in for
+    the summary, so no model is called. The real route differs only where a model's summary is so much
+    longer or shorter than the digest that it alone does or does not leave room to work."""
+    if route == "fits":
+        return route
+    plan = await offload.run_async(
+        lambda: _plan_job(
+            path,
+            config,
+            transcript,
+            client=None,
+            dry_run=True,
+            mode=None,
+            force=True,
+            route=route,
+            now=None,
+            report=False,
+        ),
+        client=None,
+        name="compactd-predict",
+    )
+    result = plan if isinstance(plan, JobResult) else plan[0]
+    return result.route  # type: ignore[return-value]
+
+
+def flush_runs(config: Config, path: str, transcript: Transcript) -> bool:
+    """Whether a memory flush of ``transcript`` does anything: hooks to start, or a trusted workspace to write
+    and a span before the kept turns to extract from (what ``Service.flush`` does, asked beforehand)."""
+    if config.memory_flush.hooks:
+        return True
+    if workspace_for(config, path, transcript) is None:
+        return False
+    return CompactionEngine(engine_settings(config)).plan(transcript) is not None
 
 
 def refusal_before_spending(config: Config, path: str, transcript: Transcript, *, force: bool) -> str | None:

@@ -439,8 +439,8 @@ class Service:
         try:
             if dry_run:
                 unchanged = self._unchanged_exact_decision(session, force=force)
-                if unchanged is not None:  # decided from the ledger on these very bytes: no read needed
-                    detail = {**unchanged.figures(), "flush": unchanged.flush, "route": unchanged.route}
+                if unchanged is not None and not unchanged.due:  # decided from the ledger on these bytes
+                    detail = {**unchanged.figures(), "flush": False, "route": unchanged.route}
                     return self._refused(session) or Outcome(path, unchanged.action, detail=detail)
             read = await self._read_step(session)
             if isinstance(read, Outcome):
@@ -448,17 +448,17 @@ class Service:
             stage = "plan"
             decision, cycle = await self._decide_step(session, read, claim, force=force)
             if dry_run:
-                detail = {**decision.figures(), "flush": decision.flush, "route": decision.route}
-                return Outcome(path, decision.action, detail=detail)
+                return await self._predicted(path, read, decision)
+            flushed = False
             if decision.flush:
                 stage = "flush"
-                await self._flush_step(path, read, decision, claim, cycle)
+                flushed = await self._flush_step(path, read, decision, claim, cycle)
             if not decision.compact:
                 session.due = False
                 if decision.skip is not None:
                     st.skipped = decision.skip
                     return Outcome(path, "skipped", detail={"reason": decision.skip})
-                return Outcome(path, decision.action, detail=decision.figures())
+                return Outcome(path, decision.action, detail={**decision.figures(), "flush": flushed})
             stage = "compact"
             result = await self._compact_step(path, decision, read, force=force)
             stage = "commit"
@@ -474,9 +474,9 @@ class Service:
                     result.successor = (
                         None  # stopping: the commit is recorded all the same (the file read afresh)
                     )
-                    self._record_step(session, decision, result)
+                    self._record_step(session, decision, result, flushed=flushed)
                     raise
-            return self._record_step(session, decision, result, ledger)
+            return self._record_step(session, decision, result, ledger, flushed=flushed)
         except Exception as exc:  # still due: tried again when its back-off ends
             delay = self.fail(path, stage, exc)
             return Outcome(
@@ -527,6 +527,21 @@ class Service:
             return Outcome(path, "skipped", detail={"reason": st.skipped})
         return None
 
+    async def _predicted(self, path: str, transcript: Transcript, decision: Decision) -> Outcome:
+        """A dry run's outcome: the route the job would end with and whether the flush would do anything,
+        worked out as the real run does them (``job.predict_route``, ``job.flush_runs``), no model called."""
+        from compactd.job import flush_runs, predict_route
+
+        if decision.skip is not None:
+            return Outcome(path, "skipped", detail={"reason": decision.skip})
+        config = self.config
+        flush = decision.flush and await offload.run_sync(lambda: flush_runs(config, path, transcript))
+        route = decision.route
+        if decision.compact:
+            route = await predict_route(path, config, transcript, decision.job_route)
+        action = route if decision.compact else decision.action
+        return Outcome(path, action, detail={**decision.figures(), "flush": flush, "route": route})
+
     def _unchanged_exact_decision(self, session: Session, *, force: bool) -> Decision | None:
         """For a dry run: the ledger's decision when it is exact (the route's reducible characters counted at
         this session's cap) and the file is still the bytes the ledger read; None means read it."""
@@ -570,15 +585,17 @@ class Service:
 
     async def _flush_step(
         self, path: str, transcript: Transcript, decision: Decision, claim: SessionClaim | None, cycle: str
-    ) -> None:
-        """The memory flush, recorded at once (in the state and in the claim every process reads)."""
-        await self.flush(path, transcript, decision.budget)
+    ) -> bool:
+        """The memory flush, recorded at once (in the state and in the claim every process reads); whether
+        it did anything."""
+        flushed = await self.flush(path, transcript, decision.budget)
         self.session_state(path).mark_flushed(time.time())
         if claim is not None:
             try:
                 claim.mark_flushed(cycle)
             except OSError as exc:  # the flush is done; only a second runner may repeat it
                 log.warning("session=%s cannot record the flush: %s", path, exc)
+        return flushed
 
     async def _compact_step(
         self, path: str, decision: Decision, transcript: Transcript, *, force: bool
@@ -599,7 +616,13 @@ class Service:
         return result
 
     def _record_step(
-        self, session: Session, decision: Decision, result: JobResult, ledger: SessionLedger | None = None
+        self,
+        session: Session,
+        decision: Decision,
+        result: JobResult,
+        ledger: SessionLedger | None = None,
+        *,
+        flushed: bool = False,
     ) -> Outcome:
         """What a compaction job did, into the session's state, the metrics and the log; the session read
         afresh (the file may have been rewritten), and backed off if that did not bring it under budget."""
@@ -611,6 +634,7 @@ class Service:
         detail: dict[str, Any] = {
             **decision.figures(),
             "route": result.route,
+            "flush": flushed,
             "level": engine.level if engine else None,
             "mode": result.mode,
             "reason": result.reason,
@@ -720,8 +744,9 @@ class Service:
         self._reported[path] = key
         log.log(level, "session=%s %s", path, text, exc_info=exc)
 
-    async def flush(self, path: str, transcript: Any, budget: Any) -> None:
-        """Hooks (fire-and-forget) and the built-in memory extraction; neither can block the compaction."""
+    async def flush(self, path: str, transcript: Any, budget: Any) -> bool:
+        """Hooks (fire-and-forget) and the built-in memory extraction; neither can block the compaction.
+        Whether either ran (``job.flush_runs`` says beforehand, for a dry run)."""
         from compactd.job import engine_settings, workspace_for
         from compactd.memory import flush_span, start_hooks
         from compactd.summarize.engine import CompactionEngine
@@ -739,12 +764,13 @@ class Service:
             compact_threshold=budget.compact_threshold,
             memory_dir=workspace.memory_dir if workspace else None,
         )
+        hooks = bool(self.config.memory_flush.hooks)
         if workspace is None:
-            return
+            return hooks
         engine = CompactionEngine(engine_settings(self.config))
         plan = await offload.run_sync(lambda: engine.plan(transcript))  # a walk of the whole branch
         if plan is None:
-            return
+            return hooks
         await flush_span(
             self.config,
             self.metrics,
@@ -754,6 +780,7 @@ class Service:
             session_file=path,
             session_id=transcript.session_id,
         )
+        return True
 
     def client(self) -> Any:
         if self._client is None:
