@@ -350,6 +350,7 @@ class CompactionEngine:
         texts: SpanText,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
         if span:
+            progress.stage("digest", f"the model-free summary of {len(span):,} messages")
             body = build_digest(
                 list(span),
                 previous_summary=previous,
@@ -415,6 +416,7 @@ class CompactionEngine:
         retries = min(self.settings.quality_retries, 3) if self.settings.quality_guard else 0
         while not report.ok and attempts <= retries and not body_cut:
             attempts += 1
+            progress.stage("quality retry", f"attempt {attempts}: {', '.join(report.reasons)}")
             try:
                 candidate = with_notes(
                     await stages.summarize_in_stages(
