@@ -246,3 +246,29 @@ def test_the_readme_demo_leaves_the_real_state_directory_alone(tmp_path: Path) -
     assert (tmp_path / "demo-state" / "compactd" / "status.json").is_file()
     assert "action=no_workspace cwd='/srv/demo-project'" in done.stderr  # the warning the README explains
     assert "action=no_workspace cwd='/srv/demo-project'" in readme
+
+
+def test_run_logs_each_model_calls_start_and_end_with_its_session() -> None:
+    """``run`` has no progress handler: the records reach its ordinary log handler, named by session."""
+    from compactd.logs import configure_logging
+
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    configure_logging("info", env={}, stream=stream)
+    try:
+        tally = progress.Tally(label="/s/a.jsonl")
+        progress.call_started(tally, what="chunk 1 of ~1", prompt_tokens=100, max_tokens=50, planned=None)
+        progress.call_finished(tally, seconds=1.5, output_tokens=40)
+    finally:
+        for handler in list(root.handlers):
+            if handler not in saved[1]:
+                root.removeHandler(handler)
+        for handler in saved[1]:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(saved[0])
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "INFO compactd.progress: session=/s/a.jsonl model call 1 of ~1 (chunk 1 of ~1)" in lines[0]
+    assert "session=/s/a.jsonl model call 1 of ~1 done in 1.5s, 40 tokens out" in lines[1]

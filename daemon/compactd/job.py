@@ -405,6 +405,7 @@ async def _plan_job(
     # The kept turns fill the target at most; the summary's tokens come out of the older kept results.
     settings.keep_budget_tokens = target
     engine = CompactionEngine(settings, client)
+    engine.label = path
     pruned_tokens = 0
     if chosen == "truncate_tool_results_only":
         # Room to work: the older results give down to the target, the newest turn's only what the route's

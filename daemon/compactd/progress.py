@@ -27,6 +27,7 @@ class Tally:
     """One summarization's calls so far: how many, how long they took, and how many are still expected."""
 
     started: float = field(default_factory=time.monotonic)
+    label: str | None = None  # the session, named in the log lines of ``run`` (where sessions interleave)
     calls: int = 0
     seconds: float = 0.0  # the finished calls' own time
     expected: int = 1  # this call included: a running estimate (chunks are sized as they come)
@@ -52,9 +53,10 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def _emit(event: Event, level: int = logging.INFO) -> None:
+def _emit(event: Event, level: int = logging.INFO, label: str | None = None) -> None:
     if log.isEnabledFor(level):
-        log.log(level, "%s", event.text, extra={"progress": event})
+        prefix = f"session={label} " if label else ""
+        log.log(level, "%s%s", prefix, event.text, extra={"progress": event})
 
 
 def stage(name: str, detail: str = "") -> None:
@@ -98,7 +100,8 @@ def call_started(
             elapsed,
             eta,
             {"what": what, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "planned_s": planned},
-        )
+        ),
+        label=tally.label,
     )
 
 
@@ -130,6 +133,7 @@ def call_finished(
             {"seconds": seconds, "output_tokens": output_tokens, "error": error},
         ),
         logging.WARNING if error else logging.INFO,
+        tally.label,
     )
 
 
@@ -156,7 +160,9 @@ class ProgressHandler(logging.Handler):
             with self._lock_held():
                 if not isinstance(event, Event) or not self.live:
                     self._end_line()
-                    self.stream.write(self.format(record) + "\n")
+                    self.stream.write(
+                        (event.text if isinstance(event, Event) else self.format(record)) + "\n"
+                    )
                 elif event.kind == "call":
                     self._open, self._opened_at = event, time.monotonic()
                     self._draw(event.text)

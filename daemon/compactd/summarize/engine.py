@@ -185,6 +185,7 @@ def _fit_body(body: str, budget: int) -> str:
 
 class CompactionEngine:
     def __init__(self, settings: EngineSettings, client: Summarizer | None = None) -> None:
+        self.label: str | None = None  # the session, for the progress report's log lines
         self._tally = progress.Tally()
         self._model_error: str | None = None  # why the model's summary was replaced by the digest
         self.settings = settings
@@ -211,7 +212,7 @@ class CompactionEngine:
         if plan is None:
             return None
         started = time.monotonic()
-        self._tally = progress.Tally()  # this compaction's calls, for the progress report
+        self._tally = progress.Tally(label=self.label)  # this compaction's calls, for the progress report
         self._model_error = None
         s = self.settings
         span = repair_tool_pairing(list(llm_visible(plan.to_summarize)), errored_policy="drop").messages
