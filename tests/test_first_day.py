@@ -272,3 +272,39 @@ def test_run_logs_each_model_calls_start_and_end_with_its_session() -> None:
     assert len(lines) == 2, lines
     assert "INFO compactd.progress: session=/s/a.jsonl model call 1 of ~1 (chunk 1 of ~1)" in lines[0]
     assert "session=/s/a.jsonl model call 1 of ~1 done in 1.5s, 40 tokens out" in lines[1]
+
+
+@pytest.mark.slow
+def test_run_warns_when_no_root_matches(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "sessions": {"roots": [str(tmp_path / "nowhere-*")]},
+                "state_dir": str(tmp_path / "state"),
+                "openclaw": {"enabled": False},
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "STATE_DIRECTORY")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "compactd", "run", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:  # the daemon's own lines, up to the one that says it serves
+            lines.append(line)
+            if "action=ready" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    warning = [line for line in lines if "WARNING" in line and "no sessions directory matches" in line]
+    assert warning and str(tmp_path / "nowhere-*") in warning[0], lines
