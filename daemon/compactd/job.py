@@ -588,7 +588,7 @@ def refusal_before_spending(config: Config, path: str, transcript: Transcript, *
     """Why the commit would refuse this session now, asked before any model call (None: it would not): a turn
     in flight, a file written within ``sessions.idle_seconds`` (both skipped by ``force``), or a live
     process's lock on the session (never skipped). The reasons are the commit's own words."""
-    from compactd.commit.locks import session_is_locked
+    from compactd.commit.locks import SessionBusy, lock_is_live, lock_path_for, read_lock
 
     if not force:
         busy = turn_in_flight(config, path, transcript)
@@ -600,8 +600,10 @@ def refusal_before_spending(config: Config, path: str, transcript: Transcript, *
             return None  # gone: the commit says so
         if quiet < config.sessions.idle_seconds:
             return f"not idle: written {quiet:.0f}s ago (sessions.idle_seconds: {config.sessions.idle_seconds:g})"
-    if session_is_locked(path):
-        return "locked: a live process holds the session's lock file"
+    lock = lock_path_for(path)
+    info = read_lock(lock)
+    if info is not None and lock_is_live(info):
+        return f"locked: {SessionBusy(lock, info)}"  # the commit's own words
     return None
 
 
