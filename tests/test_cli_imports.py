@@ -1,4 +1,5 @@
-"""What a command loads: ``once --dry-run`` reads and decides, so the summarizer, the compaction path and the
+"""What a command loads: ``once --dry-run`` reads, decides and, for a due session, plans the job as the run would
+(the engine with the digest standing in for the summary: the dry run is the run), so the model client and the
 watcher (watchfiles pulls in multiprocessing) stay unloaded; they cost a third of its time when they did."""
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ code = main(sys.argv[1:])
 print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
 """
 NOT_FOR_A_DRY_RUN = (
-    "compactd.job",
-    "compactd.summarize.engine",
     "compactd.summarize.llm",
     "watchfiles",
     "openai",

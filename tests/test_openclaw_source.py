@@ -296,7 +296,8 @@ def test_an_idle_session_over_its_threshold_is_compacted_through_the_gateway(
             name: line
             for line in lines
             for name in ("compactd_compactions_total{", "compactd_session_tokens{")
-            if line.startswith(name) and (name != "compactd_session_tokens{" or KEY in line)
+            if line.startswith(name)
+            and (KEY in line if name == "compactd_session_tokens{" else 'level="gateway"' in line)
         }
         return found if 'level="gateway"' in found.get("compactd_compactions_total{", "") else None
 

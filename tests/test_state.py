@@ -460,7 +460,7 @@ def test_metrics_values() -> None:
     assert (
         value("compactd_identifier_retention_ratio", session_id="id-1", file="x.jsonl", stage="final") == 1.0
     )
-    assert value("compactd_identifiers_total") == 40 and value("compactd_identifiers_in_summary_total") == 40
+    assert value("compactd_identifiers_total") == 40 and value("compactd_identifiers_kept_total") == 40
     assert value("compactd_identifiers_kept_by_model_total") == 30
     assert value("compactd_last_update_timestamp_seconds") == NOW
     assert value("compactd_start_time_seconds") == NOW - 60

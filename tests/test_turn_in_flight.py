@@ -249,8 +249,9 @@ def test_compact_without_force_refuses_a_turn_in_flight_before_any_model_call(
     os.utime(path)  # the user's message was just written: the model is answering
     before = path.read_bytes()
     done = compactd("compact", str(path), "--json", "--config", str(config))
-    assert done.returncode == 1
+    assert done.returncode == 3  # busy: retry later
     result = json.loads(done.stdout)
+    assert result["outcome"] == "busy"
     assert result["committed"] is False and result["reason"].startswith("turn in flight since ")
     assert path.read_bytes() == before and not llm_server.completions
     forced = compactd("compact", str(path), "--json", "--force", "--config", str(config))
@@ -299,9 +300,9 @@ def test_a_turn_started_during_the_model_call_is_not_cut(
             if job.poll() is None:
                 job.kill()
                 job.wait()
-    assert job.returncode == 1, err
+    assert job.returncode == 3, err  # busy: retry later
     result = json.loads(out)
-    assert result["committed"] is False
+    assert result["committed"] is False and result["outcome"] == "busy"
     assert (
         result["reason"].startswith("turn in flight since ")
         and "(waiting for the model's reply)" in result["reason"]

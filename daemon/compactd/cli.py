@@ -83,9 +83,47 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def _reporting(args: argparse.Namespace) -> Iterator[None]:
+    """Logs at ``--log-level`` (default: warnings) and, unless ``-q``, the progress of long work on stderr:
+    each stage and model call as it happens, one live line on a terminal, plain lines otherwise."""
+    from compactd.logs import configure_logging
+    from compactd.progress import ProgressHandler
+
+    if args.log_level:
+        configure_logging(args.log_level)
+    reporter = logging.getLogger("compactd.progress")
+    handler = None
+    if args.quiet:
+        reporter.setLevel(logging.CRITICAL)
+    else:
+        handler = ProgressHandler(sys.stderr)
+        reporter.addHandler(handler)
+        reporter.setLevel(logging.INFO)
+        reporter.propagate = False  # reported once, by the handler made for it
+    try:
+        yield
+    finally:
+        if handler is not None:
+            reporter.removeHandler(handler)
+            handler.close()
+        reporter.setLevel(logging.NOTSET)
+        reporter.propagate = True
+
+
 def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     with _collector_paused():
         return _inspect(args, out)
+
+
+def _missing(command: str, path: str) -> bool:
+    """Say so on stderr when ``path`` names nothing (a symlink counts: the reader refuses it with its reason)."""
+    if os.path.lexists(path):
+        return False
+    from compactd.display import display_name
+
+    sys.stderr.write(f"compactd {command}: {display_name(path)}: no such file\n")
+    return True
 
 
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
@@ -94,6 +132,8 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.transcript.reader import read_transcript
 
     config = _load_config(args)
+    if _missing("inspect", args.file):
+        return 2
     transcript = read_transcript(args.file)
     context = build_context(transcript)  # once, for the report and the figures
     report = inspect_transcript(args.file, transcript, context=context)
@@ -102,7 +142,9 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         from compactd.planning import figures_of
 
         figures = figures_of(config, transcript, context=context)
-        report.update(decide(config, figures, now=0.0, force=True).as_json())
+        decision = decide(config, figures, now=0.0, force=True)
+        report.update(decision.as_json())
+        report.update(_predicted(config, os.path.realpath(args.file), transcript, decision))
     if args.json:
         _print_json(report, out)
         return 0
@@ -123,6 +165,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
             "window_source",
             "compact_threshold",
             "route",
+            "flush",
             "guard",
             "tool_result_chars",
         )
@@ -133,6 +176,19 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     for problem in report["problems"]:
         _print_line(f"problem: {problem['kind']} (line {problem['line']}): {problem['message']}", out)
     return 0
+
+
+def _predicted(config: Any, path: str, transcript: Any, decision: Any) -> dict[str, Any]:
+    """The route and flush the run would take (``job.predict_route``, ``job.flush_runs``): what ``once
+    --dry-run`` reports too, no model called."""
+    import anyio
+
+    from compactd.job import flush_runs, predict_route
+
+    out: dict[str, Any] = {"flush": bool(decision.flush) and flush_runs(config, path, transcript)}
+    if decision.compact:
+        out["route"] = anyio.run(predict_route, path, config, transcript, decision.job_route)
+    return out
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
@@ -161,9 +217,14 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
+    with _reporting(args):
+        return _compact(args, out)
+
+
+def _compact(args: argparse.Namespace, out: TextIO) -> int:
     import anyio
 
-    from compactd.job import compact_file, make_client
+    from compactd.job import EXIT_CODES, compact_file, make_client
 
     config = _load_config(args)
 
@@ -214,15 +275,14 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
             "committed",
             "mode",
             "archive",
+            "outcome",
             "reason",
         )
         rows = [(k, data.get(k)) for k in keys if k in data]
         if result.fill is not None:
             rows.append(("fill", result.fill.describe()))
         _print_table(rows, out)
-    if args.dry_run or result.committed:
-        return 0
-    return 1 if result.reason else 0
+    return EXIT_CODES[result.outcome]
 
 
 def _archives_of(path: str, state_dir: str) -> list[tuple[str, bool]]:
@@ -343,6 +403,11 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_once(args: argparse.Namespace, out: TextIO) -> int:
+    with _reporting(args):
+        return _once(args, out)
+
+
+def _once(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.service import run_once
 
     config = _load_config(args)
@@ -395,7 +460,7 @@ def _watch_status(state_dir: Any, out: TextIO, *, interval: float, count: int | 
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
-    from compactd.state import archive_usage, read_status, render_status_table
+    from compactd.state import archive_usage, daemon_running, read_status, render_status_table
 
     config = _load_config(args)
     if args.watch:
@@ -405,21 +470,27 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         _print_line(f"no status in {config.state_dir}: compactd has not run with this state directory", out)
         return 1
     status["archives"] = archive_usage(config.state_dir).as_json()  # read now: the journal is the truth
+    running = status["daemon_running"] = daemon_running(status)
     if args.json:
         _print_json(status, out)
     else:
         out.write(render_status_table(status) + "\n")
-    return 0
+    return 0 if running else 3  # 3: what is shown is the last run's; no daemon serves these sessions now
 
 
 def cmd_doctor(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.doctor import run_doctor
 
-    return run_doctor(args.config, out)
+    return run_doctor(args.config, out, as_json=args.json)
 
 
 def cmd_summarize(args: argparse.Namespace, out: TextIO) -> int:
-    from compactd.provider import RequestError, parse_request, read_input, run_summarize
+    with _reporting(args):
+        return _summarize(args, out)
+
+
+def _summarize(args: argparse.Namespace, out: TextIO) -> int:
+    from compactd.provider import ModelFailed, RequestError, parse_request, read_input, run_summarize
 
     config = _load_config(args)
     try:
@@ -429,6 +500,11 @@ def cmd_summarize(args: argparse.Namespace, out: TextIO) -> int:
     except RequestError as exc:
         sys.stderr.write(f"compactd summarize: {exc}\n")
         return 2
+    except ModelFailed as exc:
+        from compactd.logs import ScrubbedOutput
+
+        ScrubbedOutput(sys.stderr).write(f"compactd summarize: {exc}\n")  # the error may quote the endpoint
+        return 1
     out.write(answer + "\n")
     return 0
 
@@ -454,32 +530,85 @@ def cmd_hook(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+COMPACT_EXIT_CODES = """exit codes:
+  0  committed (or, with --dry-run, the plan shown)
+  1  failed (the reason is printed; --json: "outcome": "failed" and "reason")
+  2  bad configuration or arguments
+  3  busy: not idle, a turn in flight, or locked by an agent or another compactd; retry later
+  4  nothing to do: the whole branch is within the kept recent turns
+Every check that can refuse the commit runs before the first model call, and again under the commit lock."""
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compactd", description=__doc__)
     parser.add_argument("--version", action="version", version=f"compactd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(
-        name: str, handler: Callable[[argparse.Namespace, TextIO], int], help_text: str
+        name: str,
+        handler: Callable[[argparse.Namespace, TextIO], int],
+        help_text: str,
+        epilog: str | None = None,
     ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.set_defaults(handler=handler)
         return p
 
+    def config(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--config",
+            metavar="PATH",
+            help="config file (default: $COMPACTD_CONFIG, ~/.config/compactd/config.yaml, "
+            "/etc/compactd/config.yaml, else the built-in defaults)",
+        )
+
+    def as_json(p: argparse.ArgumentParser, what: str = "print JSON instead of a table") -> None:
+        p.add_argument("--json", action="store_true", help=what)
+
+    def reporting(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "-q", "--quiet", action="store_true", help="no progress on stderr (errors are still printed)"
+        )
+        p.add_argument(
+            "--log-level",
+            choices=LOG_LEVELS,
+            help="also log at this level on stderr (default: warnings only)",
+        )
+
     p = add("inspect", cmd_inspect, "Show a transcript's token figures, budget and route.")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config")
+    p.add_argument("file", help="the session transcript (.jsonl)")
+    as_json(p)
+    config(p)
     p = add("validate", cmd_validate, "Check that an agent would load a transcript with nothing skipped.")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
-    p = add("compact", cmd_compact, "Compact one transcript now (or show what would be committed).")
-    p.add_argument("file")
-    p.add_argument("--dry-run", action="store_true", help="run the engine, change no file")
-    p.add_argument("--mode", choices=("append", "rotate"))
-    p.add_argument("--force", action="store_true", help="skip the idle check (never the lock)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config")
+    p.add_argument("file", help="the session transcript (.jsonl)")
+    as_json(p)
+    p = add(
+        "compact",
+        cmd_compact,
+        "Compact one transcript now (or show what would be committed).",
+        COMPACT_EXIT_CODES,
+    )
+    p.add_argument("file", help="the session transcript (.jsonl)")
+    p.add_argument("--dry-run", action="store_true", help="run the engine (and the model), change no file")
+    p.add_argument(
+        "--mode",
+        choices=("append", "rotate"),
+        help="append the compaction to the file, or rotate it (archive the original); default: the config's",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="skip the idle and turn-in-flight checks (never the lock)"
+    )
+    as_json(p, "print the result as JSON (outcome, reason, figures, summary)")
+    config(p)
+    reporting(p)
     p = add(
         "restore", cmd_restore, "Put a session back as an archive holds it, keeping every line written since."
     )
@@ -490,19 +619,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--config")
     p = add("once", cmd_once, "One pass over every session, doing what `run` would do now, then exit.")
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--force", action="store_true", help="skip the idle check (never the lock)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report; read only, change nothing")
+    as_json(p)
+    p.add_argument(
+        "--force", action="store_true", help="skip the idle and turn-in-flight checks (never the lock)"
+    )
     p.add_argument(
         "--sessions", action="append", metavar="DIR", help="watch this directory instead of the roots"
     )
-    p.add_argument("--config")
+    config(p)
+    reporting(p)
     p = add("run", cmd_run, "Run the service: watch, account, flush, compact, commit.")
-    p.add_argument("--config")
+    config(p)
     p.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        help="overrides the config's log_level, also across reloads",
+        "--log-level", choices=LOG_LEVELS, help="overrides the config's log_level, also across reloads"
     )
     p.add_argument(
         "--log-format",
@@ -511,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one event a line: text (the default), logfmt (key=value) or json",
     )
     p = add("status", cmd_status, "Show the sessions and the daemon's health from the state directory.")
-    p.add_argument("--json", action="store_true")
+    as_json(p)
     p.add_argument(
         "--watch",
         action="store_true",
@@ -519,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes of --watch")
     p.add_argument("--count", type=int, help="stop --watch after this many refreshes")
-    p.add_argument("--config")
+    config(p)
     p = add(
         "summarize",
         cmd_summarize,
@@ -532,12 +662,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--workspace", metavar="DIR", help="the workspace whose AGENTS.md rules the summary carries"
     )
     p.add_argument("--agent", default="main", help="the OpenClaw agent id, for the config's workspaces")
-    p.add_argument("--config")
+    config(p)
+    reporting(p)
     p = add("hook", cmd_hook, "Run as an agent's hook: codex-precompact (memory flush), codex-prompt.")
-    p.add_argument("hook", choices=("codex-precompact", "codex-prompt"))
-    p.add_argument("--config")
+    p.add_argument("hook", choices=("codex-precompact", "codex-prompt"), help="which hook")
+    config(p)
     p = add("doctor", cmd_doctor, "Check the config, roots, permissions and the summarizer endpoint.")
-    p.add_argument("--config")
+    as_json(p, "print the checks as JSON")
+    config(p)
     return parser
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "MEMORY_FLUSH_FORCE_BYTES",
     "MEMORY_FLUSH_SOFT_THRESHOLD_TOKENS",
     "MEMORY_HOOK_TIMEOUT_SECONDS",
+    "METRICS_TOP_SESSIONS",
     "MIN_PROMPT_BUDGET_RATIO",
     "MIN_PROMPT_BUDGET_TOKENS",
     "POST_COMPACTION_MAX_CHARS",
@@ -46,6 +47,7 @@ __all__ = [
     "SESSION_ROOTS",
     "STATUS_REFRESH_SECONDS",
     "SUMMARIZER_CONTEXT_TOKENS",
+    "SUMMARIZER_FALLBACK",
     "SUMMARIZER_MAX_CONCURRENCY",
     "SUMMARIZER_MAX_OUTPUT_TOKENS",
     "SUMMARIZER_RETRY_ATTEMPTS",
@@ -181,6 +183,10 @@ RESCAN_SECONDS = 60.0
 WATCH_DEBOUNCE_MS = 50
 WATCH_STEP_MS = 15
 STATUS_REFRESH_SECONDS = 5.0
+# When the model fails, the digest is committed instead ("none": nothing is, the session backs off).
+SUMMARIZER_FALLBACK = "digest"
+# The per-session metric series written (the fullest sessions); the rest count in the totals only.
+METRICS_TOP_SESSIONS = 50
 # Back-off after a failed or ineffective compaction: doubles from the base up to the cap.
 BACKOFF_BASE_SECONDS = 60.0
 BACKOFF_MAX_SECONDS = 6 * 3600.0

@@ -386,7 +386,42 @@ def check_summarizer_speed(config: Config, out: TextIO, *, window: int | None = 
     return 0
 
 
-def run_doctor(config_path: str | None, out: TextIO) -> int:
+def run_doctor(config_path: str | None, out: TextIO, *, as_json: bool = False) -> int:
+    """The checks, as lines on ``out`` (or, ``as_json``, as one JSON object); exit 1 if anything needs fixing."""
+    if not as_json:
+        return _doctor(config_path, out)
+    import io
+
+    import orjson
+
+    lines = io.StringIO()
+    code = _doctor(config_path, lines)
+    findings = findings_of(lines.getvalue())
+    report = {
+        "ok": code == 0,
+        "exit_code": code,
+        "problems": sum(1 for f in findings if f["level"] == "fix"),
+        "findings": findings,
+    }
+    out.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return code
+
+
+_LEVELS = {"ok    ": "ok", "note  ": "note", "FIX   ": "fix", "WARN  ": "warn"}
+
+
+def findings_of(text: str) -> list[dict[str, str | None]]:
+    """The findings of doctor's lines: a level, the text, and the fix when one follows it."""
+    findings: list[dict[str, str | None]] = []
+    for line in text.splitlines():
+        if line.startswith("      → ") and findings:
+            findings[-1]["fix"] = line.removeprefix("      → ")
+        elif line[:6] in _LEVELS:
+            findings.append({"level": _LEVELS[line[:6]], "text": line[6:], "fix": None})
+    return findings
+
+
+def _doctor(config_path: str | None, out: TextIO) -> int:
     try:
         config = load_config(config_path)
     except ConfigError as exc:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from compactd import offload
+from compactd import offload, progress
 from compactd.budget import max_tokens_within
 from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
@@ -45,12 +45,17 @@ if TYPE_CHECKING:
     from compactd.commit.commit import Successor
 
 __all__ = [
+    "EXIT_CODES",
+    "MODEL_FAILED",
     "Fill",
     "JobResult",
     "committed_note_chars",
     "compact_file",
     "engine_settings",
+    "flush_runs",
     "make_client",
+    "predict_route",
+    "refusal_before_spending",
     "snapshot_size",
     "target_tokens",
     "turn_in_flight",
@@ -208,8 +213,22 @@ class JobResult:
             f"mode={self.mode!r}, reason={self.reason!r}, engine={self.engine!r})"
         )
 
+    @property
+    def outcome(self) -> str:
+        """What happened, in the words of ``compactd compact``'s exit codes (:data:`EXIT_CODES`)."""
+        reason = self.reason or ""
+        if self.committed:
+            return "committed"
+        if reason == "dry run":
+            return "dry_run"
+        if reason.startswith(("nothing to compact", "nothing to commit")):
+            return "nothing_to_do"
+        if reason.startswith(("not idle", "locked", "turn in flight", "busy")):
+            return "busy"
+        return "failed"
+
     def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.path, "route": self.route}
+        out: dict[str, Any] = {"path": self.path, "route": self.route, "outcome": self.outcome}
         e = self.engine
         if e is not None:
             out.update(
@@ -223,6 +242,7 @@ class JobResult:
                     "identifiers_in_summary": e.identifiers.in_summary,
                     "quality": e.quality,
                     "summarizer_calls": e.calls,
+                    "model_error": e.model_error,
                     "summary": e.summary,
                     "entries": [x for x in (e.compaction, e.post_message) if x is not None],
                 }
@@ -239,6 +259,13 @@ class JobResult:
             }
         )
         return out
+
+
+# ``compactd compact``'s exit code for each outcome (README, Commands): busy means "retry later".
+EXIT_CODES = {"committed": 0, "dry_run": 0, "failed": 1, "busy": 3, "nothing_to_do": 4}
+
+# The start of a JobResult's reason when the model failed and ``summarizer.fallback: none`` kept the digest out.
+MODEL_FAILED = "model failed, not committed"
 
 
 def committed_note_chars(path: str, mode: str) -> Callable[[str], int]:
@@ -270,12 +297,15 @@ async def compact_file(
     first (``compactd.prune.plan_pruning``). ``transcript``: the caller's reading of ``path`` (by
     ``read_transcript``, which records the inode), the one its decision was made from; else it is read here.
     """
+    if not os.path.lexists(path):
+        return JobResult(path, "none", reason="no such file")
     if not is_session_path(path):
         return JobResult(path, "none", reason="refusing: not a regular file reached without symlinks")
     sqlite_refusal = openclaw_refusal(path)
     if sqlite_refusal is not None:
         return JobResult(path, "none", reason=f"refusing: {sqlite_refusal}")
     if transcript is None:
+        progress.stage("reading", path)
         transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False))
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)
@@ -307,6 +337,7 @@ async def compact_file(
     commit_mode = result.mode or config.compaction.commit
     # The commit writes: it runs in anyio's pool, whose thread a cancellation waits for (never abandoned
     # half way), and the commit is atomic and journalled anyway.
+    progress.stage("committing", f"{result.route}, mode {commit_mode}")
     done = await anyio.to_thread.run_sync(
         lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
     )
@@ -328,13 +359,16 @@ async def _plan_job(
     force: bool,
     route: Route | None,
     now: datetime | None,
+    report: bool = True,
 ) -> JobResult | tuple[JobResult, dict[str, dict[str, Any]]]:
     """The job up to its commit, in :func:`compactd.offload.run_async`'s thread: a JobResult when it stops
     there (a turn in flight, nothing to compact, a dry run), else the result and the pruning's replacements."""
-    if not (dry_run or force):
-        busy = turn_in_flight(config, path, transcript)
-        if busy is not None:
-            return JobResult(path, "none", reason=busy)
+    if not dry_run:
+        # Every check that can refuse the commit, before anything is spent on the model; the commit asks
+        # again under the lock (an agent may start meanwhile).
+        refusal = refusal_before_spending(config, path, transcript, force=force)
+        if refusal is not None:
+            return JobResult(path, "none", reason=refusal)
     # Asked for by name (or by a caller that decided already): the route is the decision's, and a session
     # that fits is compacted anyway.
     figures = figures_of(config, transcript)
@@ -375,6 +409,7 @@ async def _plan_job(
     # The kept turns fill the target at most; the summary's tokens come out of the older kept results.
     settings.keep_budget_tokens = target
     engine = CompactionEngine(settings, client)
+    engine.label = path
     pruned_tokens = 0
     if chosen == "truncate_tool_results_only":
         # Room to work: the older results give down to the target, the newest turn's only what the route's
@@ -392,11 +427,22 @@ async def _plan_job(
     if chosen != "truncate_tool_results_only":
         workspace = workspace_for(config, path, transcript)
         rules = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
+        if report:
+            progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         result.engine = await engine.compact(transcript, agents_md=rules, now=now)
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
             return result
         e = result.engine
+        if e.model_error is not None and not dry_run:
+            if config.summarizer.fallback == "none":
+                result.reason = f"{MODEL_FAILED}: {e.model_error} (summarizer.fallback: none)"
+                return result
+            log.warning(
+                "path=%s the summarizer failed (%s): committing the digest instead (summarizer.fallback: digest)",
+                path,
+                e.model_error,
+            )
         kept_ids = _ids(e.plan.path[e.plan.first_kept_index :])
         newest_ids = _ids(e.plan.path[e.plan.newest_turn_index :]) if e.plan.newest_turn_index >= 0 else set()
         checkpoint = e.compaction.get("systemMessage")
@@ -503,6 +549,66 @@ def target_tokens(config: Config, threshold: int) -> int:
     """The raw estimate a compaction leaves a session at, at most: ``compaction.target_fill`` of its threshold
     with the safety margin, so that the agent has the rest to work with before the next compaction."""
     return max_tokens_within(math.floor(threshold * config.compaction.target_fill))
+
+
+async def predict_route(path: str, config: Config, transcript: Transcript, route: Route) -> Route:
+    """The route a compaction of ``transcript`` asked to take ``route`` ends with, for a dry run: the job
+    planned exactly as the real one (the cut, the kept turns, the pruning), with the digest standing in for
+    the summary, so no model is called. The real route differs only where a model's summary is so much
+    longer or shorter than the digest that it alone does or does not leave room to work."""
+    if route == "fits":
+        return route
+    plan = await offload.run_async(
+        lambda: _plan_job(
+            path,
+            config,
+            transcript,
+            client=None,
+            dry_run=True,
+            mode=None,
+            force=True,
+            route=route,
+            now=None,
+            report=False,
+        ),
+        client=None,
+        name="compactd-predict",
+    )
+    result = plan if isinstance(plan, JobResult) else plan[0]
+    return result.route  # type: ignore[return-value]
+
+
+def flush_runs(config: Config, path: str, transcript: Transcript) -> bool:
+    """Whether a memory flush of ``transcript`` does anything: hooks to start, or a trusted workspace to write
+    and a span before the kept turns to extract from (what ``Service.flush`` does, asked beforehand)."""
+    if config.memory_flush.hooks:
+        return True
+    if workspace_for(config, path, transcript) is None:
+        return False
+    return CompactionEngine(engine_settings(config)).plan(transcript) is not None
+
+
+def refusal_before_spending(config: Config, path: str, transcript: Transcript, *, force: bool) -> str | None:
+    """Why the commit would refuse this session now, asked before any model call (None: it would not): a turn
+    in flight, a file written within ``sessions.idle_seconds`` (both skipped by ``force``), or a live
+    process's lock on the session (never skipped). The reasons are the commit's own words."""
+    from compactd.commit.locks import SessionBusy, lock_is_live, lock_path_for, read_lock
+
+    if not force:
+        busy = turn_in_flight(config, path, transcript)
+        if busy is not None:
+            return busy
+        try:
+            quiet = time.time() - os.lstat(path).st_mtime
+        except OSError:
+            return None  # gone: the commit says so
+        if quiet < config.sessions.idle_seconds:
+            return f"not idle: written {quiet:.0f}s ago (sessions.idle_seconds: {config.sessions.idle_seconds:g})"
+    lock = lock_path_for(path)
+    info = read_lock(lock)
+    if info is not None and lock_is_live(info):
+        return f"locked: {SessionBusy(lock, info)}"  # the commit's own words
+    return None
 
 
 def turn_in_flight(config: Config, path: str, transcript: Transcript) -> str | None:

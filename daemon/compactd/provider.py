@@ -31,7 +31,7 @@ from compactd.timestamps import js_iso
 from compactd.transcript.jsjson import js_int, nesting
 from compactd.transcript.reader import MAX_DEPTH, Transcript, parse_transcript
 
-__all__ = ["RequestError", "SummaryRequest", "parse_request", "read_input", "run_summarize"]
+__all__ = ["ModelFailed", "RequestError", "SummaryRequest", "parse_request", "read_input", "run_summarize"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,11 @@ _READ_CHUNK = 1024 * 1024
 
 class RequestError(ValueError):
     """The input is not a summary request; nothing was summarized."""
+
+
+class ModelFailed(Exception):
+    """The model failed and ``summarizer.fallback: none`` keeps the digest out: no summary is answered (the
+    OpenClaw plugin then lets OpenClaw summarize itself)."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,13 @@ async def summarize_request(
     result = await engine.compact(span_transcript(request), agents_md=agents_md)
     if result is None:
         raise RequestError("nothing to summarize in messages")
+    if result.model_error is not None:
+        if config.summarizer.fallback == "none":
+            raise ModelFailed(f"the summarizer failed ({result.model_error}); summarizer.fallback: none")
+        log.warning(
+            "the summarizer failed (%s): answering the digest instead (summarizer.fallback: digest)",
+            result.model_error,
+        )
     summary = result.summary
     if result.post_message is not None and isinstance(result.post_message.get("content"), str):
         summary = summary.rstrip() + "\n\n" + result.post_message["content"]

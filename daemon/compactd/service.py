@@ -139,7 +139,7 @@ class Service:
         self.store = StateStore(config.state_dir)
         self.resume = SnapshotStore(config.state_dir)  # cursors and ledgers saved for the next start
         self.state: dict[str, SessionState] = {}
-        self.metrics = Metrics()
+        self.metrics = Metrics(session_series=config.service.metrics_top_sessions)
         self.notifier = Notifier(self.env)
         self.limiter = anyio.CapacityLimiter(config.summarizer.max_concurrency)
         self.wakeup = anyio.Event()
@@ -276,7 +276,9 @@ class Service:
             return
         if update.reason == UNTOUCHED and not seeded and self._keeps_decision(path):
             window = self.state[path].window
-            self.metrics.set_session(path, session_id=ledger.session_id, tokens=ledger.tokens, window=window)
+            self.metrics.set_session(
+                path, session_id=ledger.session_id, tokens=ledger.planning_tokens, window=window
+            )
             self.resume.mark_decided(path)
             return
         st = self.session_state(path)
@@ -357,8 +359,13 @@ class Service:
         if ledger is not None:
             st.session_id = ledger.session_id
             st.tokens = ledger.planning_tokens  # the stale pre-compaction usage anchor would mislead here
+            # What status shows: after a compaction, the estimate of the compacted context (the commit's
+            # successor seeds this ledger), never the stale usage anchor of the context before it.
             self.metrics.set_session(
-                path, session_id=ledger.session_id, tokens=ledger.tokens, window=budget.context_window
+                path,
+                session_id=ledger.session_id,
+                tokens=ledger.planning_tokens,
+                window=budget.context_window,
             )
         st.planning_tokens = budget.estimated_with_margin
         st.window = budget.context_window
@@ -456,8 +463,8 @@ class Service:
         try:
             if dry_run:
                 unchanged = self._unchanged_exact_decision(session, force=force)
-                if unchanged is not None:  # decided from the ledger on these very bytes: no read needed
-                    detail = {**unchanged.figures(), "flush": unchanged.flush, "route": unchanged.route}
+                if unchanged is not None and not unchanged.due:  # decided from the ledger on these bytes
+                    detail = {**unchanged.figures(), "flush": False, "route": unchanged.route}
                     return self._refused(session) or Outcome(path, unchanged.action, detail=detail)
             read = await self._read_step(session)
             if isinstance(read, Outcome):
@@ -465,17 +472,17 @@ class Service:
             stage = self._at(path, "plan")
             decision, cycle = await self._decide_step(session, read, claim, force=force)
             if dry_run:
-                detail = {**decision.figures(), "flush": decision.flush, "route": decision.route}
-                return Outcome(path, decision.action, detail=detail)
+                return await self._predicted(path, read, decision)
+            flushed = False
             if decision.flush:
                 stage = self._at(path, "flush")
-                await self._flush_step(path, read, decision, claim, cycle)
+                flushed = await self._flush_step(path, read, decision, claim, cycle)
             if not decision.compact:
                 session.due = False
                 if decision.skip is not None:
                     st.skipped = decision.skip
                     return Outcome(path, "skipped", detail={"reason": decision.skip})
-                return Outcome(path, decision.action, detail=decision.figures())
+                return Outcome(path, decision.action, detail={**decision.figures(), "flush": flushed})
             stage = self._at(path, "compact")
             result = await self._compact_step(path, decision, read, force=force)
             stage = self._at(path, "commit")
@@ -491,9 +498,9 @@ class Service:
                     result.successor = (
                         None  # stopping: the commit is recorded all the same (the file read afresh)
                     )
-                    self._record_step(session, decision, result)
+                    self._record_step(session, decision, result, flushed=flushed)
                     raise
-            return self._record_step(session, decision, result, ledger)
+            return self._record_step(session, decision, result, ledger, flushed=flushed)
         except Exception as exc:  # still due: tried again when its back-off ends
             delay = self.fail(path, stage, exc)
             return Outcome(
@@ -545,6 +552,21 @@ class Service:
             return Outcome(path, "skipped", detail={"reason": st.skipped})
         return None
 
+    async def _predicted(self, path: str, transcript: Transcript, decision: Decision) -> Outcome:
+        """A dry run's outcome: the route the job would end with and whether the flush would do anything,
+        worked out as the real run does them (``job.predict_route``, ``job.flush_runs``), no model called."""
+        from compactd.job import flush_runs, predict_route
+
+        if decision.skip is not None:
+            return Outcome(path, "skipped", detail={"reason": decision.skip})
+        config = self.config
+        flush = decision.flush and await offload.run_sync(lambda: flush_runs(config, path, transcript))
+        route = decision.route
+        if decision.compact:
+            route = await predict_route(path, config, transcript, decision.job_route)
+        action = route if decision.compact else decision.action
+        return Outcome(path, action, detail={**decision.figures(), "flush": flush, "route": route})
+
     def _unchanged_exact_decision(self, session: Session, *, force: bool) -> Decision | None:
         """For a dry run: the ledger's decision when it is exact (the route's reducible characters counted at
         this session's cap) and the file is still the bytes the ledger read; None means read it."""
@@ -588,15 +610,17 @@ class Service:
 
     async def _flush_step(
         self, path: str, transcript: Transcript, decision: Decision, claim: SessionClaim | None, cycle: str
-    ) -> None:
-        """The memory flush, recorded at once (in the state and in the claim every process reads)."""
-        await self.flush(path, transcript, decision.budget)
+    ) -> bool:
+        """The memory flush, recorded at once (in the state and in the claim every process reads); whether
+        it did anything."""
+        flushed = await self.flush(path, transcript, decision.budget)
         self.session_state(path).mark_flushed(time.time())
         if claim is not None:
             try:
                 claim.mark_flushed(cycle)
             except OSError as exc:  # the flush is done; only a second runner may repeat it
                 log.warning("session=%s cannot record the flush: %s", path, exc)
+        return flushed
 
     async def _compact_step(
         self, path: str, decision: Decision, transcript: Transcript, *, force: bool
@@ -617,16 +641,25 @@ class Service:
         return result
 
     def _record_step(
-        self, session: Session, decision: Decision, result: JobResult, ledger: SessionLedger | None = None
+        self,
+        session: Session,
+        decision: Decision,
+        result: JobResult,
+        ledger: SessionLedger | None = None,
+        *,
+        flushed: bool = False,
     ) -> Outcome:
         """What a compaction job did, into the session's state, the metrics and the log; the session read
         afresh (the file may have been rewritten), and backed off if that did not bring it under budget."""
+        from compactd.job import MODEL_FAILED
+
         path = session.path
         st = self.session_state(path)
         engine = result.engine
         detail: dict[str, Any] = {
             **decision.figures(),
             "route": result.route,
+            "flush": flushed,
             "level": engine.level if engine else None,
             "mode": result.mode,
             "reason": result.reason,
@@ -647,7 +680,10 @@ class Service:
                 identifiers_in_summary=ids.in_summary if ids else None,
                 fill=result.fill.as_json() if result.fill else None,
                 size=committed_size(path, result.successor),
+                fallback_error=engine.model_error if engine else None,
             )
+            if engine is not None and engine.model_error is not None:
+                self.metrics.record_digest_fallback()
             if ids is not None:
                 self.metrics.record_retention(
                     path,
@@ -674,7 +710,10 @@ class Service:
             self._retry_later(st, result.reason)  # an agent is at work: not a failure, just not now
         else:
             failed = True
-            where = "read" if (result.reason or "").startswith("unusable") else "commit"
+            reason = result.reason or ""
+            where = "read" if reason.startswith("unusable") else "commit"
+            if reason.startswith(MODEL_FAILED):  # summarizer.fallback: none; the model gets the next cycle
+                where = "summarize"
             self.metrics.record_failure(where)
             delay = self._back_off(st, now, result.reason or "not committed", where)
             detail = {"stage": where, **detail, "retry_in": round(delay)}
@@ -732,8 +771,9 @@ class Service:
         self._reported[path] = key
         log.log(level, "session=%s %s", path, text, exc_info=exc)
 
-    async def flush(self, path: str, transcript: Any, budget: Any) -> None:
-        """Hooks (fire-and-forget) and the built-in memory extraction; neither can block the compaction."""
+    async def flush(self, path: str, transcript: Any, budget: Any) -> bool:
+        """Hooks (fire-and-forget) and the built-in memory extraction; neither can block the compaction.
+        Whether either ran (``job.flush_runs`` says beforehand, for a dry run)."""
         from compactd.job import engine_settings, workspace_for
         from compactd.memory import flush_span, start_hooks
         from compactd.summarize.engine import CompactionEngine
@@ -751,12 +791,13 @@ class Service:
             compact_threshold=budget.compact_threshold,
             memory_dir=workspace.memory_dir if workspace else None,
         )
+        hooks = bool(self.config.memory_flush.hooks)
         if workspace is None:
-            return
+            return hooks
         engine = CompactionEngine(engine_settings(self.config))
         plan = await offload.run_sync(lambda: engine.plan(transcript))  # a walk of the whole branch
         if plan is None:
-            return
+            return hooks
         await flush_span(
             self.config,
             self.metrics,
@@ -766,6 +807,7 @@ class Service:
             session_file=path,
             session_id=transcript.session_id,
         )
+        return True
 
     def client(self) -> Any:
         if self._client is None:
@@ -1068,6 +1110,7 @@ class Service:
                 "the HTTP endpoint is bound at start: restart compactd to move it",
             )
         self.config = config
+        self.metrics.session_series = config.service.metrics_top_sessions
         self.openclaw.config = config
         self.codex.config = config
         self._client = None
@@ -1173,6 +1216,12 @@ class Service:
 
                     tg.start_soon(trigger)
                 await self.watch_new_roots(tg)  # before the read: a file changed during it is reported
+                if not self.root_paths():
+                    log.warning(
+                        "no sessions directory matches sessions.roots %s: no transcript file is served until "
+                        "one appears (OpenClaw 2026.9+ databases are followed apart); see `compactd doctor`",
+                        list(self.config.sessions.roots),
+                    )
                 self.discover()
                 release_free_memory()  # the start-up read of every transcript leaves freed heap behind
                 tg.start_soon(self.watch_roots, tg)

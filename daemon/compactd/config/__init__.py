@@ -45,6 +45,7 @@ from compactd.config._schema import (
     ServiceConfig,
     SessionsConfig,
     SummarizerConfig,
+    SummarizerFallback,
 )
 from compactd.config._validate import ConfigError, ConfigProblem
 
@@ -78,6 +79,7 @@ __all__ = [
     "ServiceConfig",
     "SessionsConfig",
     "SummarizerConfig",
+    "SummarizerFallback",
     "agent_id_for",
     "expand_user",
     "file_kind",

@@ -49,6 +49,8 @@ from compactd.pi_settings import PiCompaction
 CommitMode = Literal["rotate", "append"]
 SummarizerApi = Literal["auto", "openai", "ollama"]
 IdentifierPolicy = Literal["strict", "off", "custom"]
+# When the model fails: commit the deterministic digest, or leave the session for a later cycle (backed off).
+SummarizerFallback = Literal["digest", "none"]
 
 # Not (yet) in compactd.defaults; asked for in the helper's report. Kept here, named, until moved.
 # The server's own temperature unless set: None sends no temperature at all, which every server accepts.
@@ -258,6 +260,7 @@ class SummarizerConfig:
     keep_alive: str | float | None = _opt(SUMMARIZER_KEEP_ALIVE, parse=_parse_keep_alive)
     temperature: float | None = _opt(SUMMARIZER_TEMPERATURE, ge=0, le=2)
     retry: RetryConfig = field(default_factory=RetryConfig)
+    fallback: SummarizerFallback = _opt(d.SUMMARIZER_FALLBACK)  # noqa: RUF009 - a str, immutable
 
     @property
     def enabled(self) -> bool:
@@ -356,6 +359,8 @@ class ServiceConfig:
     metrics_textfile: Path | None = _opt(None, parse=_parse_metrics_textfile)  # noqa: RUF009 - None
     # Opt-in HTTP endpoint (/metrics, /healthz), e.g. "127.0.0.1:9464"; a bare port is on loopback.
     http_listen: str | None = _opt(None, parse=_parse_http_listen)
+    # The per-session metric series kept: the fullest sessions' (every session counts in the totals).
+    metrics_top_sessions: int = _opt(d.METRICS_TOP_SESSIONS, ge=0)
 
 
 @dataclass(frozen=True, slots=True)

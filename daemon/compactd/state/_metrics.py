@@ -18,7 +18,23 @@ from pathlib import Path
 from compactd.durable import write_atomic
 from compactd.state._store import METRICS_FILE, METRICS_FILE_MODE
 
-__all__ = ["LATENCY_BUCKETS_SECONDS", "Metrics", "write_metrics"]
+__all__ = ["LATENCY_BUCKETS_SECONDS", "SESSION_SERIES_TOP_N", "Metrics", "write_metrics"]
+
+# The per-session series shown (the fullest sessions); the rest are counted in the totals only, so a host with
+# 10,000 sessions does not export 10,000 series of each per-session metric.
+SESSION_SERIES_TOP_N = 50
+# Outcomes whose counters exist from the start, at zero: ``rate()`` and ``increase()`` need the series before
+# the first event, and an alert on "any failure" needs a 0 to compare with.
+FAILURE_ACTIONS = ("read", "claim", "flush", "summarize", "compact", "commit", "seal")
+COMPACTION_KINDS = (
+    ("compact_only", "llm"),
+    ("compact_only", "llm_partial"),
+    ("compact_only", "digest"),
+    ("compact_then_truncate", "llm"),
+    ("compact_then_truncate", "llm_partial"),
+    ("compact_then_truncate", "digest"),
+    ("truncate_tool_results_only", "none"),
+)
 
 # Summarizer calls last from a second (GPU) to minutes (CPU); the default timeout is 300 s.
 LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -51,6 +67,11 @@ class _SessionGauges:
     window: int | None
     retention: dict[str, float] = field(default_factory=dict)  # stage -> ratio
 
+    @property
+    def fill(self) -> float:
+        """How full the session's window is (its tokens alone when the window is unknown): the top-N's key."""
+        return self.tokens / self.window if self.window else float(self.tokens)
+
 
 class Metrics:
     """compactd's counters and gauges, exposed through a prometheus_client registry (text format 0.0.4).
@@ -59,25 +80,34 @@ class Metrics:
     """
 
     FLUSH_STATUSES = ("written", "no_reply", "failed", "skipped")
+    HOOK_STATUSES = ("ok", "failed", "timeout", "error")  # memory._hooks.HookStatus
 
     def __init__(
-        self, *, latency_buckets: Sequence[float] = LATENCY_BUCKETS_SECONDS, started_at: float | None = None
+        self,
+        *,
+        latency_buckets: Sequence[float] = LATENCY_BUCKETS_SECONDS,
+        started_at: float | None = None,
+        session_series: int = SESSION_SERIES_TOP_N,
     ) -> None:
         self.started_at = time.time() if started_at is None else started_at
+        self.session_series = session_series
         self.sessions_watched = 0
         self.sessions_near_threshold = 0
         self._buckets = tuple(sorted(latency_buckets))
         self._sessions: dict[str, _SessionGauges] = {}
-        self._compactions: dict[Labels, int] = {}
-        self._failures: dict[Labels, int] = {}
+        self._compactions: dict[Labels, int] = {
+            (("route", r), ("level", lv)): 0 for r, lv in COMPACTION_KINDS
+        }
+        self._failures: dict[Labels, int] = {(("action", a),): 0 for a in FAILURE_ACTIONS}
         self._flushes: dict[Labels, int] = {(("status", s),): 0 for s in self.FLUSH_STATUSES}
-        self._hooks: dict[Labels, int] = {}
+        self._hooks: dict[Labels, int] = {(("status", s),): 0 for s in self.HOOK_STATUSES}
         self._latency: dict[Labels, _Histogram] = {}
         self.identifiers_total = 0
         self.identifiers_kept_by_model = 0
         self.identifiers_in_summary = 0
         self.archives = 0  # archives our rotations made that still exist (the journal lists them)
         self.archive_bytes = 0  # their disk use, as du counts it
+        self.digest_fallbacks = 0
 
     # --- recording ------------------------------------------------------------------------------------
     def set_sessions(self, watched: int, near_threshold: int = 0) -> None:
@@ -109,6 +139,10 @@ class Metrics:
     def record_flush(self, status: str) -> None:
         key = (("status", status),)
         self._flushes[key] = self._flushes.get(key, 0) + 1
+
+    def record_digest_fallback(self) -> None:
+        """A digest committed because the model failed (``summarizer.fallback: digest``)."""
+        self.digest_fallbacks += 1
 
     def record_hook(self, status: str) -> None:
         key = (("status", status),)

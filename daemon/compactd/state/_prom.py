@@ -7,8 +7,8 @@ several Metrics in one process), rendered by ``generate_latest``. Imported only 
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from operator import itemgetter
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import (
@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from compactd import __version__
 from compactd.display import display_name
 from compactd.state._metrics import Labels, Metrics
 
@@ -69,6 +70,12 @@ def exposition(metrics: Metrics, now: float) -> str:
 
 def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
     yield _gauge(
+        "compactd_build_info",
+        "compactd's version and Python's, as labels (the value is always 1).",
+        {(("version", __version__), ("python", platform.python_version())): 1},
+        ("version", "python"),
+    )
+    yield _gauge(
         "compactd_start_time_seconds",
         "When this compactd process started (Unix time).",
         {(): metrics.started_at},
@@ -97,8 +104,12 @@ def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
     tokens: dict[Labels, float] = {}
     windows: dict[Labels, float] = {}
     retention: dict[Labels, float] = {}
-    # sorted() copies the items at once (the OpenClaw source updates its sessions from a worker thread).
-    for _path, g in sorted(metrics._sessions.items(), key=itemgetter(0)):
+    # list() copies the items at once (the OpenClaw source updates its sessions from a worker thread).
+    everything = list(metrics._sessions.items())
+    # The fullest sessions get their own series (ties by path, so the set is stable between writes); every
+    # session counts in the totals.
+    shown = sorted(everything, key=lambda item: (-item[1].fill, item[0]))[: max(0, metrics.session_series)]
+    for _path, g in sorted(shown, key=lambda item: item[0]):
         base: Labels = (("session_id", g.session_id), ("file", g.file))
         if base in tokens:
             continue  # two copies of one session in different roots: one series, never a duplicate
@@ -107,6 +118,16 @@ def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
             windows[base] = g.window
         for stage, ratio in sorted(g.retention.items()):
             retention[(*base, ("stage", stage))] = ratio
+    yield _gauge(
+        "compactd_sessions_tokens",
+        "Estimated context tokens of every tracked session, summed (pi's estimate).",
+        {(): sum(g.tokens for _, g in everything)},
+    )
+    yield _gauge(
+        "compactd_session_series_omitted",
+        "Tracked sessions without their own series (service.metrics_top_sessions shows the fullest only).",
+        {(): max(0, len(everything) - len(shown))},
+    )
     session = ("session_id", "file")
     yield _gauge(
         "compactd_session_tokens",
@@ -163,7 +184,12 @@ def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
         {(): metrics.identifiers_kept_by_model},
     )
     yield _counter(
-        "compactd_identifiers_in_summary_total",
-        "Ranked identifiers in committed summaries after repair.",
+        "compactd_identifiers_kept_total",
+        "Ranked identifiers kept in committed summaries, after repair.",
         {(): metrics.identifiers_in_summary},
+    )
+    yield _counter(
+        "compactd_digest_fallbacks_total",
+        "Digests committed because the summarizer model failed (summarizer.fallback: digest).",
+        {(): metrics.digest_fallbacks},
     )

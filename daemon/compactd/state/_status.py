@@ -137,6 +137,7 @@ def _session_row(state: SessionState, now: float) -> dict[str, Any]:
         "skipped": state.skipped,
         "compactions": state.compactions,
         "last_level": state.last_level,
+        "fallback_error": state.fallback_error,
         "identifier_retention": None if retention is None else round(retention, 4),
         "last_fill": state.last_fill(),
     }
@@ -264,6 +265,8 @@ def _last_column(row: Mapping[str, Any], now: float) -> str:
     when = _epoch(row.get("last_action_at"))
     level = row.get("last_level")
     text = f"{action} ({level})" if isinstance(level, str) and level and "compact" in action else action
+    if row.get("fallback_error"):
+        text += " MODEL FAILED"  # the digest replaced the model's summary; status --json has the error
     fill = row.get("last_fill")
     if isinstance(fill, Mapping) and isinstance(fill.get("before_percent"), int | float):
         text += f" {fill['before_percent']:.0f}%->{fill.get('after_percent', 0):.0f}%"

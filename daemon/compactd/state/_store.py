@@ -109,6 +109,8 @@ class SessionState:
     compactions: int = 0
     last_level: str | None = None  # "llm", "llm_partial", "digest"
     last_route: str | None = None
+    # The model's error when the last compaction committed the digest in its place (summarizer.fallback).
+    fallback_error: str | None = None
     identifiers_total: int | None = None
     identifiers_kept_by_model: int | None = None
     identifiers_in_summary: int | None = None
@@ -183,12 +185,15 @@ class SessionState:
         identifiers_in_summary: int | None = None,
         fill: Mapping[str, Any] | None = None,
         size: int | None = None,
+        fallback_error: str | None = None,
     ) -> None:
         """A compaction was committed: a new cycle starts (the next flush is due again).
 
-        ``fill`` is the job's ``Fill.as_json()``; ``size`` the file's bytes just after the commit.
+        ``fill`` is the job's ``Fill.as_json()``; ``size`` the file's bytes just after the commit;
+        ``fallback_error`` the model's error when the digest was committed in place of its summary.
         """
         self.compacted_size = size
+        self.fallback_error = fallback_error
         self.compactions += 1
         self.last_level, self.last_route = level, route
         self.last_action, self.last_action_at = route or "compact", now

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from compactd import progress
 from compactd.defaults import SUMMARY_MAX_CHARS
 from compactd.ids import fresh_id
 from compactd.summarize import augment, quality
@@ -102,6 +103,8 @@ class EngineResult:
     notes: list[str] = field(default_factory=list)
     calls: int = 0
     latency_s: float = 0.0
+    # The model's error when a digest replaced its summary (None: the model's summary, or no model at all).
+    model_error: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -190,6 +193,9 @@ def _fit_body(body: str, budget: int) -> str:
 
 class CompactionEngine:
     def __init__(self, settings: EngineSettings, client: Summarizer | None = None) -> None:
+        self.label: str | None = None  # the session, for the progress report's log lines
+        self._tally = progress.Tally()
+        self._model_error: str | None = None  # why the model's summary was replaced by the digest
         self.settings = settings
         self.client = client
 
@@ -214,6 +220,8 @@ class CompactionEngine:
         if plan is None:
             return None
         started = time.monotonic()
+        self._tally = progress.Tally(label=self.label)  # this compaction's calls, for the progress report
+        self._model_error = None
         s = self.settings
         span = repair_tool_pairing(list(llm_visible(plan.to_summarize)), errored_policy="drop").messages
         prefix = list(llm_visible(plan.turn_prefix))
@@ -328,6 +336,7 @@ class CompactionEngine:
             notes=notes,
             calls=calls,
             latency_s=time.monotonic() - started,
+            model_error=self._model_error,
         )
         # Counted as pi counts a freshly loaded context, but without kept usage figures that predate the summary.
         after = list(llm_visible(result.expected_context("rotate")))
@@ -358,6 +367,7 @@ class CompactionEngine:
         texts: SpanText,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
         if span:
+            progress.stage("digest", f"the model-free summary of {len(span):,} messages")
             body = build_digest(
                 list(span),
                 previous_summary=previous,
@@ -399,6 +409,7 @@ class CompactionEngine:
             cut, body_cut = stages.cut_answers, stages.summary_cut
         except LLMError as exc:
             log.warning("full summary failed (%s: %s); trying without oversized messages", exc.kind, exc)
+            self._model_error = f"{exc.kind}: {exc}"
             source, notes = stages.without_oversized(span)
             if not (notes and source):
                 result = self._digest(span, previous, ranked, latest_ask, texts)
@@ -409,6 +420,7 @@ class CompactionEngine:
                 cut, body_cut = stages.cut_answers, stages.summary_cut
             except LLMError as exc2:
                 log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
+                self._model_error = f"{exc2.kind}: {exc2}"
                 result = self._digest(span, previous, ranked, latest_ask, texts)
                 return (*result[:3], stages.stats.calls, [])
 
@@ -421,6 +433,7 @@ class CompactionEngine:
         retries = min(self.settings.quality_retries, 3) if self.settings.quality_guard else 0
         while not report.ok and attempts <= retries and not body_cut:
             attempts += 1
+            progress.stage("quality retry", f"attempt {attempts}: {', '.join(report.reasons)}")
             try:
                 candidate = with_notes(
                     await stages.summarize_in_stages(
@@ -447,8 +460,10 @@ class CompactionEngine:
                     "the summary cut off at the deadline fails the checks after repair (%s); using the digest",
                     ", ".join(repaired_whole.reasons),
                 )
+                self._model_error = "the summary cut off at its deadline fails the checks after repair"
                 result = self._digest(span, previous, ranked, latest_ask, texts)
                 return (*result[:3], stages.stats.calls, [])
+        self._model_error = None  # the model's summary (level 1 or 2) is the one kept
         if cut:
             level = LEVEL_PARTIAL  # some of the model's answers stopped at their deadline
         info = _quality_json(final, attempts, repaired=repaired)
@@ -471,6 +486,7 @@ class CompactionEngine:
                 redact=s.redact,
                 reserved_sections=s.post_compaction_sections,
             ),
+            tally=self._tally,
         )
 
     async def _split_turn(self, prefix: list[dict[str, Any]], texts: SpanText) -> tuple[str, int]:
@@ -482,6 +498,7 @@ class CompactionEngine:
                 return await stages.summarize_split_turn(prefix), stages.stats.calls
             except LLMError as exc:
                 log.warning("split-turn summary failed (%s); using the digest for the prefix", exc.kind)
+                self._model_error = self._model_error or f"{exc.kind}: {exc} (the split turn's prefix)"
         return build_digest(prefix, texts=texts), 0
 
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from compactd import progress
 from compactd.defaults import (
     CHARS_PER_TOKEN,
     POST_COMPACTION_SECTIONS,
@@ -133,10 +135,17 @@ def text_tokens(text: str | None) -> int:
 
 
 class Stages:
-    def __init__(self, client: Summarizer, settings: StageSettings) -> None:
+    def __init__(
+        self, client: Summarizer, settings: StageSettings, tally: progress.Tally | None = None
+    ) -> None:
         self.client = client
         self.settings = settings
         self.stats = StageStats()
+        # The calls of the whole summarization (shared by the engine's stages), for the progress report.
+        self.tally = progress.Tally() if tally is None else tally
+        self._what = "summary"  # what the next call is, for the progress report
+        self._later = 0  # calls expected after the current fold (the other parts, the merge)
+        self._part = ""  # which part of a split span the current fold is
         self._serialized_cost = serialized_cost(settings)
         self._costs: dict[int, int] = {}
         # Chunk summaries already made, by (chunk, previous summary): a quality retry redoes only the call
@@ -187,9 +196,23 @@ class Stages:
 
         self.stats.calls += 1
         max_tokens = self._max_tokens(system, user, wanted)
+        prompt_tokens = estimate_prompt_tokens(system, user)
+        speed = self.client.pace().speed
+        self.tally.expected = max(self.tally.expected, self.tally.calls + 1)
+        progress.call_started(
+            self.tally,
+            what=self._what,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            planned=speed.seconds(prompt_tokens, max_tokens) if speed is not None else None,
+        )
+        started = time.monotonic()
         try:
             result = await self.client.complete(system, user, max_tokens=max_tokens)
         except LLMError as exc:
+            progress.call_finished(
+                self.tally, seconds=time.monotonic() - started, output_tokens=None, error=exc.kind
+            )
             prefix = usable_prefix(exc.partial_text, self.settings.reserved_sections)
             if exc.kind != "timeout" or prefix is None:
                 raise
@@ -202,6 +225,11 @@ class Stages:
                 len(prefix),
             )
             return prefix
+        progress.call_finished(
+            self.tally,
+            seconds=time.monotonic() - started,
+            output_tokens=getattr(result, "completion_tokens", None),
+        )
         # Where the model's words enter the summary: from here on they are data, never compactd's markers.
         text = sanitize.summary_text(
             getattr(result, "text", "") or "", self.settings.reserved_sections
@@ -296,10 +324,17 @@ class Stages:
         summary carried so far and the speed measured so far."""
         summary = previous
         remaining = list(messages)
+        number = 0
         while remaining:
-            chunk = chunk_by_max_tokens(remaining, self.chunk_limit(remaining, summary), self.cost)[0]
+            limit = self.chunk_limit(remaining, summary)
+            chunk = chunk_by_max_tokens(remaining, limit, self.cost)[0]
             remaining = remaining[len(chunk) :]
             self.stats.chunks += 1
+            number += 1
+            # The chunks still to come at this chunk's size (the speed measured may shrink them): an estimate.
+            rest = math.ceil(sum(self.cost(m) for m in remaining) / max(1, limit / SAFETY_MARGIN))
+            self._what = f"{self._part}chunk {number} of ~{number + rest}"
+            self.tally.expected = self.tally.calls + 1 + rest + self._later
             summary = await self._summarize_chunk(chunk, summary, None if remaining else retry_reasons)
         assert summary is not None
         return summary
@@ -356,7 +391,15 @@ class Stages:
         splits = split_by_token_share(messages, DEFAULT_PARTS, self.cost)
         if len(splits) <= 1:
             return await self._fold(messages, previous_summary, retry_reasons)
-        partials = [await self._fold(split, None, None) for split in splits]
+        limit = max(1, self.chunk_limit(messages, None) / SAFETY_MARGIN)
+        sizes = [math.ceil(sum(self.cost(m) for m in split) / limit) for split in splits]
+        partials = []
+        for index, split in enumerate(splits):
+            self._later = sum(sizes[index + 1 :]) + 1  # the later parts, and the merge
+            self._part = f"part {index + 1} of {len(splits)}, "
+            partials.append(await self._fold(split, None, None))
+        self._later, self._part = 0, ""
+        self._what = f"merge of {len(partials)} partial summaries"
         system, user = prompts.merge_messages(
             partials,
             identifier_policy=self.settings.identifier_policy,
@@ -388,6 +431,7 @@ class Stages:
         return kept, notes
 
     async def summarize_split_turn(self, prefix: Sequence[Message]) -> str:
+        self._what = "the split turn's prefix"
         text = self._serialize(prefix)
         system, user = prompts.split_turn_messages(
             text,
