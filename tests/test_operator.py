@@ -502,3 +502,45 @@ def test_status_watch_redraws_in_place_on_a_terminal(tmp_path: Path) -> None:
     assert proc.wait(timeout=30) == 0, out
     assert out.count(b"\x1b[H\x1b[2J") == 3
     assert out.count(b"no status in") == 3
+
+
+@pytest.mark.slow  # the daemon as a process
+def test_status_shows_the_model_call_an_action_is_waiting_on(
+    tmp_path: Path, llm_server: StubLLMServer
+) -> None:
+    gate = llm_server.gate()  # the model answers only when the test has seen the call in status
+    llm_server.responder = lambda request: Reply.completion(SUMMARY, hold=gate)
+    daemon = Daemon(tmp_path, llm_server)
+    try:
+        session = write_session(daemon.root / "s.jsonl", 14, 2_400)
+        proc = daemon.start()
+        status = daemon.state / "status.json"
+
+        def calling() -> dict[str, Any] | None:
+            try:
+                doc = json.loads(status.read_text())
+            except (OSError, ValueError):
+                return None
+            for row in doc.get("sessions", []):
+                doing = row.get("in_progress") or {}
+                if str(doing.get("progress", "")).startswith("call 1 of ~"):
+                    return dict(doing)
+            return None
+
+        doing = wait_for(calling, 90, "the model call in status.json", proc)
+        assert doing["stage"] == "compact", doing
+        watched = compactd("status", "--watch", "--count", "1", "--config", str(daemon.config_path))
+        row = next(line for line in watched.stdout.splitlines() if line.startswith("s.jsonl"))
+        assert "NOW compact" in row and "(call 1 of ~" in row, row
+        gate.set()
+        wait_for(
+            lambda: any(e.get("type") == "compaction" for e in read_transcript(session).entries),
+            90,
+            "the compaction",
+            proc,
+        )
+        wait_for(lambda: calling() is None and "in_progress" not in status.read_text(), 30, "the end", proc)
+        print(row)
+    finally:
+        gate.set()
+        daemon.stop()

@@ -14,10 +14,20 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-__all__ = ["Event", "ProgressHandler", "Tally", "call_finished", "call_started", "stage"]
+__all__ = [
+    "ActivityHandler",
+    "Event",
+    "ProgressHandler",
+    "Tally",
+    "call_finished",
+    "call_started",
+    "call_summary",
+    "stage",
+]
 
 log = logging.getLogger("compactd.progress")
 
@@ -56,7 +66,32 @@ class Event:
 def _emit(event: Event, level: int = logging.INFO, label: str | None = None) -> None:
     if log.isEnabledFor(level):
         prefix = f"session={label} " if label else ""
-        log.log(level, "%s%s", prefix, event.text, extra={"progress": event})
+        log.log(level, "%s%s", prefix, event.text, extra={"progress": event, "progress_label": label})
+
+
+def call_summary(event: Event) -> str | None:
+    """A model call's progress in a few words ("call 3 of ~19, ~5m40s left"), None for a stage."""
+    if event.kind == "stage":
+        return None
+    left = f", ~{_duration(event.eta)} left" if event.eta is not None else ""
+    return f"call {event.call} of ~{event.of}{left}"
+
+
+class ActivityHandler(logging.Handler):
+    """Hands each model call's progress, by session, to ``note(session, text)`` (the service's status, which
+    ``status --watch`` shows live). Called from whichever thread runs the job: ``note`` only stores."""
+
+    def __init__(self, note: Callable[[str, str], None]) -> None:
+        super().__init__(logging.INFO)
+        self.note = note
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "progress", None)
+        label = getattr(record, "progress_label", None)
+        if isinstance(event, Event) and isinstance(label, str):
+            text = call_summary(event)
+            if text is not None:
+                self.note(label, text)
 
 
 def stage(name: str, detail: str = "") -> None:

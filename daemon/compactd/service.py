@@ -29,6 +29,7 @@ from compactd.ledger import SessionLedger
 from compactd.openclaw import OpenClawSource
 from compactd.openclaw import refusal as openclaw_refusal
 from compactd.planning import figures_of, route_cap, tool_result_cap
+from compactd.progress import ActivityHandler
 from compactd.roots import IntactDirs, is_session_path
 from compactd.state import Backoff, SessionState, describe_error
 from compactd.tail import Change
@@ -150,6 +151,7 @@ class Service:
         self.loop_tick = time.monotonic()
         self.archives_measured = -ARCHIVE_MEASURE_SECONDS  # the archives' disk use, for the metrics
         self.activity: dict[str, tuple[str, float]] = {}  # path -> (stage in progress, since when)
+        self.activity_progress: dict[str, str] = {}  # path -> its model calls so far ("call 3 of ~19, ...")
         self.activity_changed = False
         self.dirty = True  # something changed since state files were last written
         self.last_written = 0.0
@@ -447,8 +449,14 @@ class Service:
         """Note the stage a session's action is at, for ``status`` (``--watch`` shows it live): status.json
         alone is rewritten for it (the snapshots and metrics wait for the action's end)."""
         self.activity[path] = (stage, time.time())
+        self.activity_progress.pop(path, None)
         self.activity_changed = True
         return stage
+
+    def note_progress(self, path: str, text: str) -> None:
+        """A model call of ``path``'s action started or ended (from the job's thread: it only stores)."""
+        self.activity_progress[path] = text
+        self.activity_changed = True
 
     async def act_claimed(
         self, session: Session, claim: SessionClaim | None, *, force: bool = False, dry_run: bool = False
@@ -511,6 +519,7 @@ class Service:
         finally:
             session.in_flight = False
             self.activity.pop(path, None)
+            self.activity_progress.pop(path, None)
             self.dirty = True
 
     async def _read_step(self, session: Session) -> Transcript | Outcome:
@@ -1049,6 +1058,9 @@ class Service:
             doing = self.activity.get(row.get("path"))
             if doing is not None:
                 row["in_progress"] = {"stage": doing[0], "since": iso_seconds(doing[1])}
+                calls = self.activity_progress.get(row.get("path"))
+                if calls:
+                    row["in_progress"]["progress"] = calls
         return doc
 
     async def signals(self, scope: anyio.CancelScope) -> None:
@@ -1199,6 +1211,9 @@ class Service:
             )
             await anyio.sleep(ONCE_POLL_SECONDS)
         http = None
+        progress_log = logging.getLogger("compactd.progress")
+        calls = ActivityHandler(self.note_progress)
+        progress_log.addHandler(calls)
         try:
             self.log_start()
             self.prepare()
@@ -1241,6 +1256,7 @@ class Service:
                 # none of them, and with 10,000 sessions they are megabytes
                 tg.start_soon(self.status_loop)
         finally:
+            progress_log.removeHandler(calls)
             self.task_group = None
             if http is not None:
                 http.stop()

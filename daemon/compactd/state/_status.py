@@ -413,6 +413,8 @@ def render_watch(status: Mapping[str, Any], *, now: float | None = None) -> list
             now_text = (
                 f"NOW {doing.get('stage')} {_duration(now - since) if since is not None else ''}".rstrip()
             )
+            if isinstance(doing.get("progress"), str):
+                now_text += f" ({doing['progress']})"
         else:
             now_text = f"next {_next_column(row, now)}"
         lines.append(
