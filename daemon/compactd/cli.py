@@ -612,12 +612,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(
         "restore", cmd_restore, "Put a session back as an archive holds it, keeping every line written since."
     )
-    p.add_argument("file")
+    p.add_argument("file", help="the session transcript (.jsonl)")
     p.add_argument("--archive", metavar="PATH", help="the archive to restore (default: compactd's newest)")
     p.add_argument("--list", action="store_true", help="list the session's archives: time, size, tokens")
     p.add_argument("--force", action="store_true", help="skip the idle and turn checks (never the lock)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config")
+    as_json(p, "print the result (or the list) as JSON")
+    config(p)
     p = add("once", cmd_once, "One pass over every session, doing what `run` would do now, then exit.")
     p.add_argument("--dry-run", action="store_true", help="decide and report; read only, change nothing")
     as_json(p)
