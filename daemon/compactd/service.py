@@ -152,6 +152,8 @@ class Service:
         self.archives_measured = -ARCHIVE_MEASURE_SECONDS  # the archives' disk use, for the metrics
         self.activity: dict[str, tuple[str, float]] = {}  # path -> (stage in progress, since when)
         self.activity_progress: dict[str, str] = {}  # path -> its model calls so far ("call 3 of ~19, ...")
+        self.predicted: dict[str, tuple[int, str]] = {}  # path -> (file size, the route its job ends with)
+        self.predicting: set[str] = set()
         self.activity_changed = False
         self.dirty = True  # something changed since state files were last written
         self.last_written = 0.0
@@ -388,12 +390,48 @@ class Service:
             )
         if decision.held is not None and decision.route != "fits":
             log.debug("session=%s action=held reason=%s", path, decision.held)
-        st.show_next(decision.next_action, time.time())
+        st.show_next(self._predicted_next(session, decision), time.time())
         session.due = decision.due
         session.decision = decision
         self.resume.mark_decided(path)
         if decision.due:
             self.wakeup.set()
+
+    def _predicted_next(self, session: Session, decision: Decision) -> str | None:
+        """What ``status`` shows next for a session: the decision's action, except that a compaction waiting
+        (not quiet yet, backing off) shows the route the job will end with (``job.predict_route``, as
+        ``inspect`` and ``once --dry-run`` do), worked out once per file size in the background."""
+        action = decision.next_action
+        if not decision.compact or action != decision.route or decision.ready:
+            return action
+        size = session.tracker.cursor.size
+        known = self.predicted.get(session.path)
+        if known is not None and known[0] == size:
+            return known[1]
+        if self.task_group is not None and session.path not in self.predicting and not session.in_flight:
+            self.predicting.add(session.path)
+            self.task_group.start_soon(self._predict, session, decision, size)
+        return action
+
+    async def _predict(self, session: Session, decision: Decision, size: int) -> None:
+        from compactd.job import predict_route
+
+        path = session.path
+        try:
+            transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+            if transcript.size != size or blocked_reason(transcript) is not None:
+                return  # changed while read (decided again anyway) or not to be acted on
+            route = await predict_route(path, self.config, transcript, decision.job_route)
+        except Exception as exc:  # a prediction is a nicety: the session itself is served regardless
+            log.debug("session=%s cannot predict its route: %s", path, describe_error(exc))
+            return
+        finally:
+            self.predicting.discard(path)
+        self.predicted[path] = (size, route)
+        st = self.session_state(path)
+        if st.next_action == decision.route and session.tracker.cursor.size == size:
+            st.next_action = route
+            self.dirty = True
 
     def rescan(self, *, seal: bool = True) -> None:
         """The safety net for dropped events: :meth:`discover` again (sealing torn idle lines unless
