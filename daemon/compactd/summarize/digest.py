@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactd.summarize.augment import TOOL_FAILURES_HEADING, exit_code_of, is_tool_failure
+from compactd.summarize.facts import newest_that_fit
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.headings import (
     CONSTRAINTS,
@@ -559,18 +560,6 @@ def _cost(lines: Iterable[str]) -> int:
     return sum(len(line) + 1 for line in lines)
 
 
-def _newest(items: Sequence[str], budget: int) -> list[str]:
-    """The newest items that fit, in their original order."""
-    picked: list[str] = []
-    used = 0
-    for item in reversed(items):
-        if used + len(item) + 1 > budget:
-            break
-        picked.append(item)
-        used += len(item) + 1
-    return picked[::-1]
-
-
 def _oldest(items: Sequence[str], budget: int) -> list[str]:
     picked: list[str] = []
     used = 0
@@ -592,7 +581,7 @@ def _fit(carried: Sequence[str], new: Sequence[str], budget: int) -> list[str]:
         return [*carried, *new]
     carried_budget = min(_cost(carried), max(int(budget * CARRIED_SHARE), budget - _cost(new)))
     kept_carried = _oldest(carried, carried_budget)
-    return [*kept_carried, *_newest(new, budget - _cost(kept_carried))]
+    return [*kept_carried, *newest_that_fit(new, budget - _cost(kept_carried))]
 
 
 def _fit_asks(carried: Sequence[str], earlier: Sequence[str], budget: int) -> list[str]:
@@ -672,7 +661,7 @@ def build_digest(
             lines = [f.line() for f in failures[-MAX_FAILURES:]]
             if len(failures) > MAX_FAILURES:
                 lines.insert(0, f"- ...and {len(failures) - MAX_FAILURES} earlier failures")
-            extra.append([FAILURES_HEADING, *_newest(lines, budget(FAILURES_MAX_CHARS))])
+            extra.append([FAILURES_HEADING, *newest_that_fit(lines, budget(FAILURES_MAX_CHARS))])
     if include_files:
         ops = file_operations(span, previous_details)
         half = budget(FILES_MAX_CHARS) // 2

@@ -39,6 +39,7 @@ __all__ = [
     "WorkingState",
     "carried_state",
     "merge_state",
+    "newest_that_fit",
     "working_state",
 ]
 
@@ -220,10 +221,10 @@ class WorkingState:
         tasks = [
             t.line() for t in _fitting(self.tasks, TASKS_MAX_CHARS, last=lambda t: t.status in _FINISHED)
         ]
-        results = _newest([f"- `{c}` → {o}" for c, o in self.results.items()], RESULTS_MAX_CHARS)
+        results = newest_that_fit([f"- `{c}` → {o}" for c, o in self.results.items()], RESULTS_MAX_CHARS)
         used = len(CURRENT_STATE) + len(TASKS_HEADING) + len(FACTS_HEADING) + len(RESULTS_HEADING) + 16
         used += sum(len(x) + 1 for x in (*tasks, *results))
-        facts = _newest([f.line() for f in self.facts], max(0, max_chars - used))
+        facts = newest_that_fit([f.line() for f in self.facts], max(0, max_chars - used))
         if not (tasks or facts or results):
             return ""
         parts = [CURRENT_STATE]
@@ -248,7 +249,8 @@ def _fitting(
     return [item for n, item in enumerate(items) if n in chosen]
 
 
-def _newest(lines: Sequence[str], budget: int) -> list[str]:
+def newest_that_fit(lines: Sequence[str], budget: int) -> list[str]:
+    """The newest lines that fit in ``budget`` characters (each with its newline), in their original order."""
     picked: list[str] = []
     used = 0
     for line in reversed(lines):
