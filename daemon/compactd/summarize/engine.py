@@ -40,6 +40,7 @@ from compactd.summarize.identifiers import (
 )
 from compactd.summarize.pace import Pace
 from compactd.summarize.redact import SpanText, redact_secrets, redact_value
+from compactd.summarize.sanitize import summary_text
 from compactd.summarize.stages import (
     LEVEL_DIGEST,
     LEVEL_LLM,
@@ -251,8 +252,10 @@ class CompactionEngine:
         # What the agent knew, corrections applied, is computed from the span and the previous summary and
         # added whatever the model wrote (design.md §6.15); before the identifier repair, which then finds
         # most identifiers beside what they belong to.
-        # Tool results are read as the engine hands them on (redacted block by block), the state redacted whole.
+        # Tool results are read as the engine hands them on (redacted block by block), the state redacted whole;
+        # it quotes the transcript, so an imitation of compactd's markers in it is defused as a model's would be.
         state = self._clean(working_state([*span, *prefix], previous, texts).render())
+        state = summary_text(state, s.post_compaction_sections) if state else state
         # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
         written = self._clean(body)
         body, id_report = ensure_identifiers(merge_state(written, state), ranked)
