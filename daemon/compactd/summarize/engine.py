@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from compactd import progress
-from compactd.defaults import SUMMARY_MAX_CHARS
+from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
 from compactd.ids import fresh_id
 from compactd.summarize import augment, quality
 from compactd.summarize.cutpoint import CutPlan, plan_cut
 from compactd.summarize.digest import build_digest
-from compactd.summarize.facts import merge_state, working_state
+from compactd.summarize.facts import STATE_MAX_CHARS, STATE_SHARE_OF_TARGET, merge_state, working_state
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_sections
 from compactd.summarize.identifiers import (
@@ -254,7 +254,12 @@ class CompactionEngine:
         # most identifiers beside what they belong to.
         # Tool results are read as the engine hands them on (redacted block by block), the state redacted whole;
         # it quotes the transcript, so an imitation of compactd's markers in it is defused as a model's would be.
-        state = self._clean(working_state([*span, *prefix], previous, texts).render())
+        state_chars = STATE_MAX_CHARS
+        if s.keep_budget_tokens is not None:
+            state_chars = min(
+                state_chars, int(s.keep_budget_tokens * STATE_SHARE_OF_TARGET * CHARS_PER_TOKEN)
+            )
+        state = self._clean(working_state([*span, *prefix], previous, texts).render(state_chars))
         state = summary_text(state, s.post_compaction_sections) if state else state
         # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
         written = self._clean(body)

@@ -35,6 +35,7 @@ __all__ = [
     "FACTS_HEADING",
     "RESULTS_HEADING",
     "STATE_MAX_CHARS",
+    "STATE_SHARE_OF_TARGET",
     "TASKS_HEADING",
     "WorkingState",
     "carried_state",
@@ -50,6 +51,9 @@ RESULTS_HEADING = "### Latest result of each command"
 # The section's share of the 16,000-character summary (design.md §6.8): the statements are what an agent
 # needs most after the latest ask, so they get more room than any other section.
 STATE_MAX_CHARS = 6_000
+# ... and at most this share of what a compaction leaves the session (``compaction.target_fill`` of its
+# threshold), so that on a small window the section does not eat the room the agent is left to work in.
+STATE_SHARE_OF_TARGET = 0.2
 TASKS_MAX_CHARS = 2_400
 RESULTS_MAX_CHARS = 1_800
 STATEMENT_MAX_CHARS = 300
@@ -218,10 +222,15 @@ class WorkingState:
         """The ``## Current state`` section (empty string when there is nothing to say), within ``max_chars``:
         tasks and results first within their own budgets, then the newest facts that fit."""
         # Open work first: a task that is done matters less than one still moving, when not all fit.
+        share = min(1.0, max_chars / STATE_MAX_CHARS)  # a smaller section shrinks its parts alike
+        finished = _FINISHED.__contains__
         tasks = [
-            t.line() for t in _fitting(self.tasks, TASKS_MAX_CHARS, last=lambda t: t.status in _FINISHED)
+            t.line()
+            for t in _fitting(self.tasks, int(TASKS_MAX_CHARS * share), last=lambda t: finished(t.status))
         ]
-        results = newest_that_fit([f"- `{c}` → {o}" for c, o in self.results.items()], RESULTS_MAX_CHARS)
+        results = newest_that_fit(
+            [f"- `{c}` → {o}" for c, o in self.results.items()], int(RESULTS_MAX_CHARS * share)
+        )
         used = len(CURRENT_STATE) + len(TASKS_HEADING) + len(FACTS_HEADING) + len(RESULTS_HEADING) + 16
         used += sum(len(x) + 1 for x in (*tasks, *results))
         facts = newest_that_fit([f.line() for f in self.facts], max(0, max_chars - used))
@@ -304,9 +313,14 @@ def statements(messages: Sequence[Message], read: Callable[[Message], str] = tex
                 if not _is_statement(part):
                     continue
                 statement = Statement.of(_collapse(part, STATEMENT_MAX_CHARS))
-                if statement is not None:
+                if statement is not None and not all(map(_is_small_number, statement.tokens)):
                     out.append(statement)
     return out
+
+
+def _is_small_number(token: str) -> bool:
+    """A number of one or two digits ("question 3", "step 2"): alone it makes no sentence a fact."""
+    return token.isdigit() and len(token) <= 2
 
 
 def _is_number(token: str) -> bool:
