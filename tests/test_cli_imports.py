@@ -23,6 +23,8 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.llm",
     "watchfiles",
     "openai",
+    "compactd.codex._hook",  # Codex's PreCompact hook: only ``compactd hook``
+    "compactd.openclaw._doctor",  # only ``doctor``
 )
 
 
