@@ -25,6 +25,7 @@ from compactd._worker import work
 from compactd.codex import CodexSource
 from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
+from compactd.heap import limit_malloc_arenas, release_free_memory
 from compactd.ledger import SessionLedger
 from compactd.openclaw import OpenClawSource
 from compactd.openclaw import refusal as openclaw_refusal
@@ -1260,31 +1261,6 @@ def seed_tracker(
     cursor.offset, cursor.size, cursor.mtime = successor.size, st.st_size, st.st_mtime
     tracker.ledger = ledger if ledger is not None else SessionLedger.from_transcript(successor.transcript)
     return True
-
-
-def limit_malloc_arenas() -> None:
-    """One glibc malloc arena for the whole process (``M_ARENA_MAX``): the watcher and worker threads would
-    otherwise each grow an arena of their own that is never given back; compactd is not allocation-bound."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
-    except (OSError, AttributeError):
-        pass
-
-
-def release_free_memory() -> None:
-    """Hand freed heap pages back to the system (glibc's ``malloc_trim``); a no-op where it is not available.
-
-    Reading thousands of transcripts at start allocates and frees far more than the ledgers keep; without this
-    the resident size stays near that peak for the daemon's whole life.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def run_service(config: Config, *, config_path: str | None = None) -> int:
