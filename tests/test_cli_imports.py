@@ -25,6 +25,8 @@ NOT_FOR_A_DRY_RUN = (
     "openai",
     "compactd.codex._hook",  # Codex's PreCompact hook: only ``compactd hook``
     "compactd.openclaw._doctor",  # only ``doctor``
+    "compactd.openclaw._source",  # the other session sources: built when a pass or the service uses them
+    "compactd.codex._source",
 )
 
 
