@@ -27,6 +27,7 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.openclaw._doctor",  # only ``doctor``
     "compactd.openclaw._source",  # the other session sources: built when a pass or the service uses them
     "compactd.codex._source",
+    "compactd.summarize.sanitize",  # the summary's cleaning: printing needs only display.escape_controls
 )
 
 
