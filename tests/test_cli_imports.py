@@ -22,6 +22,11 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.llm",
     "watchfiles",
     "openai",
+    "compactd.codex._hook",  # Codex's PreCompact hook: only ``compactd hook``
+    "compactd.openclaw._doctor",  # only ``doctor``
+    "compactd.openclaw._source",  # the other session sources: built when a pass or the service uses them
+    "compactd.codex._source",
+    "compactd.summarize.sanitize",  # the summary's cleaning: printing needs only display.escape_controls
 )
 
 

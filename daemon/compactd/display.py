@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FORMAT_CHARS", "display_name", "json_escape"]
+__all__ = ["FORMAT_CHARS", "display_name", "escape_controls", "json_escape"]
 
 # A character class (for re) of Unicode's format characters (category Cf, Unicode 14): invisible, yet they
 # reorder text (U+202A-202E, U+2066-2069), hide inside words (U+200B, U+2060, U+FEFF) or tag it. A test checks
@@ -45,3 +45,19 @@ def display_name(text: str) -> str:
     character, line separator and lone surrogate as JSON's ``\\uXXXX``. A name without them comes back
     unchanged."""
     return _UNSAFE.sub(_escape, text)
+
+
+# What a terminal acts on or hides: C0 and C1 controls, the line and paragraph separators and the format
+# characters (bidi overrides, zero-width spaces) but the two joiners, which emoji and several scripts need.
+_TERMINAL_CONTROL = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]|(?![\u200c\u200d])[" + FORMAT_CHARS + "]"
+)
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character but newline and tab, the line separators and the format characters
+    but the joiners written as ``\\uXXXX``, for a terminal.
+
+    The same escape is valid inside a JSON string, so JSON output stays JSON and means the same.
+    """
+    return _TERMINAL_CONTROL.sub(json_escape, text)

@@ -29,6 +29,7 @@ from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry
 from compactd.config import Config
 from compactd.decision import Route, decide, prune_target_tokens, readiness, route_after_summary
 from compactd.defaults import SAFETY_MARGIN
+from compactd.heap import release_free_memory
 from compactd.openclaw import refusal as openclaw_refusal
 from compactd.planning import figures_of, prune_plan
 from compactd.roots import is_session_path
@@ -496,6 +497,11 @@ def _commit(
     force: bool,
 ) -> JobResult:
     from compactd.commit.commit import CompactionEntries, commit
+
+    # The engine's transients (redacted copies, texts, identifier tables) are freed by now, but their pages
+    # stay in the heap, and the commit's large buffers (the file's bytes, the successor's) would be placed
+    # beside them: handed back first, the commit's peak is the transcript plus those, not the engine's on top.
+    release_free_memory()
 
     def busy(current: Transcript) -> str | None:
         """A turn the agent started during the model call: asked by the commit about the file it opened."""

@@ -146,7 +146,7 @@ class ScrubbedOutput:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        from compactd.summarize.sanitize import escape_controls
+        from compactd.display import escape_controls
 
         self.stream.write(escape_controls(scrub(text)))
         return len(text)

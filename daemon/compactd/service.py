@@ -6,6 +6,7 @@ status writer, signals and sd_notify. Shutdown is an injectable trigger (hyperco
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import os
@@ -22,11 +23,10 @@ import anyio.abc
 
 from compactd import __version__, offload
 from compactd._worker import work
-from compactd.codex import CodexSource
 from compactd.config import Config, ConfigError, file_kind, load_config
 from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
+from compactd.heap import limit_malloc_arenas, release_free_memory
 from compactd.ledger import SessionLedger
-from compactd.openclaw import OpenClawSource
 from compactd.openclaw import refusal as openclaw_refusal
 from compactd.planning import figures_of, route_cap, tool_result_cap
 from compactd.progress import ActivityHandler
@@ -39,10 +39,12 @@ from compactd.transcript.reader import read_transcript
 from compactd.watch import expand_roots, scan_root, watch_root
 
 if TYPE_CHECKING:
+    from compactd.codex import CodexSource
     from compactd.commit.claim import SessionClaim
     from compactd.commit.commit import Successor
     from compactd.commit.locks import InstanceLock
     from compactd.job import JobResult
+    from compactd.openclaw import OpenClawSource
     from compactd.transcript.reader import Transcript
 
 __all__ = [
@@ -168,13 +170,25 @@ class Service:
         # During one discovery pass: which session directories belong to a SQLite-backed agent (acting on a
         # file checks again, so a database that appears after the pass is still seen in time).
         self._agent_dirs: dict[str, str | None] | None = None
-        # The second session source: OpenClaw 2026.9+ agents, followed in their databases.
-        self.openclaw = OpenClawSource(
-            config, self.env, client=self.client, changed=self._mark_dirty, metrics=self.metrics
+
+    # The other session sources are built on first use: ``once --dry-run`` reads and decides the files alone,
+    # and their modules (SQLite, the gateway, the rollouts) cost it a tenth of its time when they were loaded.
+    @functools.cached_property
+    def openclaw(self) -> OpenClawSource:
+        """The second session source: OpenClaw 2026.9+ agents, followed in their databases."""
+        from compactd.openclaw import OpenClawSource
+
+        return OpenClawSource(
+            self.config, self.env, client=self.client, changed=self._mark_dirty, metrics=self.metrics
         )
-        # The third: Codex CLI rollouts under $CODEX_HOME.
-        self.codex = CodexSource(
-            config, self.env, client=self.client, changed=self._mark_dirty, metrics=self.metrics
+
+    @functools.cached_property
+    def codex(self) -> CodexSource:
+        """The third: Codex CLI rollouts under $CODEX_HOME."""
+        from compactd.codex import CodexSource
+
+        return CodexSource(
+            self.config, self.env, client=self.client, changed=self._mark_dirty, metrics=self.metrics
         )
 
     def _mark_dirty(self) -> None:
@@ -1363,31 +1377,6 @@ def seed_tracker(
     cursor.offset, cursor.size, cursor.mtime = successor.size, st.st_size, st.st_mtime
     tracker.ledger = ledger if ledger is not None else SessionLedger.from_transcript(successor.transcript)
     return True
-
-
-def limit_malloc_arenas() -> None:
-    """One glibc malloc arena for the whole process (``M_ARENA_MAX``): the watcher and worker threads would
-    otherwise each grow an arena of their own that is never given back; compactd is not allocation-bound."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
-    except (OSError, AttributeError):
-        pass
-
-
-def release_free_memory() -> None:
-    """Hand freed heap pages back to the system (glibc's ``malloc_trim``); a no-op where it is not available.
-
-    Reading thousands of transcripts at start allocates and frees far more than the ledgers keep; without this
-    the resident size stays near that peak for the daemon's whole life.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def run_service(config: Config, *, config_path: str | None = None) -> int:

@@ -207,7 +207,16 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 def pread_all(fd: int, offset: int, length: int) -> bytes:
-    parts: list[bytes] = []
+    """``length`` bytes from ``offset`` (fewer at the end of the file). One read into one buffer first: reading
+    a whole transcript in chunks and joining them held it twice at the commit's peak."""
+    if length <= 0:
+        return b""
+    first = os.pread(fd, length, offset)
+    if len(first) == length or not first:
+        return first
+    parts: list[bytes] = [first]  # a short read (over 2 GiB, or a signal): the rest a chunk at a time
+    offset += len(first)
+    length -= len(first)
     while length > 0:
         chunk = os.pread(fd, min(length, READ_CHUNK), offset)
         if not chunk:

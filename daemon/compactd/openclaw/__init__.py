@@ -2,13 +2,20 @@
 
 The public surface is small: :func:`refusal` (the file sessions' guard: nothing under a SQLite-backed
 agent), :class:`OpenClawSource` (the service's second session source), :func:`discover` and
-:func:`doctor_lines`. The modules behind it are private.
+:func:`check_openclaw`. The modules behind it are private. The names load on first use (PEP 562), so a command
+that only needs the guard (``compact``, ``once``) does not import the gateway, the store and the doctor.
 """
 
-from compactd.openclaw._discovery import Agent, Install, discover
-from compactd.openclaw._doctor import check_openclaw
-from compactd.openclaw._guard import refusal, sqlite_agent_of
-from compactd.openclaw._source import OpenClawSource
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from compactd.openclaw._discovery import Agent, Install, discover
+    from compactd.openclaw._doctor import check_openclaw
+    from compactd.openclaw._guard import refusal, sqlite_agent_of
+    from compactd.openclaw._source import OpenClawSource
 
 __all__ = [
     "Agent",
@@ -19,3 +26,20 @@ __all__ = [
     "refusal",
     "sqlite_agent_of",
 ]
+
+_WHERE = {
+    "Agent": "compactd.openclaw._discovery",
+    "Install": "compactd.openclaw._discovery",
+    "OpenClawSource": "compactd.openclaw._source",
+    "check_openclaw": "compactd.openclaw._doctor",
+    "discover": "compactd.openclaw._discovery",
+    "refusal": "compactd.openclaw._guard",
+    "sqlite_agent_of": "compactd.openclaw._guard",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'compactd.openclaw' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

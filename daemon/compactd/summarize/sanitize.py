@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from compactd.agents_md import DEFAULT_LABEL, HEADER, LEGACY_SECTIONS
 from compactd.defaults import POST_COMPACTION_SECTIONS
-from compactd.display import FORMAT_CHARS, json_escape
+from compactd.display import FORMAT_CHARS, escape_controls
 from compactd.summarize.augment import (
     RECENT_TURNS_HEADING,
     SPLIT_TURN_LABEL,
@@ -39,11 +39,6 @@ __all__ = [
 # C0 controls but tab and newline, DEL and C1 (CSI U+009B is an escape in 8-bit terminals); lone surrogates
 # cannot be written as UTF-8 at all (orjson refuses them), so a model's half emoji would fail the commit.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]|[\ud800-\udfff]")
-# What a terminal acts on or hides: the controls above, the line and paragraph separators and the format
-# characters (bidi overrides, zero-width spaces) but the two joiners, which emoji and several scripts need.
-_TERMINAL_CONTROL = re.compile(
-    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]|(?![\u200c\u200d])[" + FORMAT_CHARS + "]"
-)
 
 # Tags compactd or pi wrap trusted text in: pi's ``<summary>`` around the whole summary, the suffix's blocks,
 # and the prompt fences a summary is later sent inside (as ``<previous-summary>``).
@@ -104,15 +99,6 @@ def strip_controls(text: str) -> str:
     """``text`` without control characters (tab and newline kept; CRLF and CR become newlines)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     return _CONTROL.sub("", text)
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every control character but newline and tab, the line separators and the format characters
-    but the joiners written as ``\\uXXXX``, for a terminal.
-
-    The same escape is valid inside a JSON string, so JSON output stays JSON and means the same.
-    """
-    return _TERMINAL_CONTROL.sub(json_escape, text)
 
 
 def reserved_headings(sections: Iterable[str] = POST_COMPACTION_SECTIONS) -> frozenset[str]:

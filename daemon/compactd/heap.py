@@ -1,0 +1,32 @@
+"""The process's C heap (glibc malloc): how many arenas it keeps, and handing freed pages back to the system.
+
+Reading and compacting transcripts allocates and frees far more than compactd keeps; without these the
+resident size stays near the largest job's peak, and the freed pages of one phase (a compaction's engine) are
+not what the next phase's large buffers (the commit's file bytes) can reuse, so each phase adds its own peak.
+Both are no-ops where glibc is not there.
+"""
+
+from __future__ import annotations
+
+__all__ = ["limit_malloc_arenas", "release_free_memory"]
+
+
+def limit_malloc_arenas() -> None:
+    """One glibc malloc arena for the whole process (``M_ARENA_MAX``): the watcher and worker threads would
+    otherwise each grow an arena of their own that is never given back; compactd is not allocation-bound."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+def release_free_memory() -> None:
+    """Hand freed heap pages back to the system (glibc's ``malloc_trim``); a no-op where it is not available."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
