@@ -40,7 +40,6 @@ from compactd.summarize.identifiers import (
 )
 from compactd.summarize.pace import Pace
 from compactd.summarize.redact import SpanText, redact_secrets, redact_value
-from compactd.summarize.sanitize import summary_text
 from compactd.summarize.stages import (
     LEVEL_DIGEST,
     LEVEL_LLM,
@@ -260,7 +259,10 @@ class CompactionEngine:
                 state_chars, int(s.keep_budget_tokens * STATE_SHARE_OF_TARGET * CHARS_PER_TOKEN)
             )
         state = self._clean(working_state([*span, *prefix], previous, texts).render(state_chars))
-        state = summary_text(state, s.post_compaction_sections) if state else state
+        if state:
+            from compactd.summarize.sanitize import summary_text  # a compaction's, not a dry run's import
+
+            state = summary_text(state, s.post_compaction_sections)
         # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
         written = self._clean(body)
         body, id_report = ensure_identifiers(merge_state(written, state), ranked)
