@@ -26,8 +26,9 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.openclaw._doctor",  # only ``doctor``
     "compactd.openclaw._source",  # the other session sources: built when a pass or the service uses them
     "compactd.codex._source",
-    "compactd.summarize.sanitize",  # the summary's cleaning: printing needs only display.escape_controls
 )
+# Not listed: ``compactd.summarize.sanitize``. Printing needs only ``display.escape_controls``, but a dry run over
+# a due session plans the job as the run does (issue 20: the dry run is the run), and the engine's stages load it.
 
 
 def loaded_by(*argv: str) -> tuple[int, str, set[str]]:
