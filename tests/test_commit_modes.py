@@ -342,7 +342,9 @@ def test_retention_keeps_count_and_age(pi: Pi, tmp_path: Path) -> None:
     foreign = Path(f"{path}.bak.2020-01-01T00-00-00.000Z")
     foreign.write_bytes(b"openclaw's\n")
     made = []
-    now = time.time()
+    # Whole seconds: an archive is named by its floored millisecond, which a float like …15.3019998 would
+    # put one millisecond before the stamp the assertion below formats.
+    now = float(int(time.time()) + 1)  # not before the file was written (the idle check)
     for round_ in range(4):
         entries = make_entries(path, keep_turns=8 - round_)
         result = commit(
