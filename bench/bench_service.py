@@ -38,6 +38,8 @@ import anyio
 import orjson
 from compactd.config import Config
 from compactd.service import Service
+from compactd.sources import Host
+from compactd.sources.files import FileSource
 
 DEFAULT_SESSIONS = 1000
 DEFAULT_RATE = 100.0
@@ -52,17 +54,17 @@ DRAIN_SECONDS = 3.0  # after the writer stops, how long stragglers may take befo
 REPO = Path(__file__).resolve().parents[1]
 
 
-class BenchService(Service):
-    """``Service`` with one hook: after each ``refresh``, note when a session's entry count grew."""
+class BenchFiles(FileSource):
+    """The file source with one hook: after each ``refresh``, note when a session's entry count grew."""
 
-    def __init__(self, config: Config, *, env: dict[str, str] | None = None, record: bool = True) -> None:
-        super().__init__(config, env=env)
+    def __init__(self, host: Host, *, record: bool = True) -> None:
+        super().__init__(host)
         self.seen: dict[str, list[tuple[int, int]]] = {}
         self.refreshes = 0
         self.record = record  # off for the memory part: the marks would count as per-session state
 
-    def refresh(self, path: str) -> None:
-        super().refresh(path)
+    def refresh(self, path: str, *, seeded: bool = False) -> None:
+        super().refresh(path, seeded=seeded)
         now = time.monotonic_ns()
         self.refreshes += 1
         if not self.record:
@@ -74,6 +76,28 @@ class BenchService(Service):
         marks = self.seen.setdefault(path, [])
         if not marks or marks[-1][0] != ledger.entries:
             marks.append((ledger.entries, now))
+
+
+class BenchService(Service):
+    """``Service`` serving the file source alone, through :class:`BenchFiles`."""
+
+    def __init__(self, config: Config, *, env: dict[str, str] | None = None, record: bool = True) -> None:
+        super().__init__(config, env=env, files_only=True)
+        self.files = BenchFiles(self.host, record=record)
+        self.sources = [self.files]
+        self.sessions = self.files.sessions
+        self.seen = self.files.seen
+
+    @property
+    def refreshes(self) -> int:
+        return self.files.refreshes
+
+    def rescan(self) -> None:
+        self.files.rescan()
+
+    @property
+    def roots(self) -> dict[str, Any]:
+        return self.files.roots
 
 
 # --- sessions on disk --------------------------------------------------------------------------------------

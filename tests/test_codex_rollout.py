@@ -19,9 +19,9 @@ from compactd.codex._files import Cursor, ThreadBusy, find_rollouts, read_new, t
 from compactd.codex._hook import COMPACT_PROMPT, HookRefused, precompact
 from compactd.codex._rollout import RolloutFigures, history_of, is_context_message, parse_rollout_line
 from compactd.config import Config
-from compactd.job import engine_settings
 from compactd.summarize.engine import CompactionEngine
 from compactd.summarize.headings import REQUIRED_HEADINGS
+from compactd.summarize.settings import engine_settings
 
 THREAD = "01a23792-d749-73d1-a265-25def324896c"
 Json = dict[str, Any]

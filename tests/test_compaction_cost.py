@@ -91,21 +91,21 @@ def test_a_compaction_reads_the_transcript_twice_and_the_next_refresh_not_at_all
     path = big_session(sessions)
     size = path.stat().st_size
     config = load_config(config_file(tmp_path, sessions, mode))
-    service = Service(config)
-    service.refresh(str(path))  # the watcher's reading, before the action
-    session = service.sessions[str(path)]
+    files = Service(config).source("jsonl")
+    files.refresh(str(path))  # the watcher's reading, before the action
+    session = files.sessions[str(path)]
     assert session.due
     parses = Parses(monkeypatch)
     before_bytes = session.tracker.cursor.bytes_read
     before = rchar()
-    outcome = anyio.run(lambda: service.act(session))
+    outcome = anyio.run(lambda: files.act(session))
     read = rchar() - before
     assert outcome.committed, outcome
     assert read < 2.5 * size, f"{read / size:.2f} reads of the transcript"
     assert len(parses.sizes) <= 2, parses.sizes  # the decision's, and the commit's check of its result
     assert session.tracker.cursor.bytes_read == before_bytes  # seeded, not read again
     assert session.tracker.ledger == SessionLedger.from_bytes(path.read_bytes())
-    service.refresh(str(path))  # a later event: nothing new to read, same figures
+    files.refresh(str(path))  # a later event: nothing new to read, same figures
     assert session.tracker.cursor.bytes_read == before_bytes
     assert session.tracker.ledger == SessionLedger.from_bytes(path.read_bytes())
 

@@ -22,6 +22,7 @@ import yaml
 from compactd.config import Config
 from compactd.ledger import SessionLedger
 from compactd.openclaw import OpenClawSource
+from compactd.sources import one_pass
 
 from bench.corpus import session_bytes
 from tests.support.cli import INHERITED_NOT, REPO, compactd
@@ -123,7 +124,7 @@ def test_a_bad_row_fails_its_session_only(tmp_path: Path, bad: str) -> None:
         {"openclaw": {"state_dir": str(tmp_path / "openclaw")}, "state_dir": str(tmp_path / "state")}
     )
     source = OpenClawSource(config, {})
-    rows = anyio.run(source.once)
+    rows = [o.as_json() for o in anyio.run(one_pass, source)]
     check_rows(rows, expected, bad)
     state = source.states()[next(p for p in source.sessions if p.endswith(BAD_KEY))]
     assert state.failures == 1 and state.error_stage == "read" and state.in_backoff(time.time())

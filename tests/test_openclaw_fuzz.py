@@ -23,6 +23,7 @@ from compactd.config import Config
 from compactd.ledger import SessionLedger
 from compactd.openclaw import OpenClawSource
 from compactd.openclaw._store import MAX_EVENT_BYTES
+from compactd.sources import one_pass
 
 from bench.corpus import session_bytes
 from tests.support.openclaw_db import AgentDb
@@ -200,7 +201,7 @@ def build(root: Path, mutation: Mutation, rng: random.Random, lines: list[bytes]
 
 def rows_of(root: Path, state: Path) -> list[dict[str, Any]]:
     config = Config.from_mapping({"openclaw": {"state_dir": str(root)}, "state_dir": str(state)})
-    rows: list[dict[str, Any]] = anyio.run(OpenClawSource(config, {}).once)
+    rows: list[dict[str, Any]] = [o.as_json() for o in anyio.run(one_pass, OpenClawSource(config, {}))]
     return rows
 
 

@@ -21,6 +21,7 @@ import anyio
 import pytest
 from compactd.openclaw._gateway import GatewayError, call
 from compactd.openclaw._listener import ListenerUnknown, peer_uid
+from compactd.sources import one_pass
 
 LISTENER = Path(__file__).resolve().parent / "support" / "listener.py"
 NOBODY = 65534
@@ -195,7 +196,7 @@ def compact_once(tmp_path: Path, port: int, deadline: float) -> dict[str, Any]:
             "state_dir": str(tmp_path / "state"),
         }
     )
-    rows = anyio.run(OpenClawSource(config, {}).once)
+    rows = [o.as_json() for o in anyio.run(one_pass, OpenClawSource(config, {}))]
     assert len(rows) == 1, rows
     return rows[0]
 

@@ -369,18 +369,19 @@ def test_health_follows_the_loop_and_the_watchers(tmp_path: Path) -> None:
     from compactd.service import LOOP_STALE_SECONDS, WATCH_STALE_SECONDS, Service
 
     service = Service(Config.from_mapping({"state_dir": str(tmp_path / "state")}))
+    files = service.source("jsonl")
     now = time.monotonic()
-    service.loop_tick = service.heartbeat = now
+    service.loop_tick = files.heartbeat = now
     assert service.health()[0]
     service.loop_tick = now - LOOP_STALE_SECONDS - 1  # something holds the loop
     assert not service.health()[0]
     service.loop_tick = now
-    service.heartbeat = now - WATCH_STALE_SECONDS - 1
+    files.heartbeat = now - WATCH_STALE_SECONDS - 1
     assert service.health()[0]  # no root watched: no watcher to be stale
-    service.roots["/r"] = object()  # type: ignore[assignment]
+    files.roots["/r"] = object()  # type: ignore[attr-defined]
     healthy, detail = service.health()
     assert not healthy and detail["roots_watched"] == 1
-    service.heartbeat = now
+    files.heartbeat = now
     assert service.health()[0]
     service.stopping = True
     assert not service.health()[0]

@@ -249,9 +249,10 @@ async def test_a_slow_small_model_gives_a_model_summary_within_a_120_s_timeout_p
 
     import yaml
     from compactd.config import load_config
-    from compactd.job import compact_file, make_client
+    from compactd.job import compact_file
     from compactd.summarize.headings import REQUIRED_HEADINGS
     from compactd.summarize.pace import SpeedMemory, endpoint_key
+    from compactd.summarize.settings import make_client
     from compactd.tokens import estimate_tokens
 
     state = tmp_path / "state"

@@ -514,8 +514,9 @@ def test_start_up_reads_each_file_once_and_still_sees_one_created_right_after(tm
         )
     )
     service = Service(load_config(str(config_path)))
+    files = service.source("jsonl")
     refreshed: list[str] = []
-    refresh, discover = service.refresh, service.discover
+    refresh, discover = files.refresh, files.discover
     late = root / "late.jsonl"
 
     def counted(path: str, **kwargs: Any) -> None:
@@ -527,12 +528,12 @@ def test_start_up_reads_each_file_once_and_still_sees_one_created_right_after(tm
         late.write_bytes(transcript(2))  # after the start-up read: only the watcher can report it
         return seen
 
-    service.refresh = counted  # type: ignore[method-assign]
-    service.discover = discover_then_create  # type: ignore[method-assign]
+    files.refresh = counted  # type: ignore[method-assign]
+    files.discover = discover_then_create  # type: ignore[method-assign]
 
     async def until_late_is_watched() -> None:
         with anyio.fail_after(30):
-            while str(late) not in service.sessions:
+            while str(late) not in files.sessions:
                 await anyio.sleep(0.01)  # polling the condition, bounded by the deadline
 
     assert anyio.run(service.serve, until_late_is_watched) == 0
@@ -560,11 +561,10 @@ def _in_process(
             }
         )
     )
-    service = Service(load_config(str(config_path)), config_path=str(config_path))
-    if only:
-        service.explicit_roots = [str(tmp_path / only)]
+    roots = [str(tmp_path / only)] if only else None
+    service = Service(load_config(str(config_path)), config_path=str(config_path), roots=roots)
     service.prepare()
-    service.discover()
+    service.source("jsonl").discover()
     return service
 
 
@@ -577,25 +577,27 @@ def test_an_untouched_session_keeps_its_decision_under_the_same_config_only(tmp_
     for path in paths:
         path.write_bytes(transcript(20))
     first = _in_process(tmp_path, 1_000_000)
-    assert all(first.sessions[str(p)].decision is not None for p in paths)  # a cold read decides
-    shown = {p: first.state[p].to_json() for p in first.state}
+    assert all(
+        first.source("jsonl").sessions[str(p)].decision is not None for p in paths
+    )  # a cold read decides
+    shown = {p: first.source("jsonl").state[p].to_json() for p in first.source("jsonl").state}
     first.write_state()
 
     same = _in_process(tmp_path, 1_000_000)
     for path in paths:
-        session = same.sessions[str(path)]
+        session = same.source("jsonl").sessions[str(path)]
         assert session.decision is None and not session.due  # kept, not decided again
-        assert same.state[str(path)].window == 1_000_000
-    assert {p: s.to_json() for p, s in same.state.items()} == shown
+        assert same.source("jsonl").state[str(path)].window == 1_000_000
+    assert {p: s.to_json() for p, s in same.source("jsonl").state.items()} == shown
     same.write_state()
 
     other = _in_process(tmp_path, 500_000)
     for path in paths:
-        assert other.sessions[str(path)].decision is not None  # another config: decided again
-        assert other.state[str(path)].window == 500_000
+        assert other.source("jsonl").sessions[str(path)].decision is not None  # another config: decided again
+        assert other.source("jsonl").state[str(path)].window == 500_000
     other.write_state()
     again = _in_process(tmp_path, 500_000)  # ... and the shards now name that config
-    assert all(again.sessions[str(p)].decision is None for p in paths)
+    assert all(again.source("jsonl").sessions[str(p)].decision is None for p in paths)
 
 
 def test_a_reload_means_the_next_start_decides_every_session(tmp_path: Path) -> None:
@@ -605,11 +607,13 @@ def test_a_reload_means_the_next_start_decides_every_session(tmp_path: Path) -> 
     first = _in_process(tmp_path, 1_000_000)
     first.write_state()
     reloaded = _in_process(tmp_path, 1_000_000)
-    assert reloaded.sessions[str(root / "s.jsonl")].decision is None  # kept from the first start
+    assert (
+        reloaded.source("jsonl").sessions[str(root / "s.jsonl")].decision is None
+    )  # kept from the first start
     reloaded.reload()  # the same file: which config decided what is no longer known for sure
     reloaded.write_state()
     after = _in_process(tmp_path, 1_000_000)
-    assert after.sessions[str(root / "s.jsonl")].decision is not None
+    assert after.source("jsonl").sessions[str(root / "s.jsonl")].decision is not None
 
 
 def test_status_before_ready_has_the_counts_and_the_rows_follow(tmp_path: Path) -> None:
@@ -644,9 +648,11 @@ def test_a_session_the_last_writer_did_not_decide_is_decided_again(tmp_path: Pat
     _in_process(tmp_path, 1_000_000, roots=("a", "b")).write_state()
     _in_process(tmp_path, 500_000, roots=("a", "b"), only="a").write_state()
     third = _in_process(tmp_path, 500_000, roots=("a", "b"))
-    assert third.sessions[str(a)].decision is None  # decided under this config by the last writer: kept
-    assert third.sessions[str(b)].decision is not None
-    assert third.state[str(b)].window == 500_000
+    assert (
+        third.source("jsonl").sessions[str(a)].decision is None
+    )  # decided under this config by the last writer: kept
+    assert third.source("jsonl").sessions[str(b)].decision is not None
+    assert third.source("jsonl").state[str(b)].window == 500_000
 
 
 def test_a_transcript_too_large_to_read_is_skipped_and_reported(tmp_path: Path) -> None:
@@ -662,13 +668,13 @@ def test_a_transcript_too_large_to_read_is_skipped_and_reported(tmp_path: Path) 
     huge.write_bytes(transcript(3))
     os.truncate(huge, MAX_COLD_READ_BYTES + (1 << 20))  # sparse: no disk taken
     service = _in_process(tmp_path, 1_000_000)
-    assert service.sessions[str(fine)].decision is not None
-    session = service.sessions[str(huge)]
+    assert service.source("jsonl").sessions[str(fine)].decision is not None
+    session = service.source("jsonl").sessions[str(huge)]
     assert session.tracker.ledger is None and not session.due and session.tracker.cursor.bytes_read == 0
-    reason = service.state[str(huge)].skipped
+    reason = service.source("jsonl").state[str(huge)].skipped
     assert reason is not None and reason.startswith("too large to read") and "byte cap" in reason
     with open(huge, "ab") as handle:
         handle.write(b"more\n")
-    service.rescan(seal=False)
-    assert service.sessions[str(huge)] is session and session.tracker.cursor.bytes_read == 0
-    assert service.state[str(huge)].skipped == reason
+    service.source("jsonl").rescan(seal=False)
+    assert service.source("jsonl").sessions[str(huge)] is session and session.tracker.cursor.bytes_read == 0
+    assert service.source("jsonl").state[str(huge)].skipped == reason

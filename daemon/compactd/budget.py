@@ -33,6 +33,7 @@ __all__ = [
     "min_prompt_budget",
     "openclaw_2026_9_budget",
     "resolve_window",
+    "target_tokens",
     "thresholds",
     "tool_result_max_chars",
 ]
@@ -305,3 +306,9 @@ def openclaw_2026_9_budget(window: int, tokens: int, *, flush_enabled: bool) -> 
         truncate_only_threshold_chars=0,
         reducible_chars=0,
     )
+
+
+def target_tokens(config: Config, threshold: int) -> int:
+    """The raw estimate a compaction leaves a session at, at most: ``compaction.target_fill`` of its threshold
+    with the safety margin, so that the agent has the rest to work with before the next compaction."""
+    return max_tokens_within(math.floor(threshold * config.compaction.target_fill))

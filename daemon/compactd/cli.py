@@ -224,7 +224,8 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 def _compact(args: argparse.Namespace, out: TextIO) -> int:
     import anyio
 
-    from compactd.job import EXIT_CODES, compact_file, make_client
+    from compactd.job import EXIT_CODES, compact_file
+    from compactd.summarize.settings import make_client
 
     config = _load_config(args)
 
@@ -249,7 +250,7 @@ def _compact(args: argparse.Namespace, out: TextIO) -> int:
     else:
         from compactd.commit.claim import ClaimBusy, SessionClaim
         from compactd.commit.journal import recover
-        from compactd.job import JobResult
+        from compactd.job import JobResult, JobStatus
 
         # Like run and once: finish what a killed commit left (its late lines belong in the file this
         # compaction is planned on), and never work on a session another compactd is flushing or compacting.
@@ -258,7 +259,10 @@ def _compact(args: argparse.Namespace, out: TextIO) -> int:
             with SessionClaim(config.state_dir, args.file):
                 result = anyio.run(go)
         except ClaimBusy as exc:
-            result = JobResult(args.file, "none", mode=args.mode, reason=f"busy: {exc}")
+            reason = f"busy: {exc}"
+            result = JobResult(
+                args.file, "none", mode=args.mode, reason=reason, status=JobStatus.AGENT_AT_WORK
+            )
     data = result.as_json()
     if args.json:
         _print_json(data, out)

@@ -106,11 +106,11 @@ def _header(path: str) -> dict[str, object] | None:
 
 def check_workspaces(config: Config, roots: list[str], out: TextIO) -> None:
     """Say which sessions run without workspace features, and why (a refused ``cwd`` is not a fault)."""
-    from compactd.workspace import workspace_for
+    from compactd.workspace import choose_workspace
 
     for root in roots:
         for path in scan_root(root):
-            choice = workspace_for(config, path, _header(path), log_refusal=False)
+            choice = choose_workspace(config, path, _header(path), log_refusal=False)
             if choice.reason is not None:
                 _note(
                     out,
@@ -274,7 +274,7 @@ def check_summarizer(config: Config, out: TextIO) -> int:
     if not s.enabled:
         _ok(out, "no summarizer configured: compaction uses the deterministic digest")
         return 0
-    from compactd.job import make_client
+    from compactd.summarize.settings import make_client
 
     async def probe() -> object:
         client = make_client(config)

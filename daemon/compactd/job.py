@@ -11,6 +11,7 @@ parsing the file again; the commit's own check of its result is the caller's nex
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import os
@@ -23,24 +24,32 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from compactd import offload, progress
-from compactd.budget import max_tokens_within
+from compactd.budget import target_tokens
 from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
-from compactd.decision import Route, decide, prune_target_tokens, readiness, route_after_summary
+from compactd.decision import (
+    Decision,
+    Figures,
+    Route,
+    decide,
+    prune_target_tokens,
+    readiness,
+    route_after_summary,
+)
 from compactd.defaults import SAFETY_MARGIN
 from compactd.heap import release_free_memory
 from compactd.openclaw import refusal as openclaw_refusal
 from compactd.planning import figures_of, prune_plan
 from compactd.roots import is_session_path
-from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
+from compactd.summarize.engine import CompactionEngine, EngineResult
+from compactd.summarize.settings import engine_settings
 from compactd.tokens import estimate_tokens, js_len
 from compactd.transcript.context import compaction_message, entry_to_message
 from compactd.transcript.messages import llm_visible
 from compactd.transcript.reader import Transcript, read_transcript
 from compactd.turns import turn_of_branch
-from compactd.workspace import Workspace, read_agents_md
-from compactd.workspace import workspace_for as choose_workspace
+from compactd.workspace import read_agents_md, trusted_workspace
 
 if TYPE_CHECKING:
     from compactd.commit.commit import Successor
@@ -50,81 +59,19 @@ __all__ = [
     "MODEL_FAILED",
     "Fill",
     "JobResult",
+    "JobStatus",
+    "Plan",
     "committed_note_chars",
     "compact_file",
-    "engine_settings",
     "flush_runs",
-    "make_client",
+    "plan_of",
     "predict_route",
     "refusal_before_spending",
     "snapshot_size",
-    "target_tokens",
     "turn_in_flight",
-    "workspace_for",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def engine_settings(config: Config, provider: str | None = None, model: str | None = None) -> EngineSettings:
-    """The engine's settings for a session of this model: pi's own keepRecentTokens where the user set it."""
-    c = config.compaction
-    pi = config.pi.settings
-    keep_recent = pi.for_model(provider, model)[1] if pi is not None else None
-    return EngineSettings(
-        keep_recent_turns=c.keep_recent_turns,
-        keep_recent_tokens=c.keep_recent_tokens if keep_recent is None else keep_recent,
-        identifier_policy=c.identifier_policy,
-        identifier_instructions=c.identifier_instructions,
-        identifier_cap=c.identifier_cap,
-        quality_guard=c.quality_guard.enabled,
-        quality_retries=c.quality_guard.max_retries,
-        summary_max_chars=c.summary_max_chars,
-        redact=c.redact_secrets,
-        post_compaction_sections=c.post_compaction_sections,
-        post_compaction_max_chars=c.post_compaction_max_chars,
-        summarizer_window=config.summarizer.context_tokens,
-        max_output_tokens=config.summarizer.max_output_tokens,
-    )
-
-
-def make_client(config: Config, limiter: anyio.CapacityLimiter | None = None) -> Any:
-    """The summarizer client, or None when no endpoint is configured (the digest is used)."""
-    s = config.summarizer
-    if not s.enabled or s.base_url is None:
-        return None
-    from compactd.summarize.llm import RetryPolicy, SummarizerClient
-    from compactd.summarize.pace import SpeedMemory
-
-    for deprecation in s.deprecations():
-        log.warning("config: %s", deprecation)
-    return SummarizerClient(
-        base_url=s.base_url,
-        model=s.model or "default",
-        api_key=s.api_key() or "sk-local",
-        timeout_seconds=s.timeout_seconds,
-        context_tokens=s.context_tokens,
-        max_output_tokens=s.max_output_tokens,
-        temperature=s.temperature,
-        ollama_num_ctx=s.num_ctx(),
-        api=s.api,
-        keep_alive=s.keep_alive,
-        max_concurrency=s.max_concurrency,
-        limiter=limiter,
-        retry=RetryPolicy(
-            attempts=s.retry.attempts,
-            base_seconds=s.retry.base_seconds,
-            max_seconds=s.retry.max_seconds,
-            jitter=s.retry.jitter,
-        ),
-        speed_memory=SpeedMemory(config.state_dir),  # each call is sized to the speed measured before
-    )
-
-
-def workspace_for(config: Config, path: str | os.PathLike[str], transcript: Transcript) -> Workspace | None:
-    """Where AGENTS.md and memory/ live: the configured workspace, else the session header's ``cwd`` when the
-    trust rule of :mod:`compactd.workspace` allows it (a refusal is logged there)."""
-    return choose_workspace(config, path, transcript.header).workspace
 
 
 def snapshot_size(transcript: Transcript) -> int:
@@ -191,6 +138,50 @@ class Fill:
         )
 
 
+class JobStatus(enum.Enum):
+    """What one job came to: the service, ``compact`` and its exit code act on this, never on the words."""
+
+    COMMITTED = "committed"
+    DRY_RUN = "dry_run"
+    NOTHING_TO_COMPACT = "nothing_to_compact"  # the whole branch is within the kept recent turns
+    NOTHING_TO_COMMIT = "nothing_to_commit"
+    TURN_IN_FLIGHT = "turn_in_flight"  # the agent is mid-turn: not now
+    AGENT_AT_WORK = "agent_at_work"  # not idle, or a live process holds the session lock: not now
+    UNUSABLE = "unusable"  # the file cannot be read as its agent reads it
+    REFUSED = "refused"  # not a file compactd may touch (gone, a symlink, an OpenClaw database's, blocked)
+    MODEL_FAILED = "model_failed"  # summarizer.fallback: none, and the model failed
+    FAILED = "failed"  # the commit failed
+
+    @property
+    def busy(self) -> bool:
+        return self in (JobStatus.TURN_IN_FLIGHT, JobStatus.AGENT_AT_WORK)
+
+
+_OF_COMMIT = {
+    "committed": JobStatus.COMMITTED,
+    "nothing": JobStatus.NOTHING_TO_COMMIT,
+    "not_idle": JobStatus.AGENT_AT_WORK,
+    "locked": JobStatus.AGENT_AT_WORK,
+    "turn": JobStatus.TURN_IN_FLIGHT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The decision made on one reading of a session, with the figures it was made from: handed to the job,
+    which takes its budget and route from it and decides nothing again."""
+
+    figures: Figures
+    decision: Decision
+
+
+def plan_of(config: Config, transcript: Transcript, *, mtime: float = 0.0) -> Plan:
+    """A plan for a compaction asked for by name (``compact``, a dry run): the exact figures of this reading
+    and their decision, forced (a session that fits is compacted anyway, on the ``compact_only`` route)."""
+    figures = figures_of(config, transcript, mtime=mtime)
+    return Plan(figures, decide(config, figures, now=time.time(), force=True))
+
+
 @dataclass(repr=False)
 class JobResult:
     """What one job did. Its repr is a line, not the data: asyncio formats a finished task's result when
@@ -207,6 +198,7 @@ class JobResult:
     chars_saved: int = 0
     fill: Fill | None = None
     successor: Successor | None = None  # the committed file, as the commit's check parsed it
+    status: JobStatus = JobStatus.FAILED
 
     def __repr__(self) -> str:
         return (
@@ -217,16 +209,12 @@ class JobResult:
     @property
     def outcome(self) -> str:
         """What happened, in the words of ``compactd compact``'s exit codes (:data:`EXIT_CODES`)."""
-        reason = self.reason or ""
-        if self.committed:
-            return "committed"
-        if reason == "dry run":
-            return "dry_run"
-        if reason.startswith(("nothing to compact", "nothing to commit")):
+        status = self.status
+        if status in (JobStatus.COMMITTED, JobStatus.DRY_RUN):
+            return str(status.value)
+        if status in (JobStatus.NOTHING_TO_COMPACT, JobStatus.NOTHING_TO_COMMIT):
             return "nothing_to_do"
-        if reason.startswith(("not idle", "locked", "turn in flight", "busy")):
-            return "busy"
-        return "failed"
+        return "busy" if status.busy else "failed"
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "route": self.route, "outcome": self.outcome}
@@ -286,7 +274,7 @@ async def compact_file(
     dry_run: bool = False,
     mode: str | None = None,
     force: bool = False,
-    route: Route | None = None,
+    plan: Plan | None = None,
     now: datetime | None = None,
     transcript: Transcript | None = None,
 ) -> JobResult:
@@ -297,27 +285,31 @@ async def compact_file(
     what remains after the summary (the kept turns) and frees only what the target still needs, oldest results
     first (``compactd.prune.plan_pruning``). ``transcript``: the caller's reading of ``path`` (by
     ``read_transcript``, which records the inode), the one its decision was made from; else it is read here.
+    ``plan``: the decision made on that reading (:class:`Plan`), whose budget and route the job takes; without
+    one (a compaction asked for by name) it is made here, forced (:func:`plan_of`).
     """
+    refused = JobStatus.REFUSED
     if not os.path.lexists(path):
-        return JobResult(path, "none", reason="no such file")
+        return JobResult(path, "none", reason="no such file", status=refused)
     if not is_session_path(path):
-        return JobResult(path, "none", reason="refusing: not a regular file reached without symlinks")
+        reason = "refusing: not a regular file reached without symlinks"
+        return JobResult(path, "none", reason=reason, status=refused)
     sqlite_refusal = openclaw_refusal(path)
     if sqlite_refusal is not None:
-        return JobResult(path, "none", reason=f"refusing: {sqlite_refusal}")
+        return JobResult(path, "none", reason=f"refusing: {sqlite_refusal}", status=refused)
     if transcript is None:
         progress.stage("reading", path)
         transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False))
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)
-        return JobResult(path, "none", reason=f"unusable transcript: {reason}")
+        return JobResult(path, "none", reason=f"unusable transcript: {reason}", status=JobStatus.UNUSABLE)
     if not transcript.committable:
         reason = "; ".join(f"{p.kind} at line {p.line}: {p.message}" for p in transcript.blocking)
-        return JobResult(path, "none", reason=f"not compacted: {reason}")
+        return JobResult(path, "none", reason=f"not compacted: {reason}", status=refused)
     loop_client = offload.LoopClient(client) if client is not None else None
     # Everything from here to the commit is computation over the whole transcript (the checks, the engine's
     # redaction, identifiers and digest, the pruning plan): off the loop, which serves every other session.
-    plan = await offload.run_async(
+    planned = await offload.run_async(
         lambda: _plan_job(
             path,
             config,
@@ -326,15 +318,15 @@ async def compact_file(
             dry_run=dry_run,
             mode=mode,
             force=force,
-            route=route,
+            plan=plan,
             now=now,
         ),
         client=loop_client,
         name="compactd-job",
     )
-    if isinstance(plan, JobResult):
-        return plan
-    result, replacements = plan
+    if isinstance(planned, JobResult):
+        return planned
+    result, replacements = planned
     commit_mode = result.mode or config.compaction.commit
     # The commit writes: it runs in anyio's pool, whose thread a cancellation waits for (never abandoned
     # half way), and the commit is atomic and journalled anyway.
@@ -358,8 +350,9 @@ async def _plan_job(
     dry_run: bool,
     mode: str | None,
     force: bool,
-    route: Route | None,
+    plan: Plan | None,
     now: datetime | None,
+    route: Route | None = None,
     report: bool = True,
 ) -> JobResult | tuple[JobResult, dict[str, dict[str, Any]]]:
     """The job up to its commit, in :func:`compactd.offload.run_async`'s thread: a JobResult when it stops
@@ -369,11 +362,11 @@ async def _plan_job(
         # again under the lock (an agent may start meanwhile).
         refusal = refusal_before_spending(config, path, transcript, force=force)
         if refusal is not None:
-            return JobResult(path, "none", reason=refusal)
-    # Asked for by name (or by a caller that decided already): the route is the decision's, and a session
-    # that fits is compacted anyway.
-    figures = figures_of(config, transcript)
-    decision = decide(config, figures, now=time.time(), force=True)
+            return JobResult(path, "none", reason=refusal[1], status=refusal[0])
+    # The caller's decision on this reading, or (asked for by name) one made here, forced: a session that fits
+    # is compacted anyway, on the ``compact_only`` route. ``route``: a dry run's prediction of another route.
+    plan = plan or plan_of(config, transcript)
+    figures, decision = plan.figures, plan.decision
     budget = decision.budget
     chosen: Route = route or decision.job_route
     commit_mode = mode or config.compaction.commit
@@ -426,18 +419,20 @@ async def _plan_job(
             chosen, pruned_tokens, result.chars_saved = "compact_then_truncate", 0, 0
             replacements.clear()
     if chosen != "truncate_tool_results_only":
-        workspace = workspace_for(config, path, transcript)
+        workspace = trusted_workspace(config, path, transcript.header)
         rules = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
         if report:
             progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         result.engine = await engine.compact(transcript, agents_md=rules, now=now)
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
+            result.status = JobStatus.NOTHING_TO_COMPACT
             return result
         e = result.engine
         if e.model_error is not None and not dry_run:
             if config.summarizer.fallback == "none":
                 result.reason = f"{MODEL_FAILED}: {e.model_error} (summarizer.fallback: none)"
+                result.status = JobStatus.MODEL_FAILED
                 return result
             log.warning(
                 "path=%s the summarizer failed (%s): committing the digest instead (summarizer.fallback: digest)",
@@ -483,6 +478,7 @@ async def _plan_job(
     result.route = chosen
     if dry_run:
         result.reason = "dry run"
+        result.status = JobStatus.DRY_RUN
         return result
     return result, replacements
 
@@ -535,6 +531,7 @@ def _commit(
     result.archive = outcome.archive
     result.reason = outcome.reason
     result.successor = outcome.successor
+    result.status = _OF_COMMIT.get(outcome.status.value, JobStatus.FAILED)
     return result
 
 
@@ -549,12 +546,6 @@ def _newest_turn_start(branch: list[dict[str, Any]]) -> int:
         if branch[i].get("type") == "message" and isinstance(message, dict) and message.get("role") == "user":
             return i
     return 0
-
-
-def target_tokens(config: Config, threshold: int) -> int:
-    """The raw estimate a compaction leaves a session at, at most: ``compaction.target_fill`` of its threshold
-    with the safety margin, so that the agent has the rest to work with before the next compaction."""
-    return max_tokens_within(math.floor(threshold * config.compaction.target_fill))
 
 
 async def predict_route(path: str, config: Config, transcript: Transcript, route: Route) -> Route:
@@ -573,8 +564,9 @@ async def predict_route(path: str, config: Config, transcript: Transcript, route
             dry_run=True,
             mode=None,
             force=True,
-            route=route,
+            plan=None,
             now=None,
+            route=route,
             report=False,
         ),
         client=None,
@@ -589,12 +581,14 @@ def flush_runs(config: Config, path: str, transcript: Transcript) -> bool:
     and a span before the kept turns to extract from (what ``Service.flush`` does, asked beforehand)."""
     if config.memory_flush.hooks:
         return True
-    if workspace_for(config, path, transcript) is None:
+    if trusted_workspace(config, path, transcript.header) is None:
         return False
     return CompactionEngine(engine_settings(config)).plan(transcript) is not None
 
 
-def refusal_before_spending(config: Config, path: str, transcript: Transcript, *, force: bool) -> str | None:
+def refusal_before_spending(
+    config: Config, path: str, transcript: Transcript, *, force: bool
+) -> tuple[JobStatus, str] | None:
     """Why the commit would refuse this session now, asked before any model call (None: it would not): a turn
     in flight, a file written within ``sessions.idle_seconds`` (both skipped by ``force``), or a live
     process's lock on the session (never skipped). The reasons are the commit's own words."""
@@ -603,17 +597,21 @@ def refusal_before_spending(config: Config, path: str, transcript: Transcript, *
     if not force:
         busy = turn_in_flight(config, path, transcript)
         if busy is not None:
-            return busy
+            return JobStatus.TURN_IN_FLIGHT, busy
         try:
             quiet = time.time() - os.lstat(path).st_mtime
         except OSError:
             return None  # gone: the commit says so
         if quiet < config.sessions.idle_seconds:
-            return f"not idle: written {quiet:.0f}s ago (sessions.idle_seconds: {config.sessions.idle_seconds:g})"
+            idle = config.sessions.idle_seconds
+            return (
+                JobStatus.AGENT_AT_WORK,
+                f"not idle: written {quiet:.0f}s ago (sessions.idle_seconds: {idle:g})",
+            )
     lock = lock_path_for(path)
     info = read_lock(lock)
     if info is not None and lock_is_live(info):
-        return f"locked: {SessionBusy(lock, info)}"  # the commit's own words
+        return JobStatus.AGENT_AT_WORK, f"locked: {SessionBusy(lock, info)}"  # the commit's own words
     return None
 
 

@@ -166,7 +166,7 @@ async def summarize_request(
     request: SummaryRequest, config: Config, *, client: Any, agents_md: str | None = None
 ) -> dict[str, Any]:
     """``{"summary", "level"}``: the engine's summary of the request's span, with the rules appended."""
-    from compactd.job import engine_settings
+    from compactd.summarize.settings import engine_settings
 
     settings = replace(
         engine_settings(config),
@@ -221,7 +221,7 @@ def run_summarize(
     by the time the engine runs)."""
     import anyio
 
-    from compactd.job import make_client
+    from compactd.summarize.settings import make_client
     from compactd.workspace import configured_workspace, read_agents_md
 
     path = _workspace_path(config, workspace, agent)

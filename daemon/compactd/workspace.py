@@ -40,12 +40,13 @@ __all__ = [
     "Identity",
     "Workspace",
     "WorkspaceChildError",
+    "choose_workspace",
     "claimed_workspace",
     "configured_workspace",
     "identity_of",
     "read_agents_md",
     "run_as",
-    "workspace_for",
+    "trusted_workspace",
 ]
 
 # The operating system's and the kernel's directories: never a workspace, nor anything beneath them.
@@ -212,7 +213,7 @@ def configured_workspace(path: Path) -> Workspace:
 _reported: dict[str, str] = {}
 
 
-def workspace_for(
+def choose_workspace(
     config: Config,
     session_file: str | os.PathLike[str],
     header: dict[str, Any] | None,
@@ -346,3 +347,11 @@ def read_agents_md(workspace: Workspace) -> str | None:
         logger.warning("cannot read %s/AGENTS.md as its owner: %s", workspace.path, exc)
         return None
     return text if isinstance(text, str) else None
+
+
+def trusted_workspace(
+    config: Config, session_file: str | os.PathLike[str], header: dict[str, Any] | None
+) -> Workspace | None:
+    """Where AGENTS.md and memory/ live: the configured workspace, else the session header's ``cwd`` when the
+    trust rule allows it (a refusal is logged once); None when neither."""
+    return choose_workspace(config, session_file, header).workspace

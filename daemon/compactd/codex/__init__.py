@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     from compactd.codex._files import codex_home
     from compactd.codex._hook import COMPACT_PROMPT, install_compact_prompt, precompact
     from compactd.codex._source import CodexSource
+    from compactd.sources import Host
 
-__all__ = ["COMPACT_PROMPT", "CodexSource", "codex_home", "install_compact_prompt", "precompact"]
+__all__ = ["COMPACT_PROMPT", "CodexSource", "build", "codex_home", "install_compact_prompt", "precompact"]
 
 _WHERE = {
     "COMPACT_PROMPT": "compactd.codex._hook",
@@ -24,6 +25,13 @@ _WHERE = {
     "install_compact_prompt": "compactd.codex._hook",
     "precompact": "compactd.codex._hook",
 }
+
+
+def build(host: Host) -> CodexSource:
+    """This package's :class:`~compactd.sources.Source`, lent the service's ``host``."""
+    from compactd.codex._source import CodexSource
+
+    return CodexSource(host.config, host.env, host=host)
 
 
 def __getattr__(name: str) -> Any:

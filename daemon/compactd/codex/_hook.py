@@ -67,10 +67,11 @@ def _rollout_path(payload: Mapping[str, Any], home: str) -> str:
 async def precompact(config: Config, env: Mapping[str, str], raw: bytes) -> dict[str, Any]:
     """Flush the memories of the rollout a ``PreCompact`` hook input names; returns what was done."""
     from compactd.codex._compact import read_rollout
-    from compactd.job import make_client, workspace_for
     from compactd.memory import flush_span
     from compactd.state import Metrics
+    from compactd.summarize.settings import make_client
     from compactd.transcript.messages import llm_visible
+    from compactd.workspace import trusted_workspace
 
     if len(raw) > STDIN_MAX_BYTES:
         raise HookRefused(f"hook input larger than {STDIN_MAX_BYTES} bytes")
@@ -82,7 +83,7 @@ async def precompact(config: Config, env: Mapping[str, str], raw: bytes) -> dict
         raise HookRefused("not a PreCompact hook input")
     path = _rollout_path(payload, codex_home(env, config.codex.home))
     reading = read_rollout(path)
-    workspace = workspace_for(config, path, reading.transcript)
+    workspace = trusted_workspace(config, path, reading.transcript.header)
     if workspace is None:
         return {"action": "none", "reason": "no trusted workspace for this session", "path": path}
     messages = list(

@@ -16,19 +16,20 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from compactd import offload
-from compactd._worker import work
 from compactd.codex._files import Cursor, ThreadBusy, codex_home, find_rollouts, read_new, thread_id_of
 from compactd.codex._rollout import RolloutFigures, parse_rollout_line
 from compactd.config import Config
 from compactd.decision import Decision, Figures, Recorded, decide, readiness
 from compactd.defaults import BUSY_RETRY_SECONDS
+from compactd.sources import Action, Host, Outcome
 from compactd.state import Backoff, Metrics, SessionState, describe_error
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,7 @@ class CodexSession:
 class CodexSource:
     config: Config
     env: Mapping[str, str]
-    client: Callable[[], Any] = lambda: None  # the summarizer client (None: the digest)
-    task_group: Any = None
-    changed: Callable[[], None] = lambda: None
-    metrics: Metrics = field(default_factory=Metrics)
+    host: Host | None = None  # what the service lends (built alone: a metrics of its own, no model)
     sessions: dict[str, CodexSession] = field(default_factory=dict)
     watching: dict[str, anyio.Event] = field(default_factory=dict)
     # Rollouts of a thread that has a newer one (a later window file): read for status, never compacted.
@@ -73,6 +71,33 @@ class CodexSource:
     wakeup: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    name = "codex"
+    workers = 1
+    heartbeat: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        if self.host is None:
+            self.host = Host(self.config, self.env, Metrics())
+
+    @property
+    def _host(self) -> Host:
+        assert self.host is not None
+        return self.host
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._host.metrics
+
+    def client(self) -> Any:
+        return self._host.client()
+
+    def changed(self) -> None:
+        self._host.changed()
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup | None:
+        return self._host.task_group
 
     @property
     def enabled(self) -> bool:
@@ -206,7 +231,7 @@ class CodexSource:
         return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
 
     # --- acting -------------------------------------------------------------------------------------------
-    def _back_off(self, st: SessionState, stage: str, reason: str) -> dict[str, Any]:
+    def _back_off(self, st: SessionState, stage: str, reason: str) -> Outcome:
         s = self.config.service
         delay = Backoff.record_failure(
             st, time.time(), s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
@@ -217,10 +242,19 @@ class CodexSource:
         log.warning(
             "session=%s action=failed stage=%s reason=%s retry_in=%.0fs", st.path, stage, reason, delay
         )
-        return {"action": "failed", "stage": stage, "reason": reason, "retry_in": round(delay)}
+        return self._outcome(
+            st.path, Action.FAILED, {"stage": stage, "reason": reason, "retry_in": round(delay)}
+        )
 
-    async def act(self, session: CodexSession) -> dict[str, Any]:
-        """Flush, summarize, append under Codex's lock; never raises (the session boundary)."""
+    def _outcome(
+        self, path: str, action: Action, detail: dict[str, Any], *, committed: bool = False
+    ) -> Outcome:
+        """An outcome of this source: the row names the source first."""
+        return Outcome(path, action, committed, {"source": SOURCE, **detail})
+
+    async def act(self, session: CodexSession, *, force: bool = False, dry_run: bool = False) -> Outcome:
+        """Flush, summarize, append under Codex's lock; never raises (the session boundary). ``force`` was
+        applied by :meth:`ready`; a dry run is never asked of this source."""
         session.in_flight = True
         try:
             return await self._act(session)
@@ -229,23 +263,25 @@ class CodexSource:
         finally:
             session.in_flight = False
 
-    async def _act(self, session: CodexSession) -> dict[str, Any]:
+    async def _act(self, session: CodexSession) -> Outcome:
         # Here, not at the top: `once --dry-run` and `status` import this module and need no engine.
+        from compactd.budget import target_tokens
         from compactd.codex._compact import append_compacted, plan_compaction, read_rollout
-        from compactd.job import engine_settings, target_tokens, workspace_for
         from compactd.memory import flush_span
         from compactd.summarize.engine import CompactionEngine
+        from compactd.summarize.settings import engine_settings
+        from compactd.workspace import trusted_workspace
 
         st, decision = session.state, session.decision
         if decision is None:
-            return {"action": "none"}
+            return self._outcome(session.path, Action.NONE, {})
         reading = await anyio.to_thread.run_sync(lambda: read_rollout(session.path))
         if reading.refusal:
             st.skipped = reading.refusal
             session.due, session.refused_at = False, reading.size
             self.changed()
-            return {"action": "skipped", "reason": reading.refusal}
-        workspace = workspace_for(self.config, session.path, reading.transcript)
+            return self._outcome(session.path, Action.SKIPPED, {"reason": reading.refusal})
+        workspace = trusted_workspace(self.config, session.path, reading.transcript.header)
         threshold = st.compact_threshold or 0
         settings = engine_settings(self.config, reading.figures.provider, reading.figures.model)
         settings.keep_budget_tokens = target_tokens(self.config, threshold) if threshold else None
@@ -266,18 +302,18 @@ class CodexSource:
             st.mark_flushed(time.time())
         if not decision.compact:
             session.due = False
-            return {"action": "flush", **detail}
+            return self._outcome(session.path, Action.FLUSH, {**detail})
         planned = await plan_compaction(reading, engine, workspace=workspace.path if workspace else None)
         if planned is None:
             session.due = False
-            return {"action": "none", "reason": "nothing before the cut", **detail}
+            return self._outcome(session.path, Action.NONE, {"reason": "nothing before the cut", **detail})
         try:
             size = await anyio.to_thread.run_sync(lambda: append_compacted(self.home, reading, planned.line))
         except ThreadBusy as exc:
             st.retry_later(time.time(), self.config.sessions.idle_seconds, str(exc))
             self.changed()
             log.info("session=%s action=busy reason=%s", st.path, exc)
-            return {"action": "busy", "reason": str(exc)}
+            return self._outcome(session.path, Action.BUSY, {"reason": str(exc)})
         result = planned.result
         projected = copy.copy(reading.figures)  # the figures as the appended line leaves them
         parsed = parse_rollout_line(planned.line.rstrip(b"\n"))
@@ -305,34 +341,48 @@ class CodexSource:
             detail["tokens"],
             after,
         )
-        return {
-            "action": "compact_only",
-            "committed": True,
-            "level": result.level,
-            "kept_items": planned.kept,
-            "estimate_after": after,
-            **detail,
-        }
+        return self._outcome(
+            session.path,
+            Action.COMPACT_ONLY,
+            committed=True,
+            detail={"level": result.level, "kept_items": planned.kept, "estimate_after": after, **detail},
+        )
 
-    # --- loops --------------------------------------------------------------------------------------------
-    async def run(self) -> None:
-        """Watch the rollout directories and act on ready sessions until :meth:`stop`."""
+    # --- the Source protocol (loops) ---------------------------------------------------------------------
+    @property
+    def watched(self) -> int:
+        return len(self.watching)
+
+    def prepare(self) -> None:
+        """Nothing to recover: compactd only ever appends one line to a rollout, under Codex's lock."""
+
+    def configure(self, config: Config) -> None:
+        self.config = config
+
+    def save(self) -> None:
+        """Nothing kept across restarts: rollouts are read again at start."""
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Nothing before serving: :meth:`follow` finds the rollouts."""
+
+    async def scan(self, *, dry_run: bool) -> None:
+        await anyio.to_thread.run_sync(self.refresh_all)
+
+    async def follow(self, tg: anyio.abc.TaskGroup) -> None:
+        """Watch the recent rollout directories until :meth:`stop`; find new ones every rescan interval."""
         if not self.enabled:
             return
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._worker)
-            while not self.stopping:
-                await anyio.to_thread.run_sync(self.refresh_all)
-                recent = time.time() - WATCH_RECENT_SECONDS
-                for directory in sorted(
-                    {os.path.dirname(p) for p, s in self.sessions.items() if s.mtime > recent}
-                ):
-                    if directory not in self.watching:
-                        stop = anyio.Event()
-                        self.watching[directory] = stop
-                        tg.start_soon(self._watch, directory, stop)
-                await anyio.sleep(self.config.service.rescan_seconds)
-            tg.cancel_scope.cancel()
+        while not self.stopping:
+            await anyio.to_thread.run_sync(self.refresh_all)
+            recent = time.time() - WATCH_RECENT_SECONDS
+            for directory in sorted(
+                {os.path.dirname(p) for p, s in self.sessions.items() if s.mtime > recent}
+            ):
+                if directory not in self.watching:
+                    stop = anyio.Event()
+                    self.watching[directory] = stop
+                    tg.start_soon(self._watch, directory, stop)
+            await anyio.sleep(self.config.service.rescan_seconds)
 
     async def _watch(self, directory: str, stop: anyio.Event) -> None:
         from compactd.watch import watch_root
@@ -347,14 +397,12 @@ class CodexSource:
                 rust_timeout_ms=5_000,
                 names=_is_rollout_name,
             ):
+                self.heartbeat = time.monotonic()
                 for path in sorted(paths):
                     await anyio.to_thread.run_sync(lambda p=path: self.refresh(p))  # type: ignore[misc]
         except Exception as exc:
             log.warning("codex directory=%s action=watcher_stopped error=%s", directory, describe_error(exc))
         self.watching.pop(directory, None)
-
-    async def _worker(self) -> None:
-        await work(self, self.ready, self.act)
 
     def stop(self) -> None:
         self.stopping = True
@@ -362,26 +410,18 @@ class CodexSource:
             event.set()
         self.wakeup.set()
 
-    async def once(self, *, force: bool = False) -> list[dict[str, Any]]:
-        """``compactd once``: one look at every Codex session, acting on the ready ones."""
-        if not self.enabled:
-            return []
-        await anyio.to_thread.run_sync(self.refresh_all)
-        now = time.time()
-        ready = {id(s) for s in self.ready(now, force=force)}
-        rows: list[dict[str, Any]] = []
-        for path, session in sorted(self.sessions.items()):
-            st = session.state
-            if id(session) in ready:
-                outcome = await self.act(session)
-            elif st.error_stage == "read" and st.last_error:
-                outcome = {"action": "failed", "stage": "read", "reason": st.last_error}
-            elif session.due:
-                outcome = {"action": "wait", "reason": st.next_action or "not idle yet"}
-            else:
-                outcome = {"action": "fits", "tokens": st.planning_tokens, "threshold": st.compact_threshold}
-            rows.append({"path": path, "source": SOURCE, **outcome})
-        return rows
+    def unreadable(self) -> list[Outcome]:
+        return []
+
+    def waiting(self, session: CodexSession, now: float) -> Outcome:
+        """What ``once`` reports of a session it does not act on now."""
+        st = session.state
+        if st.error_stage == "read" and st.last_error:
+            return self._outcome(session.path, Action.FAILED, {"stage": "read", "reason": st.last_error})
+        if session.due:
+            return self._outcome(session.path, Action.WAIT, {"reason": st.next_action or "not idle yet"})
+        detail = {"tokens": st.planning_tokens, "threshold": st.compact_threshold}
+        return self._outcome(session.path, Action.FITS, detail)
 
     # --- status -------------------------------------------------------------------------------------------
     def states(self) -> dict[str, SessionState]:

@@ -36,6 +36,7 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import orjson
 
@@ -122,11 +123,13 @@ def crash_point(name: str) -> None:
 
 
 class Abandon(Exception):
-    """The commit cannot go on; ``reason`` says why. Nothing has been changed when this is raised."""
+    """The commit cannot go on; ``reason`` says why. Nothing has been changed when this is raised. ``busy``:
+    the agent is at work (``"not_idle"``, ``"turn"``), not a failure; None for every other reason."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, busy: Literal["not_idle", "turn"] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.busy = busy
 
 
 def os_reason(exc: OSError) -> str:
@@ -296,7 +299,7 @@ def current_transcript(
         transcript = parse_transcript(snap.data)
     reason = check(transcript) if check is not None else None
     if reason is not None:
-        raise Abandon(reason)
+        raise Abandon(reason, busy="turn")
     return transcript
 
 

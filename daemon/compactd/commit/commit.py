@@ -16,6 +16,7 @@ Rules it enforces, whoever calls it:
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import time
@@ -38,7 +39,7 @@ from compactd.transcript.context import rules_of
 from compactd.transcript.messages import PI_1
 from compactd.transcript.reader import Transcript, read_transcript
 
-__all__ = ["MODES", "CommitMode", "CommitResult", "CompactionEntries", "Successor", "commit"]
+__all__ = ["MODES", "CommitMode", "CommitResult", "CommitStatus", "CompactionEntries", "Successor", "commit"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,20 @@ class Successor:
     size: int
 
 
+class CommitStatus(enum.Enum):
+    """Why a commit ended as it did (its ``reason`` is the human words)."""
+
+    COMMITTED = "committed"
+    NOTHING = "nothing"  # nothing to commit
+    NOT_IDLE = "not_idle"  # the agent wrote within idle_seconds: not now
+    LOCKED = "locked"  # a live process holds the session lock: not now
+    TURN = "turn"  # a turn started since the plan: not now
+    ABANDONED = (
+        "abandoned"  # the file is not what the plan needs (moved branch, swapped path, would not load)
+    )
+    FAILED = "failed"  # an OS error, or the file changed mid-commit
+
+
 @dataclass
 class CommitResult:
     committed: bool
@@ -87,6 +102,7 @@ class CommitResult:
     sealed: bool = False
     archives_removed: list[str] = field(default_factory=list)
     successor: Successor | None = field(default=None, repr=False)
+    status: CommitStatus = CommitStatus.FAILED
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -155,6 +171,7 @@ def commit(
         raise ValueError("a restore commits nothing else, as a rotation")
     if entries is None and not replacements and restore_from is None:
         result.reason = "nothing to commit"
+        result.status = CommitStatus.NOTHING
         return result
     try:
         absolute = checked_path(path)
@@ -185,6 +202,7 @@ def commit(
                 restore_from,
             )
         result.committed = True
+        result.status = CommitStatus.COMMITTED
         result.archive = outcome.archive
         result.leaf_id = outcome.leaf_id
         result.bytes_after = outcome.bytes_after
@@ -199,8 +217,13 @@ def commit(
             )
     except SessionBusy as exc:
         result.reason = f"locked: {exc}"
+        result.status = CommitStatus.LOCKED
     except (Abandon, PlanError) as exc:
         result.reason = exc.reason
+        busy = exc.busy if isinstance(exc, Abandon) else None
+        result.status = {"not_idle": CommitStatus.NOT_IDLE, "turn": CommitStatus.TURN}.get(
+            busy or "", CommitStatus.ABANDONED
+        )
     except OSError as exc:
         result.reason = os_reason(exc)
         failed = True
@@ -218,6 +241,8 @@ def commit(
         )
     else:
         failed = failed or (result.reason is not None and "mid-commit" in result.reason)
+        if failed:
+            result.status = CommitStatus.FAILED
         log.log(
             logging.WARNING if failed else logging.INFO,
             "not committed path=%s mode=%s reason=%s",
@@ -234,8 +259,8 @@ def _not_idle(path: str, check: Callable[[Transcript], str | None] | None) -> Ab
         current = read_transcript(path, follow_symlinks=False)
         reason = check(current) if current.usable else None
         if reason is not None:
-            return Abandon(reason)
-    return Abandon("not idle")
+            return Abandon(reason, busy="turn")
+    return Abandon("not idle", busy="not_idle")
 
 
 def _run(

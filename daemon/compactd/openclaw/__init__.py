@@ -16,11 +16,13 @@ if TYPE_CHECKING:
     from compactd.openclaw._doctor import check_openclaw
     from compactd.openclaw._guard import refusal, sqlite_agent_of
     from compactd.openclaw._source import OpenClawSource
+    from compactd.sources import Host
 
 __all__ = [
     "Agent",
     "Install",
     "OpenClawSource",
+    "build",
     "check_openclaw",
     "discover",
     "refusal",
@@ -36,6 +38,13 @@ _WHERE = {
     "refusal": "compactd.openclaw._guard",
     "sqlite_agent_of": "compactd.openclaw._guard",
 }
+
+
+def build(host: Host) -> OpenClawSource:
+    """This package's :class:`~compactd.sources.Source`, lent the service's ``host``."""
+    from compactd.openclaw._source import OpenClawSource
+
+    return OpenClawSource(host.config, host.env, host=host)
 
 
 def __getattr__(name: str) -> Any:

@@ -16,14 +16,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from compactd import offload
-from compactd._worker import work
 from compactd.config import Config
 from compactd.decision import Decision, Figures, Recorded, decide, readiness
 from compactd.defaults import BUSY_RETRY_SECONDS
@@ -32,6 +32,7 @@ from compactd.openclaw._follower import Follower, read_transcript
 from compactd.openclaw._gateway import GatewayError, RpcError, call
 from compactd.openclaw._guard import AGENT_SUBDIR, DATABASE_NAME
 from compactd.openclaw._store import Node, Store, StoreError, row_node
+from compactd.sources import Action, Host, Outcome
 from compactd.state import Backoff, Metrics, SessionState, describe_error
 
 log = logging.getLogger(__name__)
@@ -91,10 +92,7 @@ def session_path(agent: Agent, session_key: str) -> str:
 class OpenClawSource:
     config: Config
     env: Mapping[str, str]
-    client: Callable[[], Any] = lambda: None  # the summarizer client for the memory flush (None: digest only)
-    task_group: Any = None  # where fire-and-forget hooks run (the service's)
-    changed: Callable[[], None] = lambda: None  # tells the service its status files are stale
-    metrics: Metrics = field(default_factory=Metrics)  # the service's: its sessions beside the file ones
+    host: Host | None = None  # what the service lends (built alone: a metrics of its own, no model)
     install: Install | None = None
     sessions: dict[str, OpenClawSession] = field(default_factory=dict)
     stores: dict[str, Store] = field(default_factory=dict)
@@ -113,6 +111,33 @@ class OpenClawSource:
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)  # ends gateway calls
 
     # --- discover / refresh -------------------------------------------------------------------------------
+    name = "openclaw-sqlite"
+    workers = 1
+    heartbeat: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        if self.host is None:
+            self.host = Host(self.config, self.env, Metrics())
+
+    @property
+    def _host(self) -> Host:
+        assert self.host is not None
+        return self.host
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._host.metrics
+
+    def client(self) -> Any:
+        return self._host.client()
+
+    def changed(self) -> None:
+        self._host.changed()
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup | None:
+        return self._host.task_group
+
     @property
     def enabled(self) -> bool:
         return self.config.openclaw.enabled
@@ -402,13 +427,13 @@ class OpenClawSource:
         return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
 
     # --- acting -------------------------------------------------------------------------------------------
-    def _retry_later(self, st: SessionState, reason: str) -> dict[str, Any]:
+    def _retry_later(self, st: SessionState, reason: str) -> Outcome:
         st.retry_later(time.time(), self.config.sessions.idle_seconds, reason)
         self.changed()
         log.info("session=%s action=busy reason=%s", st.path, reason)
-        return {"action": "busy", "reason": reason}
+        return self._outcome(st.path, Action.BUSY, {"reason": reason})
 
-    def _back_off(self, st: SessionState, stage: str, reason: str) -> dict[str, Any]:
+    def _back_off(self, st: SessionState, stage: str, reason: str) -> Outcome:
         s = self.config.service
         delay = Backoff.record_failure(
             st, time.time(), s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
@@ -419,10 +444,22 @@ class OpenClawSource:
         log.warning(
             "session=%s action=failed stage=%s reason=%s retry_in=%.0fs", st.path, stage, reason, delay
         )
-        return {"action": "failed", "stage": stage, "reason": reason, "retry_in": round(delay)}
+        return self._outcome(
+            st.path, Action.FAILED, {"stage": stage, "reason": reason, "retry_in": round(delay)}
+        )
 
-    async def act(self, session: OpenClawSession) -> dict[str, Any]:
-        """Flush, then ask the gateway to compact; never raises (the session boundary, as the file path's)."""
+    def _outcome(
+        self, path: str, action: Action, detail: dict[str, Any], *, committed: bool = False
+    ) -> Outcome:
+        """An outcome of this source: the row names the source and the session key first."""
+        session = self.sessions.get(path)
+        key = session.key if session is not None else None
+        return Outcome(path, action, committed, {"source": SOURCE, "session_key": key, **detail})
+
+    async def act(self, session: OpenClawSession, *, force: bool = False, dry_run: bool = False) -> Outcome:
+        """Flush, then ask the gateway to compact; never raises (the session boundary, as the file path's).
+        The gateway decides itself whether the session may be compacted now: ``force`` changes nothing, and a
+        dry run is never asked of this source."""
         st = session.state
         session.in_flight = True
         try:
@@ -432,13 +469,13 @@ class OpenClawSource:
         finally:
             session.in_flight = False
 
-    async def _act(self, session: OpenClawSession) -> dict[str, Any]:
+    async def _act(self, session: OpenClawSession) -> Outcome:
         st, agent = session.state, session.agent
         store = self.store_of(agent)
         await anyio.to_thread.run_sync(lambda: self.refresh(agent, replan=session))
         node, decision = session.node, session.decision
         if node is None or decision is None or not session.due:
-            return {"action": "none"}
+            return self._outcome(st.path, Action.NONE, {})
         if node.active_run:
             return self._retry_later(st, f"run {node.active_run} in progress")
         detail: dict[str, Any] = {"tokens": st.planning_tokens, "threshold": st.compact_threshold}
@@ -448,10 +485,10 @@ class OpenClawSource:
             st.mark_flushed(time.time())
         if not decision.compact:
             session.due = False
-            return {"action": "flush", **detail}
+            return self._outcome(st.path, Action.FLUSH, {**detail})
         install = self.install
         if install is None:
-            return {"action": "none"}
+            return self._outcome(st.path, Action.NONE, {})
         before_count, before_seq = node.compaction_count, session.follower.last_seq
         started = time.monotonic()
         params = {"key": session.key, "agentId": agent.agent_id}
@@ -500,7 +537,9 @@ class OpenClawSource:
             elapsed,
             before_count + 1,
         )
-        return {"action": "compact_only", "committed": True, "seconds": round(elapsed, 2), **detail}
+        return self._outcome(
+            st.path, Action.COMPACT_ONLY, committed=True, detail={"seconds": round(elapsed, 2), **detail}
+        )
 
     async def _verify(
         self, session: OpenClawSession, store: Store, before_count: int, before_seq: int
@@ -529,9 +568,9 @@ class OpenClawSource:
     async def _flush(self, session: OpenClawSession, store: Store) -> None:
         """compactd's memory-flush hooks and built-in flush into the agent workspace's ``memory/`` (OpenClaw's
         own flush runs only inside turns); neither can stop the compaction."""
-        from compactd.job import engine_settings
         from compactd.memory import flush_span, start_hooks
         from compactd.summarize.engine import CompactionEngine
+        from compactd.summarize.settings import engine_settings
         from compactd.workspace import claimed_workspace
 
         st, agent = session.state, session.agent
@@ -579,27 +618,42 @@ class OpenClawSource:
             session_id=session_id,
         )
 
-    # --- loops --------------------------------------------------------------------------------------------
-    async def run(self) -> None:
-        """Watch every agent's database and act on ready sessions until :meth:`stop`."""
+    # --- the Source protocol (loops) ---------------------------------------------------------------------
+    @property
+    def watched(self) -> int:
+        return len(self.watching)
+
+    def prepare(self) -> None:
+        """Nothing to recover: the gateway owns every write to the database."""
+
+    def configure(self, config: Config) -> None:
+        self.config = config
+
+    def save(self) -> None:
+        """Nothing kept across restarts: the database is read again (by row sequence) at start."""
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Nothing before serving: :meth:`follow` discovers the agents and reads their databases."""
+
+    async def scan(self, *, dry_run: bool) -> None:
+        await anyio.to_thread.run_sync(self.discover)
+        await anyio.to_thread.run_sync(self.refresh_all)
+
+    async def follow(self, tg: anyio.abc.TaskGroup) -> None:
+        """Watch every agent's database until :meth:`stop`, and read them all again every rescan interval."""
         if not self.enabled:
             return
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._worker)
-            while not self.stopping:
-                await anyio.to_thread.run_sync(self.discover)
-                for agent in self.agents():
-                    directory = agent.database.rsplit("/", 1)[0]
-                    if directory not in self.watching:
-                        stop = anyio.Event()
-                        self.watching[directory] = stop
-                        tg.start_soon(self._watch, agent, directory, stop)
-                        log.info(
-                            "openclaw agent=%s action=watching database=%s", agent.agent_id, agent.database
-                        )
-                await anyio.to_thread.run_sync(self.refresh_all)  # the safety net for dropped events
-                await anyio.sleep(self.config.service.rescan_seconds)
-            tg.cancel_scope.cancel()
+        while not self.stopping:
+            await anyio.to_thread.run_sync(self.discover)
+            for agent in self.agents():
+                directory = agent.database.rsplit("/", 1)[0]
+                if directory not in self.watching:
+                    stop = anyio.Event()
+                    self.watching[directory] = stop
+                    tg.start_soon(self._watch, agent, directory, stop)
+                    log.info("openclaw agent=%s action=watching database=%s", agent.agent_id, agent.database)
+            await anyio.to_thread.run_sync(self.refresh_all)  # the safety net for dropped events
+            await anyio.sleep(self.config.service.rescan_seconds)
 
     async def _watch(self, agent: Agent, directory: str, stop: anyio.Event) -> None:
         from compactd.watch import watch_root
@@ -615,6 +669,7 @@ class OpenClawSource:
                 rust_timeout_ms=5_000,
                 names=_watched,
             ):
+                self.heartbeat = time.monotonic()
                 # Our own read opens the -wal, which the watcher may report: only a new size or mtime counts.
                 signature = _signature(agent.database)
                 if paths and signature != last:
@@ -625,9 +680,6 @@ class OpenClawSource:
                 "openclaw directory=%s action=watcher_stopped error=%s", directory, describe_error(exc)
             )
         self.watching.pop(directory, None)
-
-    async def _worker(self) -> None:
-        await work(self, self.ready, self.act)
 
     def stop(self) -> None:
         """Stop the loops, and end the database reads and the gateway call under way at once (a worker thread
@@ -641,47 +693,34 @@ class OpenClawSource:
             event.set()
         self.wakeup.set()
 
-    async def once(self, *, force: bool = False) -> list[dict[str, Any]]:
-        """``compactd once``: one look at every OpenClaw session, acting on the ready ones."""
-        if not self.enabled:
-            return []
-        await anyio.to_thread.run_sync(self.discover)
-        await anyio.to_thread.run_sync(self.refresh_all)
-        now = time.time()
-        ready = {id(s) for s in self.ready(now, force=force)}
-        rows: list[dict[str, Any]] = [  # an agent whose database cannot be read at all
-            {
-                "path": agent.database,
-                "source": SOURCE,
-                "session_key": None,
-                "action": "failed",
-                "stage": "read",
-                "reason": self.problems[agent.agent_id],
-            }
+    def unreadable(self) -> list[Outcome]:
+        """An outcome for each agent whose database cannot be read at all."""
+        return [
+            Outcome(
+                agent.database,
+                Action.FAILED,
+                detail={
+                    "source": SOURCE,
+                    "session_key": None,
+                    "stage": "read",
+                    "reason": self.problems[agent.agent_id],
+                },
+            )
             for agent in self.agents()
             if agent.agent_id in self.problems
         ]
-        for path, session in sorted(self.sessions.items()):
-            st = session.state
-            if id(session) in ready:
-                outcome = await self.act(session)
-            elif st.error_stage == "read" and st.last_error:
-                outcome = {
-                    "action": "failed",
-                    "stage": "read",
-                    "reason": st.last_error,
-                    "retry_in": round(st.backoff_remaining(now)),
-                }
-            elif session.due:
-                outcome = {"action": "wait", "reason": session.state.next_action or "not idle yet"}
-            else:
-                outcome = {
-                    "action": "fits",
-                    "tokens": session.state.planning_tokens,
-                    "threshold": session.state.compact_threshold,
-                }
-            rows.append({"path": path, "source": SOURCE, "session_key": session.key, **outcome})
-        return rows
+
+    def waiting(self, session: OpenClawSession, now: float) -> Outcome:
+        """What ``once`` reports of a session it does not act on now."""
+        st = session.state
+        if st.error_stage == "read" and st.last_error:
+            detail = {"stage": "read", "reason": st.last_error, "retry_in": round(st.backoff_remaining(now))}
+            return self._outcome(st.path, Action.FAILED, detail)
+        if session.due:
+            return self._outcome(st.path, Action.WAIT, {"reason": st.next_action or "not idle yet"})
+        return self._outcome(
+            st.path, Action.FITS, {"tokens": st.planning_tokens, "threshold": st.compact_threshold}
+        )
 
     # --- status -------------------------------------------------------------------------------------------
     def states(self) -> dict[str, SessionState]:
@@ -695,7 +734,6 @@ class OpenClawSource:
         for row in status.get("sessions", []):
             session = self.sessions.get(str(row.get("path")))
             if session is None:
-                row.setdefault("source", "file")
                 continue
             node = session.node
             row.update(
