@@ -26,9 +26,9 @@ from typing import Any
 
 import orjson
 from compactd.config import Config
-from compactd.openclaw._discovery import Agent
-from compactd.openclaw._source import OpenClawSource
-from compactd.tracker import SessionTracker
+from compactd.sources.files.tracker import SessionTracker
+from compactd.sources.openclaw._discovery import Agent
+from compactd.sources.openclaw._source import OpenClawSource
 
 from tests.support.openclaw_db import SCHEMA
 
@@ -161,7 +161,7 @@ def giant_line(directory: Path, *, line_mb: float, step_kb: int) -> dict[str, An
 # --- (c) cold read --------------------------------------------------------------------------------------------
 _CHILD = """
 import json, sys, time
-from compactd.tracker import SessionTracker
+from compactd.sources.files.tracker import SessionTracker
 started = time.monotonic()
 update = SessionTracker(sys.argv[1]).refresh()
 seconds = time.monotonic() - started

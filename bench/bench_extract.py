@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def child(path: str) -> dict[str, Any]:
     """In the child: the floor, the redaction and the extraction of ``path``'s messages, timed apart."""
+    from compactd.core.messages import llm_visible
     from compactd.summarize.identifiers import extract_identifiers
     from compactd.summarize.redact import SpanText, redact_value
-    from compactd.transcript.messages import llm_visible
 
     data = Path(path).read_bytes()
     start = time.thread_time()

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from compactd.openclaw._discovery import parse_config, read_openclaw_config
-from compactd.openclaw._json5 import loads
+from compactd.sources.openclaw._discovery import parse_config, read_openclaw_config
+from compactd.sources.openclaw._json5 import loads
 
 from bench.bench_read import _timed, interleaved
 

@@ -220,8 +220,8 @@ async def _ticking(work: Callable[[], Any]) -> tuple[float, float]:
 
 def measure_offload(mb: float) -> dict[str, Any]:
     from compactd.config import load_config
-    from compactd.job import compact_file
-    from compactd.transcript.reader import read_transcript
+    from compactd.reading import read_transcript
+    from compactd.sources.files.job import compact_file
 
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as tmp:
         path = Path(tmp, "big.jsonl")

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from compactd.ledger import SessionLedger
-from compactd.prune import tool_result_text_chars
-from compactd.tokens import estimate_tokens, js_json_len, js_len, usage_tokens
-from compactd.transcript.context import build_context
-from compactd.transcript.messages import is_runtime_context, strip_for_llm
-from compactd.transcript.reader import iter_lines, parse_transcript, validate
+from compactd.core.context import build_context
+from compactd.core.ledger import SessionLedger
+from compactd.core.messages import is_runtime_context, strip_for_llm
+from compactd.core.prune import tool_result_text_chars
+from compactd.core.reader import iter_lines, parse_transcript, validate
+from compactd.core.tokens import estimate_tokens, js_json_len, js_len, usage_tokens
 
 from bench.corpus import generate_corpus
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from compactd.tail import Change
-from compactd.tracker import SessionTracker
+from compactd.sources.files.tail import Change
+from compactd.sources.files.tracker import SessionTracker
 
 from bench.corpus import generate_session
 

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from compactd.ledger import SessionLedger
-from compactd.transcript.reader import read_transcript
+from compactd.core.ledger import SessionLedger
+from compactd.reading import read_transcript
 
 from bench import (
     bench_cli,

@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 import pytest
 from compactd import defaults as d
-from compactd.budget import (
+from compactd.config import Config
+from compactd.core.budget import (
     TRUNCATE_ONLY_SLACK_CHARS,
     Budget,
     budget_for_window,
@@ -19,9 +20,8 @@ from compactd.budget import (
     resolve_window,
     tool_result_max_chars,
 )
-from compactd.config import Config
-from compactd.decision import choose_route, flush_due
-from compactd.tokens import MAX_TOKENS
+from compactd.core.decision import choose_route, flush_due
+from compactd.core.tokens import MAX_TOKENS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -378,10 +378,10 @@ def write_session(path: Path, turns: list[tuple[str, str]]) -> Path:
 def session_budget(path: Path, cfg: Config) -> Budget:
     """What ``compactd inspect`` computes: the reader's context and pi's estimate, the pruning planner's
     reducible characters, and the model the transcript names."""
-    from compactd.prune import reducible_chars
-    from compactd.tokens import estimate_context_tokens
-    from compactd.transcript.context import build_context
-    from compactd.transcript.reader import read_transcript
+    from compactd.core.context import build_context
+    from compactd.core.prune import reducible_chars
+    from compactd.core.tokens import estimate_context_tokens
+    from compactd.reading import read_transcript
 
     transcript = read_transcript(path)
     context = build_context(transcript)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import yaml
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.support.cli import compactd
 

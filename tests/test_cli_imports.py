@@ -14,7 +14,7 @@ from bench.corpus import generate_session
 REPO = Path(__file__).resolve().parents[1]
 LOADED = """
 import json, sys
-from compactd.cli import main
+from compactd.commands.cli import main
 code = main(sys.argv[1:])
 print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
 """
@@ -22,10 +22,10 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.llm",
     "watchfiles",
     "openai",
-    "compactd.codex._hook",  # Codex's PreCompact hook: only ``compactd hook``
-    "compactd.openclaw._doctor",  # only ``doctor``
-    "compactd.openclaw._source",  # the other session sources: built when a pass or the service uses them
-    "compactd.codex._source",
+    "compactd.sources.codex._hook",  # Codex's PreCompact hook: only ``compactd hook``
+    "compactd.sources.openclaw._doctor",  # only ``doctor``
+    "compactd.sources.openclaw._source",  # the other session sources: built when a pass or the service uses them
+    "compactd.sources.codex._source",
 )
 # Not listed: ``compactd.summarize.sanitize``. Printing needs only ``display.escape_controls``, but a dry run over
 # a due session plans the job as the run does (issue 20: the dry run is the run), and the engine's stages load it.

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 from compactd import __version__
-from compactd.cli import main
+from compactd.commands.cli import main
 from compactd.config import load_config
-from compactd.decision import decide
-from compactd.planning import figures_of
-from compactd.tokens import estimate_context_tokens, estimate_tokens
-from compactd.transcript.context import build_context
-from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
-from compactd.transcript.reader import read_transcript
+from compactd.core.context import build_context
+from compactd.core.decision import decide
+from compactd.core.messages import RUNTIME_CONTEXT_TYPE, llm_visible
+from compactd.core.planning import figures_of
+from compactd.core.tokens import estimate_context_tokens, estimate_tokens
+from compactd.reading import read_transcript
 
 Json = dict[str, Any]
 COMPACTD = Path(sys.executable).parent / "compactd"

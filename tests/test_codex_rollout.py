@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import zstandard
-from compactd.codex._bridge import SUMMARY_LEAD, compacted_line, kept_items, to_transcript_bytes
-from compactd.codex._compact import append_compacted, plan_compaction, read_rollout
-from compactd.codex._files import Cursor, ThreadBusy, find_rollouts, read_new, thread_lock
-from compactd.codex._hook import COMPACT_PROMPT, HookRefused, precompact
-from compactd.codex._rollout import RolloutFigures, history_of, is_context_message, parse_rollout_line
 from compactd.config import Config
+from compactd.sources.codex._bridge import SUMMARY_LEAD, compacted_line, kept_items, to_transcript_bytes
+from compactd.sources.codex._compact import append_compacted, plan_compaction, read_rollout
+from compactd.sources.codex._files import Cursor, ThreadBusy, find_rollouts, read_new, thread_lock
+from compactd.sources.codex._hook import COMPACT_PROMPT, HookRefused, precompact
+from compactd.sources.codex._rollout import RolloutFigures, history_of, is_context_message, parse_rollout_line
 from compactd.summarize.engine import CompactionEngine
 from compactd.summarize.headings import REQUIRED_HEADINGS
 from compactd.summarize.settings import engine_settings
@@ -306,7 +306,7 @@ def test_the_compact_prompt_asks_for_compactd_headings() -> None:
 
 
 def test_only_the_newest_rollout_of_a_thread_may_be_compacted(tmp_path: Path) -> None:
-    from compactd.codex import CodexSource
+    from compactd.sources.codex import CodexSource
 
     first = write_rollout(tmp_path, rollout_lines())
     later = first.with_name(first.name.replace(".jsonl", "_1.jsonl"))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import pytest
 from compactd.commit import CRASH_POINTS, CompactionEntries, Journal, commit, recover
 from compactd.commit.locks import lock_is_live, lock_path_for, read_lock
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.support.crash import (
     archives_of,

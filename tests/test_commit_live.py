@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from compactd.commit import LEAF_POINTER_TYPE, commit
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.support.crash import (
     archives_of,

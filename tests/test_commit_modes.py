@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from compactd.commit import FULL_TEXT_PLACEHOLDER, Journal, commit
 from compactd.commit.atomic import utc_stamp
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.support.crash import (
     archives_of,

@@ -20,8 +20,8 @@ from compactd.commit.successor import (
     substitute_note,
     verify,
 )
-from compactd.transcript.context import build_context, entry_to_message
-from compactd.transcript.reader import parse_line, parse_transcript
+from compactd.core.context import build_context, entry_to_message
+from compactd.core.reader import parse_line, parse_transcript
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

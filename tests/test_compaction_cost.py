@@ -2,7 +2,7 @@
 what the finished job's repr costs, Ctrl-C during the model call, and the commit's test seam.
 
 Reads are counted by the kernel (``rchar`` in ``/proc/self/io``: bytes this process read, whatever the call),
-parses by counting the reader's one scan of a file's lines (:class:`compactd.transcript.reader.Scan`, which
+parses by counting the reader's one scan of a file's lines (:class:`compactd.core.reader.Scan`, which
 ``parse_transcript`` and the ledger's cold read both go through).
 """
 
@@ -21,10 +21,10 @@ import anyio
 import pytest
 import yaml
 from compactd.config import load_config
-from compactd.job import compact_file
-from compactd.ledger import SessionLedger
+from compactd.core import reader
+from compactd.core.ledger import SessionLedger
 from compactd.service import Service
-from compactd.transcript import reader
+from compactd.sources.files.job import compact_file
 
 from bench.corpus import session_bytes
 from tests.support.cli import REPO, compactd

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.test_service_e2e import AGENTS_MD, MEMORY, SUMMARY, memory_blocks, turn_ops, wait_for
 

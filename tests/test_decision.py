@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from compactd.config import Config
-from compactd.decision import ROUTES, Figures, Recorded, decide
-from compactd.ledger import SessionLedger
-from compactd.planning import figures_of, route_cap, tool_result_cap
-from compactd.transcript.reader import read_transcript
-from compactd.turns import Turn
+from compactd.core.decision import ROUTES, Figures, Recorded, decide
+from compactd.core.ledger import SessionLedger
+from compactd.core.planning import figures_of, route_cap, tool_result_cap
+from compactd.core.turns import Turn
+from compactd.reading import read_transcript
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from compactd.tokens import estimate_context_tokens, estimate_tokens
-from compactd.transcript.context import build_context
-from compactd.transcript.reader import read_transcript
+from compactd.core.context import build_context
+from compactd.core.tokens import estimate_context_tokens, estimate_tokens
+from compactd.reading import read_transcript
 
 from tests.support import messages as msgs
 

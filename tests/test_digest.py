@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 from compactd.commit.commit import CommitMode, CompactionEntries, commit
+from compactd.core.messages import text_of
+from compactd.core.reader import Transcript
 from compactd.defaults import KEEP_RECENT_TOKENS, KEEP_RECENT_TURNS
-from compactd.job import snapshot_size
+from compactd.reading import read_transcript
+from compactd.sources.files.job import snapshot_size
 from compactd.summarize.augment import RECENT_TURNS_HEADING
 from compactd.summarize.digest import (
     DIGEST_MAX_CHARS,
@@ -33,8 +36,6 @@ from compactd.summarize.headings import (
     split_sections,
 )
 from compactd.summarize.identifiers import extract_identifiers, missing_identifiers, rank_identifiers
-from compactd.transcript.messages import text_of
-from compactd.transcript.reader import Transcript, read_transcript
 
 from tests.support import messages as msgs
 
@@ -383,7 +384,7 @@ def test_real_sessions(name: str) -> None:
     path = _real_dir() / name
     if not path.is_file():
         pytest.skip(f"{path} not present")
-    from compactd.transcript.context import build_context
+    from compactd.core.context import build_context
 
     messages = build_context(read_transcript(path)).messages
     digest = build_digest(messages)

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from compactd.core.messages import llm_visible
+from compactd.core.reader import Transcript, parse_transcript
+from compactd.reading import read_transcript
 from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
 from compactd.summarize.headings import REQUIRED_HEADINGS
 from compactd.summarize.identifiers import extract_identifiers, rank_identifiers
 from compactd.summarize.llm import RetryPolicy, SummarizerClient
-from compactd.transcript.messages import llm_visible
-from compactd.transcript.reader import Transcript, parse_transcript, read_transcript
 
 if TYPE_CHECKING:
     from tests.support.llm_server import RecordedRequest, StubLLMServer

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 from compactd import progress
-from compactd.cli import build_parser
+from compactd.commands.cli import build_parser
 from compactd.commit.locks import lock_path_for, process_starttime
-from compactd.timestamps import js_iso
+from compactd.core.timestamps import js_iso
 
 from tests.support.cli import compactd
 from tests.test_cli_commands import LONG, REPO, SHORT, demo

@@ -34,20 +34,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from compactd.cli import main as cli_main
-from compactd.ledger import SessionLedger
-from compactd.tokens import (
+from compactd.commands.cli import main as cli_main
+from compactd.core.context import build_context
+from compactd.core.jsjson import JS_WHITESPACE, nesting, stringify
+from compactd.core.ledger import SessionLedger
+from compactd.core.messages import llm_visible
+from compactd.core.reader import Transcript, link_key, parse_transcript
+from compactd.core.tokens import (
     MAX_TOKENS,
     estimate_context_tokens,
     estimate_for_planning,
     estimate_tokens,
     usage_tokens,
 )
-from compactd.tracker import SessionTracker
-from compactd.transcript.context import build_context
-from compactd.transcript.jsjson import JS_WHITESPACE, nesting, stringify
-from compactd.transcript.messages import llm_visible
-from compactd.transcript.reader import Transcript, link_key, parse_transcript, read_transcript
+from compactd.reading import read_transcript
+from compactd.sources.files.tracker import SessionTracker
 
 from tests.support import messages as msgs
 from tests.support.cli import compactd

@@ -629,8 +629,8 @@ def test_real_session_ranking_and_full_repair(name: str) -> None:
     path = _real_dir() / name
     if not path.is_file():
         pytest.skip(f"{path} not present")
-    from compactd.transcript.context import build_context
-    from compactd.transcript.reader import read_transcript
+    from compactd.core.context import build_context
+    from compactd.reading import read_transcript
 
     messages = build_context(read_transcript(path)).messages
     ids = extract_identifiers(messages)
@@ -807,8 +807,8 @@ def test_span_text_reuses_a_redacted_string_only_where_it_is_the_whole_text(
 ) -> None:
     """``SpanText`` takes a one-block message's redacted block as its text; a join (whose blocks may form a
     secret only together) is redacted again. Either way the text is the source's joined text, redacted."""
+    from compactd.core.messages import text_of
     from compactd.summarize.redact import SpanText, redact_secrets, redact_value
-    from compactd.transcript.messages import text_of
 
     message: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": b} for b in blocks]}
     if role == "compactionSummary":
@@ -833,11 +833,11 @@ def test_real_sessions_records_equal_the_reference_extractor(
     path = _real_dir() / name
     if not path.is_file():
         pytest.skip(f"{path} not present")
+    from compactd.core.context import build_context
+    from compactd.core.messages import llm_visible, text_of
+    from compactd.reading import read_transcript
     from compactd.summarize import identifiers as ids
     from compactd.summarize.redact import SpanText, redact_secrets, redact_value
-    from compactd.transcript.context import build_context
-    from compactd.transcript.messages import llm_visible, text_of
-    from compactd.transcript.reader import read_transcript
 
     read = list(llm_visible(build_context(read_transcript(path)).messages))
     handed_on = [redact_value(m) for m in read]

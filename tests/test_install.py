@@ -113,7 +113,7 @@ def test_readme_service_steps_in_a_fresh_home_give_a_unit_that_starts_compactd(t
         [
             str(Path(resolved).resolve().parent / "python"),
             "-c",
-            "import compactd.service, compactd.openclaw, compactd.state._prom, watchfiles, zstandard, websockets",
+            "import compactd.service, compactd.sources.openclaw, compactd.state._prom, watchfiles, zstandard, websockets",
         ],
         env=manager_env,
         capture_output=True,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.support.cli import compactd as run_compactd
 from tests.support.crash import temp_files

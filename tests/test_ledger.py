@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd.ledger import SessionLedger
-from compactd.planning import tool_result_items
-from compactd.prune import reducible_chars
-from compactd.tail import Change
-from compactd.tokens import estimate_context_tokens, estimate_for_planning
-from compactd.tracker import SessionTracker
-from compactd.transcript.context import build_context
-from compactd.transcript.messages import RUNTIME_CONTEXT_TYPE, llm_visible
-from compactd.transcript.reader import MAX_DEPTH, read_transcript
+from compactd.core.context import build_context
+from compactd.core.ledger import SessionLedger
+from compactd.core.messages import RUNTIME_CONTEXT_TYPE, llm_visible
+from compactd.core.planning import tool_result_items
+from compactd.core.prune import reducible_chars
+from compactd.core.reader import MAX_DEPTH
+from compactd.core.tokens import estimate_context_tokens, estimate_for_planning
+from compactd.reading import read_transcript
+from compactd.sources.files.tail import Change
+from compactd.sources.files.tracker import SessionTracker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -569,7 +570,7 @@ def test_cold_read_equals_the_full_read_on_real_sessions(name: str) -> None:
 def test_cold_read_equals_the_full_read(shape: list[int], stale: bool) -> None:
     """Random trees: branches, compactions (kept before, after or nowhere), usage anchors fresh and stale,
     runtime context, labels, model changes and a junk last line."""
-    from compactd.transcript.reader import parse_transcript
+    from compactd.core.reader import parse_transcript
 
     lines = [header()]
     ids: list[str] = []
@@ -664,7 +665,7 @@ def test_the_cold_read_falls_back_to_the_exact_reader(
     def broken(data: bytes) -> SessionLedger:
         raise ValueError("a bug in the fast path")
 
-    monkeypatch.setattr("compactd.ledger._cold_read", broken)
+    monkeypatch.setattr("compactd.core.ledger._cold_read", broken)
     ledger = SessionLedger.from_bytes(path.read_bytes(), str(path))
     assert ledger.figures() == one_go(path).figures()
     assert "cold read failed" in caplog.text and str(path) in caplog.text

@@ -63,9 +63,9 @@ def _lines(stream: TextIO) -> list[str]:
 def test_plain_format_has_utc_timestamp_level_logger_and_message() -> None:
     out = io.StringIO()
     configure_logging("info", env={}, stream=out)
-    logging.getLogger("compactd.watch").info("session=%s action=%s", "abc", "compact")
+    logging.getLogger("compactd.sources.watch").info("session=%s action=%s", "abc", "compact")
     (line,) = out.getvalue().splitlines()
-    assert re.fullmatch(STAMP + r" INFO compactd\.watch: session=abc action=compact", line), line
+    assert re.fullmatch(STAMP + r" INFO compactd\.sources\.watch: session=abc action=compact", line), line
 
 
 def test_timestamp_is_utc_with_milliseconds() -> None:

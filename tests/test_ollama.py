@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from compactd.commands.doctor import check_summarizer
 from compactd.config import Config, ConfigError
-from compactd.doctor import check_summarizer
+from compactd.reading import read_transcript
 from compactd.summarize._server import ServerInfo, llamacpp_info, ollama_info, plan_calls
 from compactd.summarize.engine import CompactionEngine, EngineResult
 from compactd.summarize.llm import LLMError, SummarizerClient, estimate_prompt_tokens
 from compactd.summarize.pace import SpeedMemory, endpoint_key, prompt_was_cut
-from compactd.transcript.reader import read_transcript
 
 from tests.support.llm_server import llamacpp_props
 from tests.support.ollama_server import Model, OllamaServer, render

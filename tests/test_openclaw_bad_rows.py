@@ -20,9 +20,9 @@ import anyio
 import pytest
 import yaml
 from compactd.config import Config
-from compactd.ledger import SessionLedger
-from compactd.openclaw import OpenClawSource
+from compactd.core.ledger import SessionLedger
 from compactd.sources import one_pass
+from compactd.sources.openclaw import OpenClawSource
 
 from bench.corpus import session_bytes
 from tests.support.cli import INHERITED_NOT, REPO, compactd

@@ -20,7 +20,7 @@ import orjson
 import pytest
 import yaml
 import zstandard
-from compactd.openclaw._store import MAX_ROW_BYTES, Store, StoreError
+from compactd.sources.openclaw._store import MAX_ROW_BYTES, Store, StoreError
 
 from tests.support.cli import INHERITED_NOT, REPO, compactd
 from tests.support.openclaw_db import SCHEMA, AgentDb
@@ -58,7 +58,7 @@ def read_in_subprocess(path: Path) -> tuple[str, int]:
     The peak is the new program's ``VmHWM``: ``ru_maxrss`` would keep the forking test process's peak."""
     script = f"""
 import re
-from compactd.openclaw._store import Store, StoreError
+from compactd.sources.openclaw._store import Store, StoreError
 store = Store({str(path)!r})
 try:
     with store.connect() as conn:
@@ -258,7 +258,7 @@ def test_run_ends_on_sigterm_while_its_worker_reads_an_endless_view(tmp_path: Pa
 
 def test_a_gateway_call_waiting_for_a_compaction_ends_when_cancelled() -> None:
     """A compaction may take minutes; ``stop()`` cancels the call, so SIGTERM does not wait for it."""
-    from compactd.openclaw._gateway import GatewayError, call
+    from compactd.sources.openclaw._gateway import GatewayError, call
     from websockets.sync.server import serve
 
     asked = threading.Event()

@@ -16,8 +16,8 @@ from pathlib import Path
 import orjson
 import pytest
 from compactd.config import Config
-from compactd.openclaw import OpenClawSource, check_openclaw, discover
-from compactd.openclaw._store import Store, StoreError
+from compactd.sources.openclaw import OpenClawSource, check_openclaw, discover
+from compactd.sources.openclaw._store import Store, StoreError
 
 from tests.support.openclaw_db import AgentDb, GatewayProcess
 

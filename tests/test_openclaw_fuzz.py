@@ -20,10 +20,10 @@ import orjson
 import pytest
 import zstandard
 from compactd.config import Config
-from compactd.ledger import SessionLedger
-from compactd.openclaw import OpenClawSource
-from compactd.openclaw._store import MAX_EVENT_BYTES
+from compactd.core.ledger import SessionLedger
 from compactd.sources import one_pass
+from compactd.sources.openclaw import OpenClawSource
+from compactd.sources.openclaw._store import MAX_EVENT_BYTES
 
 from bench.corpus import session_bytes
 from tests.support.openclaw_db import AgentDb

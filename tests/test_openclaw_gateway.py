@@ -19,9 +19,9 @@ from typing import Any
 
 import anyio
 import pytest
-from compactd.openclaw._gateway import GatewayError, call
-from compactd.openclaw._listener import ListenerUnknown, peer_uid
 from compactd.sources import one_pass
+from compactd.sources.openclaw._gateway import GatewayError, call
+from compactd.sources.openclaw._listener import ListenerUnknown, peer_uid
 
 LISTENER = Path(__file__).resolve().parent / "support" / "listener.py"
 NOBODY = 65534
@@ -186,7 +186,7 @@ def over_threshold_install(root: Path, port: int) -> None:
 
 def compact_once(tmp_path: Path, port: int, deadline: float) -> dict[str, Any]:
     from compactd.config import Config
-    from compactd.openclaw import OpenClawSource
+    from compactd.sources.openclaw import OpenClawSource
 
     over_threshold_install(tmp_path / "openclaw", port)
     config = Config.from_mapping(

@@ -74,7 +74,7 @@ def test_compact_refuses_a_file_under_a_sqlite_backed_agent(tmp_path: Path) -> N
 
 
 def test_one_pass_asks_each_directory_once_and_answers_as_a_fresh_look(tmp_path: Path) -> None:
-    from compactd.openclaw._guard import refusal
+    from compactd.sources.openclaw._guard import refusal
 
     _config, legacy, current, _env = two_agents(tmp_path)
     files = [str(agent / "sessions" / LONG) for agent in (legacy, current)]

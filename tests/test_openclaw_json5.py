@@ -16,13 +16,13 @@ from typing import Any
 import json5
 import orjson
 import pytest
-from compactd.openclaw import discover
-from compactd.openclaw._discovery import (
+from compactd.sources.openclaw import discover
+from compactd.sources.openclaw._discovery import (
     MAX_CONFIG_DEPTH,
     OpenClawConfigError,
     read_openclaw_config,
 )
-from compactd.openclaw._json5 import JSON5Error, loads
+from compactd.sources.openclaw._json5 import JSON5Error, loads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

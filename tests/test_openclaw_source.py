@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
-from compactd.ledger import SessionLedger
-from compactd.openclaw._follower import Follower, as_jsonl
-from compactd.openclaw._store import Store
+from compactd.core.ledger import SessionLedger
+from compactd.sources.openclaw._follower import Follower, as_jsonl
+from compactd.sources.openclaw._store import Store
 
 from tests.support.cli import INHERITED_NOT, REPO, compactd
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer

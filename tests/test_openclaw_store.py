@@ -11,14 +11,14 @@ import os
 from pathlib import Path
 
 import pytest
-from compactd.budget import thresholds
 from compactd.config import Config
-from compactd.decision import Figures, Recorded, decide
-from compactd.ledger import SessionLedger
+from compactd.core.budget import thresholds
+from compactd.core.decision import Figures, Recorded, decide
+from compactd.core.ledger import SessionLedger
 from compactd.logs import clear_secrets, scrub
-from compactd.openclaw import discover
-from compactd.openclaw._follower import Follower
-from compactd.openclaw._store import Store
+from compactd.sources.openclaw import discover
+from compactd.sources.openclaw._follower import Follower
+from compactd.sources.openclaw._store import Store
 
 from tests.support.openclaw_db import AgentDb, GatewayProcess
 
@@ -219,8 +219,8 @@ def test_a_refresh_costs_the_rows_appended_not_the_sessions_held(tmp_path: Path)
     """5,000 sessions in one database: after N appended rows a refresh runs O(N) statements and re-reads only
     the sessions with new rows (a new session among them); a rewrite is still seen, and the rescan's full look
     sees what no row says (a node's own change, a deleted session)."""
-    from compactd.openclaw._discovery import Agent, Install
-    from compactd.openclaw._source import OpenClawSource, session_path
+    from compactd.sources.openclaw._discovery import Agent, Install
+    from compactd.sources.openclaw._source import OpenClawSource, session_path
 
     db = AgentDb(tmp_path / "agent" / "openclaw-agent.sqlite")
     ids = _many_sessions(db, 5_000)

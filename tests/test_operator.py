@@ -27,7 +27,7 @@ import pytest
 import yaml
 from compactd.config import Config
 from compactd.logs import configure_logging, event_fields
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.support import messages as msgs
 from tests.support.cli import compactd

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from compactd.reading import read_transcript
 from compactd.summarize.engine import CompactionEngine, EngineResult, EngineSettings
 from compactd.summarize.headings import REQUIRED_HEADINGS
 from compactd.summarize.llm import SummarizerClient, estimate_prompt_tokens
@@ -36,7 +37,6 @@ from compactd.summarize.pace import (
     output_budget,
 )
 from compactd.summarize.prompts import RETRY_INSTRUCTION
-from compactd.transcript.reader import read_transcript
 
 from tests.support.llm_server import Reply, chunk_payload, sse_event
 from tests.support.pi import rotate_and_load
@@ -490,7 +490,7 @@ def test_doctor_says_what_speed_was_measured_and_what_call_it_implies(
     import io
 
     import yaml
-    from compactd.doctor import run_doctor
+    from compactd.commands.doctor import run_doctor
 
     def doctor() -> tuple[int, str]:
         out = io.StringIO()

@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd.ledger import SessionLedger
-from compactd.tokens import MAX_TOKENS, estimate_tokens, usage_tokens
-from compactd.tracker import SessionTracker
-from compactd.transcript.context import SessionContext, build_context, context_estimate, rules_of
-from compactd.transcript.jsjson import nesting, stringify
-from compactd.transcript.messages import PI_1
-from compactd.transcript.reader import parse_transcript, read_transcript
+from compactd.core.context import SessionContext, build_context, context_estimate, rules_of
+from compactd.core.jsjson import nesting, stringify
+from compactd.core.ledger import SessionLedger
+from compactd.core.messages import PI_1
+from compactd.core.reader import parse_transcript
+from compactd.core.tokens import MAX_TOKENS, estimate_tokens, usage_tokens
+from compactd.reading import read_transcript
+from compactd.sources.files.tracker import SessionTracker
 
 from tests.support.pi import PI_1_VERSION, Pi, clip_deep
 from tests.test_differential import (

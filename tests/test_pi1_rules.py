@@ -10,12 +10,12 @@ from typing import Any
 import orjson
 import pytest
 from compactd.config import Config
-from compactd.ledger import SessionLedger
-from compactd.planning import figures_of
-from compactd.tokens import IMAGE_CHARS, estimate_tokens
-from compactd.transcript.context import build_context, context_estimate, rules_of, rules_reason
-from compactd.transcript.messages import PI_0_73, PI_1, current_system_message
-from compactd.transcript.reader import parse_transcript
+from compactd.core.context import build_context, context_estimate, rules_of, rules_reason
+from compactd.core.ledger import SessionLedger
+from compactd.core.messages import PI_0_73, PI_1, current_system_message
+from compactd.core.planning import figures_of
+from compactd.core.reader import parse_transcript
+from compactd.core.tokens import IMAGE_CHARS, estimate_tokens
 
 from tests.support.messages import assistant, call, tool_result, usage, user
 

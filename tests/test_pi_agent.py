@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.support.llm_server import RecordedRequest, Reply, StubLLMServer
 from tests.support.node24 import node24_bin

@@ -231,7 +231,7 @@ def test_oversize_input_is_refused_having_read_at_most_the_limit(tmp_path: Path)
     import termios
     import time
 
-    from compactd.provider import INPUT_MAX_BYTES
+    from compactd.commands.provider import INPUT_MAX_BYTES
 
     config = write_config(tmp_path, None)
     env = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}

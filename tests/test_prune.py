@@ -9,8 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from compactd.defaults import TOOL_RESULT_MAX_CHARS
-from compactd.prune import (
+from compactd.core.prune import (
     MIDDLE_MARKER,
     PruneEdit,
     PrunePlan,
@@ -23,7 +22,8 @@ from compactd.prune import (
     truncate_tool_result,
     truncation_suffix,
 )
-from compactd.tokens import estimate_tokens, js_len
+from compactd.core.tokens import estimate_tokens, js_len
+from compactd.defaults import TOOL_RESULT_MAX_CHARS
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -744,7 +744,7 @@ def test_plan_frees_what_is_asked_oldest_first(
 
 def _reducible_by_rebuilding(items: list[tuple[str, dict[str, Any]]], max_chars: int) -> int:
     """The routing figure the way it was first written: every cut built as a message and measured again."""
-    from compactd import prune
+    from compactd.core import prune
 
     suffix_len = len(prune.truncation_suffix(1))
     chars_before: list[int] = []

@@ -20,8 +20,8 @@ import anyio
 import pytest
 import yaml
 from compactd.config import load_config
-from compactd.job import compact_file
-from compactd.prune import MIDDLE_MARKER
+from compactd.core.prune import MIDDLE_MARKER
+from compactd.sources.files.job import compact_file
 
 from tests.support import messages as msgs
 from tests.support.cli import compactd as run_compactd
@@ -228,10 +228,14 @@ def test_the_commit_log_line_gives_the_fill(
 ) -> None:
     config = load_config(write_config(tmp_path))
     path = pi.write(tmp_path / "sessions", session_ops([12_000] * OLDER_TURNS + kept_sizes))["path"]
-    with caplog.at_level(logging.INFO, logger="compactd.job"):
+    with caplog.at_level(logging.INFO, logger="compactd.sources.files.job"):
         result = anyio.run(lambda: compact_file(path, config, force=True))
     assert result.committed and result.fill is not None
-    lines = [r.getMessage() for r in caplog.records if r.name == "compactd.job" and "fill" in r.getMessage()]
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "compactd.sources.files.job" and "fill" in r.getMessage()
+    ]
     assert len(lines) == 1, lines
     f = result.fill
     assert f"{f.before:,} -> {f.after:,} of {THRESHOLD:,} tokens" in lines[0]

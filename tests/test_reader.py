@@ -15,14 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd.transcript.context import build_context
-from compactd.transcript.reader import (
-    BOM,
-    FATAL_KINDS,
-    Transcript,
-    parse_transcript,
-    read_transcript,
-)
+from compactd.core.context import build_context
+from compactd.core.reader import BOM, FATAL_KINDS, Transcript, parse_transcript
+from compactd.reading import read_transcript
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -900,7 +895,7 @@ _JSON_PIECES = st.sampled_from(
 @given(st.lists(_JSON_PIECES, max_size=16).map("".join) | st.text(max_size=30))
 def test_the_iterative_parser_accepts_and_builds_exactly_what_the_json_module_does(text: str) -> None:
     """Lines nested past Python's stack go to ``_parse_iteratively``; it must be ``json.loads`` otherwise."""
-    from compactd.transcript.jsjson import _parse_iteratively, loads
+    from compactd.core.jsjson import _parse_iteratively, loads
 
     try:
         expected: Any = loads(text)

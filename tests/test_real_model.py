@@ -82,11 +82,11 @@ async def test_a_rambling_real_model_still_yields_a_summary_with_every_heading_a
     real_model_url: str, tmp_path: Path, pi: Pi
 ) -> None:
     """SmolLM2 ignores the headings and invents names: the checks and repairs must still deliver."""
+    from compactd.core.messages import llm_visible
+    from compactd.reading import read_transcript
     from compactd.summarize.engine import CompactionEngine, EngineSettings
     from compactd.summarize.headings import REQUIRED_HEADINGS
     from compactd.summarize.identifiers import extract_identifiers, rank_identifiers
-    from compactd.transcript.messages import llm_visible
-    from compactd.transcript.reader import read_transcript
 
     ops: list[dict[str, Any]] = []
     asks = [
@@ -249,11 +249,11 @@ async def test_a_slow_small_model_gives_a_model_summary_within_a_120_s_timeout_p
 
     import yaml
     from compactd.config import load_config
-    from compactd.job import compact_file
+    from compactd.core.tokens import estimate_tokens
+    from compactd.sources.files.job import compact_file
     from compactd.summarize.headings import REQUIRED_HEADINGS
     from compactd.summarize.pace import SpeedMemory, endpoint_key
     from compactd.summarize.settings import make_client
-    from compactd.tokens import estimate_tokens
 
     state = tmp_path / "state"
     config_path = tmp_path / "config.yaml"

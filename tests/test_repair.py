@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 import pytest
-from compactd.transcript.messages import Message, tool_call_id
-from compactd.transcript.repair import SYNTHETIC_RESULT_TEXT, RepairReport, repair_tool_pairing
+from compactd.core.messages import Message, tool_call_id
+from compactd.core.repair import SYNTHETIC_RESULT_TEXT, RepairReport, repair_tool_pairing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

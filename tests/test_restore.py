@@ -15,8 +15,8 @@ import pytest
 import yaml
 from compactd.commit import CRASH_POINTS, commit, recover
 from compactd.commit.restore import plan_restore
-from compactd.transcript.context import build_context
-from compactd.transcript.reader import read_transcript
+from compactd.core.context import build_context
+from compactd.reading import read_transcript
 
 from tests.support import crash
 from tests.support import messages as msgs

@@ -17,10 +17,10 @@ import orjson
 import pytest
 import yaml
 from compactd import __version__
-from compactd.ledger import SessionLedger
-from compactd.resume import RESUME_DIR, SHARDS, Snapshot, SnapshotStore
-from compactd.tail import Change
-from compactd.tracker import SessionTracker
+from compactd.core.ledger import SessionLedger
+from compactd.sources.files.resume import RESUME_DIR, SHARDS, Snapshot, SnapshotStore
+from compactd.sources.files.tail import Change
+from compactd.sources.files.tracker import SessionTracker
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -637,7 +637,7 @@ def test_status_before_ready_has_the_counts_and_the_rows_follow(tmp_path: Path) 
 def test_a_session_the_last_writer_did_not_decide_is_decided_again(tmp_path: Path) -> None:
     """A process that read one root only (``once <dir>``) under another config does not vouch for the
     sessions of the other root: their shard names no config, and the next start decides them."""
-    from compactd.resume import SnapshotStore
+    from compactd.sources.files.resume import SnapshotStore
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

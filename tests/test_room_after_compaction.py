@@ -15,13 +15,13 @@ from typing import Any
 
 import anyio
 from compactd.config import Config
-from compactd.decision import Figures, Recorded, decide
-from compactd.job import compact_file
+from compactd.core.context import build_context
+from compactd.core.decision import Figures, Recorded, decide
+from compactd.core.tokens import estimate_tokens
+from compactd.reading import read_transcript
+from compactd.sources.files.job import compact_file
 from compactd.state import SessionState
 from compactd.summarize.cutpoint import plan_cut
-from compactd.tokens import estimate_tokens
-from compactd.transcript.context import build_context
-from compactd.transcript.reader import read_transcript
 
 from tests.test_budget import write_session
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 from compactd.config import ConfigError, load_config
-from compactd.transcript.reader import read_transcript
-from compactd.watch import discover_roots, expand_roots, scan_root
+from compactd.reading import read_transcript
+from compactd.sources.watch import discover_roots, expand_roots, scan_root
 
 from tests.support.cli import compactd
 

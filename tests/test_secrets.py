@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 import yaml
+from compactd.reading import read_transcript
 from compactd.state import SessionState, build_status, write_status
 from compactd.summarize.headings import REQUIRED_HEADINGS
-from compactd.transcript.reader import read_transcript
 
 from tests.support.cli import compactd
 from tests.support.llm_server import Reply

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 # The daemon or the commit path as real processes (end to end, kills, pi itself): `pytest -m "not slow"`
 # leaves them to the full run and CI.

@@ -10,9 +10,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from compactd.tail import Change, FileCursor
-from compactd.tracker import SessionTracker
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
+from compactd.sources.files.tail import Change, FileCursor
+from compactd.sources.files.tracker import SessionTracker
 
 Json = dict[str, Any]
 
@@ -325,7 +325,7 @@ def test_oversized_torn_line_is_reread_once_complete_and_parsed_once(tmp_path: P
 def test_a_giant_unfinished_line_costs_its_appended_bytes_not_a_reread_per_poll(tmp_path: Path) -> None:
     """A line growing past MAX_PARTIAL_BYTES, 64 KiB per poll: each poll reads what was appended, and the
     line's start is read once more only when its newline arrives (before: the whole line on every poll)."""
-    from compactd.tail import MAX_PARTIAL_BYTES
+    from compactd.sources.files.tail import MAX_PARTIAL_BYTES
 
     path = new_session(tmp_path)
     tracker = SessionTracker(str(path))
@@ -358,7 +358,7 @@ def test_a_giant_unfinished_line_costs_its_appended_bytes_not_a_reread_per_poll(
 # The peak RSS is VmHWM, this process's own: ru_maxrss keeps the parent's peak across fork and exec on Linux.
 _COLD_READ = """
 import json, sys
-from compactd.tracker import SessionTracker
+from compactd.sources.files.tracker import SessionTracker
 tracker = SessionTracker(sys.argv[1])
 update = tracker.refresh()
 with open("/proc/self/status") as status:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from compactd.commit.atomic import utc_stamp
 from compactd.commit.retention import archive_time
-from compactd.timestamps import (
+from compactd.core.timestamps import (
     archive_stamp,
     iso_seconds,
     js_iso,

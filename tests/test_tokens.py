@@ -16,8 +16,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from compactd.defaults import SAFETY_MARGIN
-from compactd.tokens import (
+from compactd.core.tokens import (
     MAX_TOKENS,
     estimate_context_tokens,
     estimate_for_planning,
@@ -26,6 +25,7 @@ from compactd.tokens import (
     js_len,
     usage_tokens,
 )
+from compactd.defaults import SAFETY_MARGIN
 
 from tests.support import messages as msgs
 

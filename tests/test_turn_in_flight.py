@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from compactd.transcript.context import js_timestamp
-from compactd.transcript.reader import read_transcript
+from compactd.core.context import js_timestamp
+from compactd.reading import read_transcript
 
 from tests.support import messages as msgs
 from tests.support.cli import compactd

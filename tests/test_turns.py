@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 from compactd.config import Config
-from compactd.decision import readiness
-from compactd.ledger import SessionLedger
-from compactd.tracker import SessionTracker
-from compactd.transcript.reader import parse_transcript
-from compactd.turns import Turn
+from compactd.core.decision import readiness
+from compactd.core.ledger import SessionLedger
+from compactd.core.reader import parse_transcript
+from compactd.core.turns import Turn
+from compactd.sources.files.tracker import SessionTracker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 
 from tests.support import messages as msgs
 
@@ -62,7 +62,7 @@ def can_harden() -> None:
 def test_the_listener_check_reads_the_socket_tables_under_proc_subset_pid(can_harden: None) -> None:
     code = (
         "import ctypes, os, socket\n"
-        "from compactd.openclaw._listener import peer_uid\n"
+        "from compactd.sources.openclaw._listener import peer_uid\n"
         "server = socket.create_server(('127.0.0.1', 0))\n"
         "client = socket.create_connection(server.getsockname())\n"
         f"print(peer_uid(client), os.getuid(), os.path.exists('/proc/net'), ctypes.CDLL(None).prctl({PR_GET_MDWE}, 0, 0, 0, 0))\n"

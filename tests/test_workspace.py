@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 from compactd.memory import MemoryWriteRefused, append_memory_as_owner
-from compactd.transcript.reader import read_transcript
+from compactd.reading import read_transcript
 from compactd.workspace import Identity, Workspace, claimed_workspace, read_agents_md
 
 from tests.support.cli import compactd

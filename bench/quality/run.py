@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from compactd.transcript.context import build_context
-from compactd.transcript.reader import read_transcript
+from compactd.core.context import build_context
+from compactd.reading import read_transcript
 
 from bench.quality.score import Score, score
 from bench.quality.sessions import CATEGORIES, PHASES, Answer, Session, append_bytes, generate, session_bytes

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from compactd.tokens import estimate_context_tokens
+from compactd.core.tokens import estimate_context_tokens
 
 from bench.quality.sessions import CATEGORIES, PHASES, Answer
 

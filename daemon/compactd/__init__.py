@@ -32,7 +32,7 @@ _PUBLIC = {
     "Service": "compactd.service",
     "run_service": "compactd.service",
     "run_once": "compactd.service",
-    "main": "compactd.cli",
+    "main": "compactd.commands.cli",
 }
 
 

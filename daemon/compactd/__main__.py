@@ -1,5 +1,5 @@
 """``python -m compactd`` is the ``compactd`` command."""
 
-from compactd.cli import main
+from compactd.commands.cli import main
 
 raise SystemExit(main())

@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import unquote_plus, urlsplit
 
+from compactd.core.timestamps import js_iso
 from compactd.display import display_name
 from compactd.summarize.redact import redact_url_secrets
-from compactd.timestamps import js_iso
 
 if TYPE_CHECKING:
     from compactd.config import Config

@@ -22,11 +22,11 @@ import anyio.abc
 
 from compactd import __version__
 from compactd.config import Config, ConfigError, load_config
+from compactd.core.timestamps import iso_seconds
 from compactd.heap import limit_malloc_arenas, release_free_memory
 from compactd.progress import ActivityHandler
 from compactd.sources import Host, Outcome, Source, build_sources, one_pass, work
 from compactd.state import SessionState, describe_error
-from compactd.timestamps import iso_seconds
 
 if TYPE_CHECKING:
     from compactd.commit.locks import InstanceLock
@@ -340,8 +340,8 @@ class Service:
     def log_start(self) -> None:
         """One line with what this process serves: version, config, roots, sources and the summarizer
         (endpoint with its credentials masked, model, the context it is given)."""
+        from compactd.sources.watch import expand_roots
         from compactd.summarize.redact import redact_url_secrets
-        from compactd.watch import expand_roots
 
         s = self.config.summarizer
         roots = expand_roots(self.config.sessions.roots, state_dir=self.config.state_dir)

@@ -22,8 +22,9 @@ from typing import Any
 
 from compactd.commit import CompactionEntries, atomic, commit
 from compactd.commit.atomic import is_our_tmp
-from compactd.transcript.context import entry_to_message
-from compactd.transcript.reader import Transcript, parse_line, read_transcript
+from compactd.core.context import entry_to_message
+from compactd.core.reader import Transcript, parse_line
+from compactd.reading import read_transcript
 
 from tests.support import messages as msgs
 
@@ -150,7 +151,7 @@ def make_entries(
     """The entries the engine would produce for ``path`` as it is now."""
     data = Path(path).read_bytes()
     complete = data[: data.rfind(b"\n") + 1]
-    from compactd.transcript.reader import parse_transcript
+    from compactd.core.reader import parse_transcript
 
     transcript = parse_transcript(complete)
     kept = first_kept if first_kept is not None else cut_point(transcript, keep_turns)

@@ -622,7 +622,7 @@ def rotate_and_load(path: Path, result: Any, transcript: Any, state_dir: Path) -
     """Commit an engine result by rotation and load the file with pi: pi's context opens with exactly the
     committed summary."""
     from compactd.commit.commit import CompactionEntries, commit
-    from compactd.job import snapshot_size
+    from compactd.sources.files.job import snapshot_size
 
     entries = CompactionEntries(
         result.compaction, result.post_message, snapshot_size(transcript), transcript.leaf_id or ""

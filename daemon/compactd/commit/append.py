@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 
 from compactd.commit.atomic import (
     Abandon,
-    Outcome,
-    Snapshot,
+    FileSnapshot,
+    Written,
     crash_point,
     open_snapshot,
     os_reason,
@@ -35,7 +35,7 @@ from compactd.commit.successor import (
     newest_tip,
     verify,
 )
-from compactd.transcript.reader import parse_line, parse_transcript
+from compactd.core.reader import parse_line, parse_transcript
 
 __all__ = ["append_commit"]
 
@@ -50,7 +50,7 @@ TORN_WAIT_SECONDS = 1.0
 TORN_POLL_SECONDS = 0.01
 
 
-def _complete_snapshot(path: str) -> Snapshot:
+def _complete_snapshot(path: str) -> FileSnapshot:
     """A snapshot ending with a complete line (waiting out a line being written); Abandon if it never does."""
     deadline = time.monotonic() + TORN_WAIT_SECONDS
     while True:
@@ -89,7 +89,7 @@ def _append_once(fd: int, data: bytes, before: os.stat_result) -> int:
     raise Abandon(f"short write ({written} of {len(data)} bytes): the disk may be full")
 
 
-def append_commit(request: CommitRequest) -> Outcome:
+def append_commit(request: CommitRequest) -> Written:
     path, journal = request.path, request.journal
     snap = _complete_snapshot(path)
     try:
@@ -128,14 +128,14 @@ def append_commit(request: CommitRequest) -> Outcome:
 
 def _write(
     request: CommitRequest,
-    snap: Snapshot,
+    snap: FileSnapshot,
     data: bytes,
     new_ids: list[str],
     leaf_id: str | None,
     tx: str,
     note: Callable[[str], str],
     branch_ids: list[str],
-) -> Outcome:
+) -> Written:
     path = request.path
     compaction, post, replacements = request.entries
     try:
@@ -185,7 +185,7 @@ def _write(
         size = os.fstat(fd).st_size
     finally:
         os.close(fd)
-    return Outcome(leaf_id=leaf_id, bytes_after=size, corrections=corrections)
+    return Written(leaf_id=leaf_id, bytes_after=size, corrections=corrections)
 
 
 Correction = tuple[bytes, list[str], str | None, int]

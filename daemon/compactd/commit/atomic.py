@@ -41,15 +41,15 @@ from typing import Literal
 import orjson
 
 from compactd.commit.successor import dumps_entry, fresh_id, leaf_pointer_entry, misplaced_leaf
-from compactd.timestamps import archive_stamp
-from compactd.transcript.reader import Transcript, parse_line, parse_transcript, same_reading
+from compactd.core.reader import Transcript, parse_line, parse_transcript, same_reading
+from compactd.core.timestamps import archive_stamp
 
 __all__ = [
     "ARCHIVE_INFIX",
     "CRASH_POINTS",
     "Abandon",
-    "Outcome",
-    "Snapshot",
+    "FileSnapshot",
+    "Written",
     "archive_path_for",
     "checked_path",
     "crash_point",
@@ -234,7 +234,7 @@ def pread_all(fd: int, offset: int, length: int) -> bytes:
 
 
 @dataclass
-class Snapshot:
+class FileSnapshot:
     """The file as opened for a commit: an fd on its inode, and its complete lines."""
 
     path: str
@@ -257,7 +257,7 @@ class Snapshot:
             self.fd = -1
 
 
-def open_snapshot(path: str) -> Snapshot:
+def open_snapshot(path: str) -> FileSnapshot:
     """Open without following a symlink and read the whole file; Abandon if it is not a regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -284,11 +284,11 @@ def open_snapshot(path: str) -> Snapshot:
         os.close(fd)
         raise
     end = raw.rfind(b"\n") + 1
-    return Snapshot(path, fd, st, raw[:end], size)
+    return FileSnapshot(path, fd, st, raw[:end], size)
 
 
 def current_transcript(
-    snap: Snapshot, planned: Transcript | None, check: Callable[[Transcript], str | None] | None
+    snap: FileSnapshot, planned: Transcript | None, check: Callable[[Transcript], str | None] | None
 ) -> Transcript:
     """The snapshot parsed: the plan's own reading when the file is still the one it was made from (no second
     parse of an unchanged file), else a fresh parse. Abandon with ``check``'s reason when it has one."""
@@ -379,7 +379,7 @@ def _clone_owner(tmp_fd: int, st: os.stat_result) -> None:
 
 
 def replace_with_successor(
-    snap: Snapshot,
+    snap: FileSnapshot,
     successor: bytes,
     *,
     archive: str,
@@ -453,7 +453,7 @@ def replace_with_successor(
     return ReplaceResult(final.st_ino, final.st_size, carried, rescued_lines, pointer, restored)
 
 
-def _undo(tmp: str, tmp_fd: int, archive: str, snap: Snapshot) -> None:
+def _undo(tmp: str, tmp_fd: int, archive: str, snap: FileSnapshot) -> None:
     """Before the rename: remove the temp file and the archive link, leaving the directory as it was."""
     if tmp_fd >= 0:
         with contextlib.suppress(OSError):
@@ -548,7 +548,7 @@ def _ids_in(fd: int) -> set[str]:
 
 
 @dataclass
-class Outcome:
+class Written:
     """What a committed append or rotation did (the parts of CommitResult the modes fill in)."""
 
     leaf_id: str | None

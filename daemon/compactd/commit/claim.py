@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from compactd.commit.atomic import fsync_dir
-from compactd.transcript.reader import Transcript
+from compactd.core.reader import Transcript
 
 __all__ = ["ClaimBusy", "SessionClaim", "flush_cycle", "prune_claims"]
 

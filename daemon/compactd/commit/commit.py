@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from compactd.commit.append import append_commit
-from compactd.commit.atomic import Abandon, Outcome, checked_path, crash_point, os_reason
+from compactd.commit.atomic import Abandon, Written, checked_path, crash_point, os_reason
 from compactd.commit.journal import Journal
 from compactd.commit.locks import SessionBusy, hold_session_lock
 from compactd.commit.request import CommitRequest
@@ -34,10 +34,11 @@ from compactd.commit.retention import apply_retention
 from compactd.commit.rotate import rotate_commit
 from compactd.commit.seal import seal_if_torn
 from compactd.commit.successor import PlanError
+from compactd.core.context import rules_of
+from compactd.core.messages import PI_1
+from compactd.core.reader import Transcript
 from compactd.defaults import ARCHIVE_KEEP_COUNT, ARCHIVE_KEEP_DAYS, ROTATE_GRACE_SECONDS
-from compactd.transcript.context import rules_of
-from compactd.transcript.messages import PI_1
-from compactd.transcript.reader import Transcript, read_transcript
+from compactd.reading import read_transcript
 
 __all__ = ["MODES", "CommitMode", "CommitResult", "CommitStatus", "CompactionEntries", "Successor", "commit"]
 
@@ -274,7 +275,7 @@ def _run(
     planned: Transcript | None,
     check: Callable[[Transcript], str | None] | None,
     restore_from: str | None,
-) -> Outcome:
+) -> Written:
     request = CommitRequest(
         path,
         entries.compaction if entries is not None else None,

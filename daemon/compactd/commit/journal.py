@@ -70,7 +70,7 @@ from compactd.commit.successor import (
     leaf_to_repoint,
     plan_rescue,
 )
-from compactd.transcript.reader import Transcript, parse_line, parse_transcript
+from compactd.core.reader import Transcript, parse_line, parse_transcript
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ class Journal:
                     keep.append(record)
             for path, archives in sorted(self.all_archives(records).items()):
                 keep.extend({"rec": "archive", "path": path, "archive": a} for a in archives)
-            from compactd.durable import write_atomic
+            from compactd.commit.durable import write_atomic
 
             write_atomic(self.path, b"".join(dumps_entry(r) + b"\n" for r in keep), mode=0o600)
         finally:

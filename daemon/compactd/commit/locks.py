@@ -29,8 +29,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from compactd.core.timestamps import js_iso, parse_iso
 from compactd.defaults import LOCK_STALE_SECONDS
-from compactd.timestamps import js_iso, parse_iso
 
 log = logging.getLogger(__name__)
 

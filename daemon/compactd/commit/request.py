@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from compactd.commit.atomic import Abandon, Snapshot, current_transcript, os_reason
+from compactd.commit.atomic import Abandon, FileSnapshot, current_transcript, os_reason
 from compactd.commit.journal import Journal
 from compactd.commit.successor import Entry, PlanError
-from compactd.transcript.reader import Transcript
+from compactd.core.reader import Transcript
 
 __all__ = ["CommitRequest"]
 
@@ -36,7 +36,7 @@ class CommitRequest:
         """The compaction, the post-compaction message and the replacements, in the plan builders' order."""
         return self.compaction, self.post, self.replacements
 
-    def transcript(self, snap: Snapshot) -> Transcript:
+    def transcript(self, snap: FileSnapshot) -> Transcript:
         """``snap`` parsed and checked; Abandon if the file shrank since the plan or ``check`` has a reason."""
         if snap.cut < self.snapshot_size:
             raise Abandon("file shrank since the plan was made")

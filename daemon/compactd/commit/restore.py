@@ -30,7 +30,7 @@ from typing import Any
 from compactd.commit.atomic import (
     ARCHIVE_INFIX,
     Abandon,
-    Outcome,
+    Written,
     archive_path_for,
     crash_point,
     open_snapshot,
@@ -43,7 +43,7 @@ from compactd.commit.request import CommitRequest
 from compactd.commit.retention import archive_time
 from compactd.commit.rotate import last_id
 from compactd.commit.successor import plan_rescue
-from compactd.transcript.reader import parse_line, parse_transcript
+from compactd.core.reader import parse_line, parse_transcript
 
 __all__ = ["RestorePlan", "plan_restore", "restore_commit"]
 
@@ -184,7 +184,7 @@ def read_archive(path: str, archive: str) -> bytes:
     return data[: data.rfind(b"\n") + 1]
 
 
-def restore_commit(request: CommitRequest, *, archive: str, grace_seconds: float, now: float) -> Outcome:
+def restore_commit(request: CommitRequest, *, archive: str, grace_seconds: float, now: float) -> Written:
     """Replace ``request.path`` with ``archive`` plus the lines written since, by the rewrite protocol."""
     path, journal = request.path, request.journal
     archived = read_archive(path, archive)
@@ -238,7 +238,7 @@ def restore_commit(request: CommitRequest, *, archive: str, grace_seconds: float
             result.rescued_lines,
         )
         moved = result.carried_lines or result.rescued_lines or result.leaf_pointer
-        return Outcome(
+        return Written(
             leaf_id=last_id(path, plan.leaf_id) if moved else plan.leaf_id,
             bytes_after=result.size,
             archive=new_archive,

@@ -24,7 +24,7 @@ import stat
 from compactd.commit.atomic import crash_point, os_reason
 from compactd.commit.claim import prune_claims
 from compactd.commit.journal import Journal
-from compactd.timestamps import parse_archive_stamp
+from compactd.core.timestamps import parse_archive_stamp
 
 __all__ = ["apply_retention", "archive_time", "expired", "sweep_archives"]
 

@@ -12,7 +12,7 @@ import logging
 import os
 
 from compactd.commit.atomic import (
-    Outcome,
+    Written,
     archive_path_for,
     crash_point,
     open_snapshot,
@@ -22,7 +22,7 @@ from compactd.commit.atomic import (
 from compactd.commit.journal import successor_digest
 from compactd.commit.request import CommitRequest
 from compactd.commit.successor import archive_note, build_successor, verify
-from compactd.transcript.reader import parse_line
+from compactd.core.reader import parse_line
 
 __all__ = ["last_id", "rotate_commit"]
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 LAST_LINE_WINDOW = 1 << 20
 
 
-def rotate_commit(request: CommitRequest, *, grace_seconds: float, now: float) -> Outcome:
+def rotate_commit(request: CommitRequest, *, grace_seconds: float, now: float) -> Written:
     path, journal = request.path, request.journal
     snap = open_snapshot(path)
     try:
@@ -86,7 +86,7 @@ def rotate_commit(request: CommitRequest, *, grace_seconds: float, now: float) -
         )
         moved = result.carried_lines or result.rescued_lines or result.leaf_pointer
         exact = not moved and result.size == len(plan.data)
-        return Outcome(
+        return Written(
             leaf_id=last_id(path, plan.leaf_id) if moved else plan.leaf_id,
             bytes_after=result.size,
             archive=archive,

@@ -38,18 +38,18 @@ from typing import Any
 
 import orjson
 
-from compactd.ids import fresh_id as fresh_id  # its home is compactd.ids; imported from here too
-from compactd.timestamps import js_iso
-from compactd.transcript.context import (
+from compactd.core.context import (
     compaction_message,
     context_from_path,
     entry_to_message,
     is_system_message,
     rules_of,
 )
-from compactd.transcript.jsjson import stringify
-from compactd.transcript.messages import PI_1
-from compactd.transcript.reader import Entry, Transcript, parse_line, parse_transcript
+from compactd.core.jsjson import stringify
+from compactd.core.messages import PI_1
+from compactd.core.reader import Entry, Transcript, parse_line, parse_transcript
+from compactd.core.timestamps import js_iso
+from compactd.ids import fresh_id as fresh_id  # its home is compactd.ids; imported from here too
 
 __all__ = ["Entry"]
 

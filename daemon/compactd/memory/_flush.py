@@ -19,6 +19,7 @@ from typing import Literal, Protocol
 import anyio
 
 from compactd import offload
+from compactd.core.messages import Message
 from compactd.memory._writer import MemoryWriteRefused, append_memory_as_owner, local_date
 from compactd.summarize.outcomes import Completion, LLMError
 from compactd.summarize.pace import PROMPT_OVERHEAD_TOKENS, estimate_prompt_tokens
@@ -29,7 +30,6 @@ from compactd.summarize.serialize import (
     SUMMARIZER_TOOL_RESULT_MAX_CHARS,
     serialize_transcript,
 )
-from compactd.transcript.messages import Message
 from compactd.workspace import Workspace
 
 logger = logging.getLogger("compactd.memory")

@@ -22,8 +22,8 @@ import anyio.abc
 import orjson
 
 from compactd.config import HookConfig
+from compactd.core.timestamps import local_iso_ms
 from compactd.summarize.redact import redact_secrets
-from compactd.timestamps import local_iso_ms
 
 logger = logging.getLogger("compactd.memory")
 

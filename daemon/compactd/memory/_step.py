@@ -16,8 +16,8 @@ from compactd.memory._hooks import before_compaction_event, run_hooks
 
 if TYPE_CHECKING:
     from compactd.config import Config
+    from compactd.core.messages import Message
     from compactd.state import Metrics
-    from compactd.transcript.messages import Message
     from compactd.workspace import Workspace
 
 log = logging.getLogger(__name__)

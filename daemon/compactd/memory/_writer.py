@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from compactd.commit.atomic import write_all
-from compactd.timestamps import local_iso_ms
+from compactd.core.timestamps import local_iso_ms
 from compactd.workspace import Workspace, WorkspaceChildError, run_as
 
 MEMORY_DIR_NAME = "memory"

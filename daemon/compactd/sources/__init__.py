@@ -157,8 +157,8 @@ class Source(Protocol[S]):
 # others' modules (SQLite, the gateway, the rollouts) are not imported then.
 SOURCES: tuple[tuple[str, bool], ...] = (
     ("compactd.sources.files", True),
-    ("compactd.openclaw", False),
-    ("compactd.codex", False),
+    ("compactd.sources.openclaw", False),
+    ("compactd.sources.codex", False),
 )
 
 

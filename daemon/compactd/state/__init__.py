@@ -7,7 +7,7 @@ loaded only when metrics are first written), so ``from compactd.state import ...
 
 from __future__ import annotations
 
-from compactd.durable import write_atomic
+from compactd.commit.durable import write_atomic
 from compactd.state._metrics import LATENCY_BUCKETS_SECONDS, Metrics, write_metrics
 from compactd.state._status import (
     STATUS_FORMAT,

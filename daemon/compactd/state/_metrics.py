@@ -3,7 +3,7 @@
 The values are kept here as plain counters (recording is a dict update in the service's loop); the exposition
 is prometheus_client's: :class:`Metrics` is a collector in its own :class:`CollectorRegistry`, rendered by
 ``generate_latest`` when the file is refreshed. The file itself is replaced by the one atomic writer
-(:func:`compactd.durable.write_atomic`, mode 0644 whatever the umask, fsync'd) rather than by
+(:func:`compactd.commit.durable.write_atomic`, mode 0644 whatever the umask, fsync'd) rather than by
 ``write_to_textfile``, which neither fsyncs nor sets the mode node_exporter, another user, needs.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compactd.durable import write_atomic
+from compactd.commit.durable import write_atomic
 from compactd.state._store import METRICS_FILE, METRICS_FILE_MODE
 
 __all__ = ["LATENCY_BUCKETS_SECONDS", "SESSION_SERIES_TOP_N", "Metrics", "write_metrics"]

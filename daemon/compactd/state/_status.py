@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compactd.commit.durable import write_atomic
 from compactd.commit.locks import pid_alive, process_starttime
+from compactd.core.timestamps import iso_seconds, parse_iso
 from compactd.defaults import STATUS_REFRESH_SECONDS
 from compactd.display import display_name
-from compactd.durable import write_atomic
 from compactd.state._store import STATUS_FILE, SessionState, dump_json, load_json
-from compactd.timestamps import iso_seconds, parse_iso
 
 logger = logging.getLogger("compactd.state")
 

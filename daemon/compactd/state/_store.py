@@ -1,7 +1,7 @@
 """The per-session state that survives a restart: ``sessions.json``, the back-off, and the state directory.
 
 Back-offs live in ``sessions.json`` so that a session that keeps failing is not retried in a loop just because
-the daemon was restarted. Every file is replaced whole by :func:`compactd.durable.write_atomic`.
+the daemon was restarted. Every file is replaced whole by :func:`compactd.commit.durable.write_atomic`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from compactd.commit.atomic import os_reason
+from compactd.commit.durable import TEMP_NAME, write_atomic
 from compactd.commit.locks import pid_alive
 from compactd.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS, BUSY_RETRY_SECONDS
-from compactd.durable import TEMP_NAME, write_atomic
 
 if TYPE_CHECKING:
     from compactd.state._metrics import Metrics

@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from compactd.core.messages import Message, blocks_of, role_of, text_of, tool_call_id, tool_calls
 from compactd.defaults import KEEP_RECENT_TURNS, SUMMARY_MAX_CHARS
-from compactd.transcript.messages import Message, blocks_of, role_of, text_of, tool_call_id, tool_calls
 
 __all__ = [
     "FILE_LIST_MAX_CHARS",

@@ -10,9 +10,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from compactd.core.messages import role_of, tool_call_id, tool_calls
+from compactd.core.tokens import estimate_tokens
 from compactd.defaults import SAFETY_MARGIN
-from compactd.tokens import estimate_tokens
-from compactd.transcript.messages import role_of, tool_call_id, tool_calls
 
 __all__ = [
     "BASE_CHUNK_RATIO",

@@ -15,10 +15,10 @@ from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactd.tokens import estimate_tokens
-from compactd.transcript.context import entry_to_message, projected_entries, rules_of
-from compactd.transcript.messages import PI_1, role_of
-from compactd.transcript.reader import Entry
+from compactd.core.context import entry_to_message, projected_entries, rules_of
+from compactd.core.messages import PI_1, role_of
+from compactd.core.reader import Entry
+from compactd.core.tokens import estimate_tokens
 
 __all__ = ["CutPlan", "plan_cut"]
 

@@ -17,6 +17,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compactd.core.messages import (
+    Message,
+    is_runtime_context,
+    role_of,
+    text_of,
+    tool_call_id,
+    tool_calls,
+)
 from compactd.summarize.augment import TOOL_FAILURES_HEADING, exit_code_of, is_tool_failure
 from compactd.summarize.facts import newest_that_fit
 from compactd.summarize.fileops import file_operations
@@ -37,14 +45,6 @@ from compactd.summarize.identifiers import (
     rank_identifiers,
 )
 from compactd.summarize.redact import SpanText, redact_secrets
-from compactd.transcript.messages import (
-    Message,
-    is_runtime_context,
-    role_of,
-    text_of,
-    tool_call_id,
-    tool_calls,
-)
 
 __all__ = [
     "DIGEST_MAX_CHARS",

@@ -21,6 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from compactd import progress
+from compactd.core.context import build_context, compaction_message, context_estimate, js_timestamp
+from compactd.core.messages import PI_1, current_system_message, llm_visible, role_of, text_of
+from compactd.core.reader import Transcript
+from compactd.core.repair import repair_tool_pairing
+from compactd.core.timestamps import js_iso
+from compactd.core.tokens import estimate_tokens
 from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
 from compactd.ids import fresh_id
 from compactd.summarize import augment, quality
@@ -48,12 +54,6 @@ from compactd.summarize.stages import (
     StageSettings,
     Summarizer,
 )
-from compactd.timestamps import js_iso
-from compactd.tokens import estimate_tokens
-from compactd.transcript.context import build_context, compaction_message, context_estimate, js_timestamp
-from compactd.transcript.messages import PI_1, current_system_message, llm_visible, role_of, text_of
-from compactd.transcript.reader import Transcript
-from compactd.transcript.repair import repair_tool_pairing
 
 __all__ = ["CompactionEngine", "EngineResult", "EngineSettings", "latest_user_ask"]
 
@@ -147,7 +147,7 @@ class RedactedPrompts:
 
 
 def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
-    from compactd.transcript.context import entry_to_message
+    from compactd.core.context import entry_to_message
 
     message = entry_to_message(entry)
     assert message is not None

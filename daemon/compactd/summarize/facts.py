@@ -28,8 +28,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from compactd.core.messages import Message, role_of, text_of, tool_call_id, tool_calls
 from compactd.summarize.headings import CURRENT_STATE, SECTION_BREAK, split_sections
-from compactd.transcript.messages import Message, role_of, text_of, tool_call_id, tool_calls
 
 __all__ = [
     "FACTS_HEADING",

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from compactd.transcript.messages import TOOL_CALL_BLOCK_TYPES, Message, blocks_of, role_of
+from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, Message, blocks_of, role_of
 
 __all__ = ["FileOps", "file_operations"]
 

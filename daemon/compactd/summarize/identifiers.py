@@ -55,10 +55,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactd.core.messages import Message, is_runtime_context, role_of, tool_calls
 from compactd.defaults import IDENTIFIER_CAP
 from compactd.summarize.headings import EXACT_IDENTIFIERS, SECTION_BREAK, is_heading_line, split_sections
 from compactd.summarize.redact import SpanText, redact_secrets
-from compactd.transcript.messages import Message, is_runtime_context, role_of, tool_calls
 
 __all__ = [
     "COMMAND_MAX_CHARS",

@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from compactd.commit.durable import write_atomic
+from compactd.core.timestamps import iso_seconds
 from compactd.defaults import SAFETY_MARGIN
-from compactd.durable import write_atomic
 from compactd.state import STATE_DIR_MODE, dump_json, load_json
-from compactd.timestamps import iso_seconds
 
 __all__ = [
     "CHUNK_OUTPUT_RATIO",

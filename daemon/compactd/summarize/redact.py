@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compactd.transcript.messages import Message, role_of, text_of
+from compactd.core.messages import Message, role_of, text_of
 
 __all__ = ["SpanText", "redact_secrets", "redact_secrets_counted", "redact_url_secrets", "redact_value"]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
+from compactd.core.messages import Message, blocks_of, llm_visible, role_of, text_of, tool_calls
 from compactd.defaults import SUMMARIZER_TOOL_RESULT_MAX_CHARS as SUMMARIZER_TOOL_RESULT_MAX_CHARS
 from compactd.summarize.redact import redact_secrets
-from compactd.transcript.messages import Message, blocks_of, llm_visible, role_of, text_of, tool_calls
 
 __all__ = ["PART_SEPARATOR", "format_tool_call", "serialize_transcript", "truncate_for_summary"]
 

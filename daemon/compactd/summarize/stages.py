@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from compactd import progress
+from compactd.core.messages import role_of
 from compactd.defaults import (
     CHARS_PER_TOKEN,
     POST_COMPACTION_SECTIONS,
@@ -49,7 +50,6 @@ from compactd.summarize.pace import (
     output_budget,
 )
 from compactd.summarize.serialize import SUMMARIZER_TOOL_RESULT_MAX_CHARS, serialize_transcript
-from compactd.transcript.messages import role_of
 
 __all__ = ["Message", "StageSettings", "Stages", "Summarizer"]
 

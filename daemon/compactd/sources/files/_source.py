@@ -2,8 +2,8 @@
 
 watch → tail → ledger → decide → (flush) → summarize → commit, for every ``*.jsonl`` under ``sessions.roots``:
 a watcher per root (the real ``watchfiles``) and a periodic rescan, the tracker reading only appended bytes, the
-ledger keeping each session's figure as its agent computes it, :func:`compactd.decision.decide` on it, and the
-job (:mod:`compactd.job`) on the one reading an action is decided on, with that decision (:class:`Plan`).
+ledger keeping each session's figure as its agent computes it, :func:`compactd.core.decision.decide` on it, and the
+job (:mod:`compactd.sources.files.job`) on the one reading an action is decided on, with that decision (:class:`Plan`).
 """
 
 from __future__ import annotations
@@ -21,25 +21,25 @@ import anyio.abc
 
 from compactd import offload
 from compactd.config import Config, file_kind
-from compactd.decision import Decision, Figures, Recorded, blocked_reason, decide
-from compactd.ledger import SessionLedger
-from compactd.openclaw._guard import refusal as openclaw_refusal
-from compactd.planning import figures_of, route_cap, tool_result_cap
-from compactd.resume import SnapshotStore, config_fingerprint
+from compactd.core.decision import Decision, Figures, Recorded, blocked_reason, decide
+from compactd.core.ledger import SessionLedger
+from compactd.core.planning import figures_of, route_cap, tool_result_cap
+from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
 from compactd.sources import Action, Host, Outcome
+from compactd.sources.files.resume import SnapshotStore, config_fingerprint
+from compactd.sources.files.tail import Change
+from compactd.sources.files.tracker import UNTOUCHED, SessionTracker
+from compactd.sources.openclaw._guard import refusal as openclaw_refusal
+from compactd.sources.watch import expand_roots, scan_root, watch_root
 from compactd.state import Backoff, SessionState, StateStore, describe_error
-from compactd.tail import Change
-from compactd.tracker import UNTOUCHED, SessionTracker
-from compactd.transcript.reader import read_transcript
-from compactd.watch import expand_roots, scan_root, watch_root
 
 if TYPE_CHECKING:
-    from compactd.budget import Budget
     from compactd.commit.claim import SessionClaim
     from compactd.commit.commit import Successor
-    from compactd.job import JobResult, Plan
-    from compactd.transcript.reader import Transcript
+    from compactd.core.budget import Budget
+    from compactd.core.reader import Transcript
+    from compactd.sources.files.job import JobResult, Plan
 
 __all__ = ["FileSession", "FileSource", "committed_size", "seed_tracker"]
 
@@ -258,7 +258,7 @@ class FileSource:
         return Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime)
 
     def decide(self, session: FileSession, now: float, *, force: bool = False) -> Decision | None:
-        """:func:`compactd.decision.decide` on what the tracker and the state directory know of a session."""
+        """:func:`compactd.core.decision.decide` on what the tracker and the state directory know of a session."""
         figures = self.figures(session)
         if figures is None:
             return None
@@ -352,7 +352,7 @@ class FileSource:
         return action
 
     async def _predict(self, session: FileSession, decision: Decision, size: int) -> None:
-        from compactd.job import predict_route
+        from compactd.sources.files.job import predict_route
 
         path = session.path
         try:
@@ -520,7 +520,7 @@ class FileSource:
     async def _predicted(self, path: str, transcript: Transcript, decision: Decision) -> Outcome:
         """A dry run's outcome: the route the job would end with and whether the flush would do anything,
         worked out as the real run does them (``job.predict_route``, ``job.flush_runs``), no model called."""
-        from compactd.job import flush_runs, predict_route
+        from compactd.sources.files.job import flush_runs, predict_route
 
         if decision.skip is not None:
             return Outcome(path, Action.SKIPPED, detail={"reason": decision.skip})
@@ -560,7 +560,7 @@ class FileSource:
         flush (another compactd may have flushed or compacted it since this one last looked): the plan the
         job is handed (it decides nothing again)."""
         from compactd.commit.claim import flush_cycle
-        from compactd.job import Plan
+        from compactd.sources.files.job import Plan
 
         st = self.session_state(session.path)
         cycle = flush_cycle(transcript)
@@ -590,7 +590,7 @@ class FileSource:
         return flushed
 
     async def _compact_step(self, path: str, plan: Plan, transcript: Transcript, *, force: bool) -> JobResult:
-        from compactd.job import compact_file
+        from compactd.sources.files.job import compact_file
 
         result = await compact_file(
             path,
@@ -616,7 +616,7 @@ class FileSource:
     ) -> Outcome:
         """What a compaction job did, into the session's state, the metrics and the log; the session read
         afresh (the file may have been rewritten), and backed off if that did not bring it under budget."""
-        from compactd.job import JobStatus
+        from compactd.sources.files.job import JobStatus
 
         path = session.path
         st = self.session_state(path)

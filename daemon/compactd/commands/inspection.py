@@ -1,0 +1,69 @@
+"""What ``compactd inspect`` and ``compactd validate`` report about one transcript file."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from compactd.core.context import SessionContext, build_context, rules_reason
+from compactd.core.ledger import SessionLedger
+from compactd.core.messages import PI_1, llm_visible, role_of
+from compactd.core.prune import tool_result_text_chars
+from compactd.core.reader import FATAL_KINDS, Transcript
+from compactd.core.tokens import estimate_tokens
+from compactd.reading import read_transcript
+
+__all__ = ["inspect_transcript", "validation_exit_code"]
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_UNUSABLE = 0, 1, 2
+
+
+def inspect_transcript(
+    path: str | os.PathLike[str],
+    transcript: Transcript | None = None,
+    *,
+    context: SessionContext | None = None,
+) -> dict[str, Any]:
+    """The figures of one read: the branch is walked once (the transcript caches it), the context is built
+    once (or taken from the caller, who passes it on to ``figures_of``) and each of its messages is estimated
+    and measured in the same pass."""
+    transcript = transcript if transcript is not None else read_transcript(path)
+    context = context if context is not None else build_context(transcript)
+    ledger = SessionLedger.from_transcript(transcript, context=context)
+    figures = ledger.figures()
+    by_role: dict[str, int] = {}
+    tool_chars = count = 0
+    pi1 = context.rules == PI_1
+    for message in llm_visible(context.messages):
+        count += 1
+        role = role_of(message)
+        by_role[role] = by_role.get(role, 0) + estimate_tokens(message, pi1=pi1)
+        if role == "toolResult":
+            tool_chars += tool_result_text_chars(message)
+    return {
+        "path": os.fspath(path),
+        "session_id": transcript.session_id,
+        "version": transcript.version,
+        "entries": len(transcript.entries),
+        "leaf_id": transcript.leaf_id,
+        "rules": ("pi 1.x" if pi1 else "pi 0.73") + ": " + rules_reason(transcript.branch())[1],
+        "context_messages": count,
+        "context_tokens": figures["tokens"],
+        "estimated_with_margin": ledger.estimate.with_margin,
+        "tokens_source": figures["tokens_source"],
+        "usage_tokens": figures["usage_tokens"],
+        "trailing_tokens": figures["trailing_tokens"],
+        "by_role": dict(sorted(by_role.items())),
+        "tool_result_chars": tool_chars,
+        "provider": figures["provider"],
+        "model": figures["model"],
+        "bytes": transcript.size,
+        "problems": [p.as_json() for p in transcript.problems],
+    }
+
+
+def validation_exit_code(transcript: Transcript) -> int:
+    """0: an agent loads every line; 1: it loads with problems; 2: unusable (no header) or unreadable."""
+    if any(p.kind in FATAL_KINDS for p in transcript.problems):
+        return EXIT_UNUSABLE
+    return EXIT_PROBLEMS if transcript.problems else EXIT_OK

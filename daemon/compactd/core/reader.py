@@ -1,0 +1,753 @@
+"""Bytes → entries, as leniently as pi's own loader (``loadEntriesFromFile`` + ``migrateSessionEntries``).
+
+pi skips every line ``JSON.parse`` rejects and requires the first parsed value to be a session header; it
+migrates v1/v2 entries in memory. We do the same, never rewrite the file, and additionally report each problem a
+loader would hit (with its line number) instead of staying silent about it.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import math
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from compactd.core.jsjson import is_js_blank, js_to_number, js_trim_bounds, nesting
+from compactd.core.jsjson import loads as js_loads
+from compactd.core.messages import role_of, tool_call_id, tool_calls
+from compactd.core.tokens import MAX_TOKENS, usage_total
+
+__all__ = [
+    "BLOCKING_KINDS",
+    "BOM",
+    "FATAL_KINDS",
+    "MAX_DEPTH",
+    "Entry",
+    "Scan",
+    "Transcript",
+    "iter_lines",
+    "link_key",
+    "parse_line",
+    "parse_transcript",
+    "same_reading",
+    "validate",
+]
+
+Entry = dict[str, Any]
+CURRENT_VERSION = 3
+BOM = b"\xef\xbb\xbf"
+# pi's ``isValidSessionFile`` (used by ``pi -c``) parses only the first 512 bytes.
+HEADER_VISIBLE_BYTES = 512
+# The bytes just before the end of the last complete line kept with a reading, so that a commit can tell the file
+# it opens is still the one this reading was made from (with its identity and size) without parsing it again.
+EDGE_BYTES = 4096
+# The deepest nesting (objects and arrays, the entry itself counting 1) compactd writes back or sends on:
+# orjson serializes at most 254 levels, and a request body wraps a message in a few more.
+MAX_DEPTH = 200
+
+# Problem kinds that make the file unusable for an agent (pi would wipe it on open).
+FATAL_KINDS = frozenset({"no_header", "unreadable"})
+# Problem kinds that forbid building a compaction on our reading: pi keeps a line we cannot carry faithfully.
+BLOCKING_KINDS = frozenset({"too_deep", "non_string_id", "message_not_object", "context_edit_invalid"})
+
+_TRUE_KEY = ("bool", True)
+_ABSENT: Any = object()
+
+
+def link_key(value: Any) -> Hashable | None:
+    """The key pi's ``byId`` Map files an id under and finds a ``parentId`` by; None where pi finds nothing.
+
+    pi looks a parent up only when ``parentId`` is truthy, by SameValueZero: a string, a number (``5`` and
+    ``5.0`` are one key, ``"5"`` another) or ``true``; an object or array is never equal to any other.
+    """
+    if isinstance(value, str):
+        return value or None
+    if value is True:
+        return _TRUE_KEY
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        return ("number", number) if number else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    kind: str
+    line: int | None
+    message: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "line": self.line, "message": self.message}
+
+
+def parse_line(line: bytes) -> tuple[Any, str | None]:
+    """One line as ``JSON.parse`` would take it: (value, None), or (None, reason) when pi would skip it.
+
+    orjson is strict where JavaScript is lenient in ways all handled here: invalid UTF-8 (Node decodes the
+    whole file to U+FFFD first), lone surrogate escapes (valid JavaScript strings), numbers beyond the double
+    range (``Infinity``) and nesting deeper than orjson's 1,024 levels (V8 has no limit).
+    """
+    try:
+        return orjson.loads(line), None
+    except orjson.JSONDecodeError as exc:
+        first_error = str(exc)
+    try:
+        return js_loads(line.decode("utf-8", "replace")), None
+    except ValueError:
+        return None, first_error
+
+
+@dataclass
+class Transcript:
+    """A parsed transcript: header, migrated entries in file order, and what a loader would stumble on."""
+
+    header: Entry | None
+    version: int
+    entries: list[Entry]
+    problems: list[Problem]
+    leaf_id: str | None
+    # 1-based line number and (start, end) byte span of each entry, parallel to ``entries``.
+    lines: list[int] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    header_span: tuple[int, int] | None = None
+    header_line: int | None = None
+    size: int = 0
+    # The last parsed line is JSON but not an object: pi takes it as the leaf and builds an empty context.
+    junk_leaf: bool = False
+    # Bytes of complete lines, and the last EDGE_BYTES of them; (st_dev, st_ino) of the file read, if a file.
+    complete: int = 0
+    edge: bytes = field(default=b"", repr=False)
+    identity: tuple[int, int] | None = None
+    _by_id: dict[str, Entry] | None = field(default=None, repr=False)
+    _links: dict[Hashable, Entry] | None = field(default=None, repr=False)
+    # The current branch and whether its walk ended at a cycle: computed once, as the indexes above.
+    _branch: tuple[list[Entry], bool] | None = field(default=None, repr=False)
+
+    @property
+    def usable(self) -> bool:
+        return not any(p.kind in FATAL_KINDS for p in self.problems)
+
+    @property
+    def blocking(self) -> list[Problem]:
+        """Why compactd must not build a compaction on this reading (empty: it may)."""
+        return [p for p in self.problems if p.kind in FATAL_KINDS or p.kind in BLOCKING_KINDS]
+
+    @property
+    def committable(self) -> bool:
+        return not self.blocking
+
+    @property
+    def session_id(self) -> str | None:
+        value = (self.header or {}).get("id")
+        return value if isinstance(value, str) else None
+
+    def by_id(self) -> dict[str, Entry]:
+        """Id → entry; a repeated id maps to its last occurrence, as in pi's index."""
+        if self._by_id is None:
+            self._by_id = {e["id"]: e for e in self.entries if isinstance(e.get("id"), str)}
+        return self._by_id
+
+    def links(self) -> dict[Hashable, Entry]:
+        """``by_id`` as pi's ``byId`` Map keys it (numbers and ``true`` too; see ``link_key``)."""
+        if self._links is None:
+            links: dict[Hashable, Entry] = {}
+            for entry in self.entries:
+                key = link_key(entry.get("id"))
+                if key is not None:
+                    links[key] = entry
+            self._links = links
+        return self._links
+
+    @property
+    def null_leaf(self) -> bool:
+        """The last entry's id is ``null``: pi's leaf is then "before the first entry", an empty context."""
+        return bool(self.entries) and "id" in self.entries[-1] and self.entries[-1]["id"] is None
+
+    def leaf(self, leaf_id: str | None = None) -> Entry | None:
+        if leaf_id is None and (self.junk_leaf or self.null_leaf):
+            return None
+        target = leaf_id if leaf_id is not None else self.leaf_id
+        entry = self.by_id().get(target) if target is not None else None
+        if entry is None and self.entries:
+            entry = self.entries[-1]  # pi falls back to the last entry when the leaf has no usable id
+        return entry
+
+    def branch(self, leaf_id: str | None = None) -> list[Entry]:
+        """Root → leaf path, stopping silently at a missing parent (like pi) and at a cycle (pi would hang).
+
+        The current branch (no ``leaf_id``) is walked once per transcript: validation, the context, the ledger
+        and the budget all start from it. Callers get a copy, so one caller's edit never reaches another.
+        """
+        if leaf_id is None:
+            if self._branch is None:
+                path = self._walk(None)
+                self._branch = (path, self._ends_at_cycle(path))
+            return list(self._branch[0])
+        return self._walk(leaf_id)
+
+    def has_cycle(self) -> bool:
+        """The current branch's parent links loop back on themselves (pi would hang on load)."""
+        if self._branch is None:
+            self.branch()
+        assert self._branch is not None
+        return self._branch[1]
+
+    def _ends_at_cycle(self, path: list[Entry]) -> bool:
+        # The walk stops at a missing parent or at an entry already on the path: a root whose parent still
+        # resolves was reached twice.
+        if not path:
+            return False
+        key = link_key(path[0].get("parentId"))
+        return key is not None and key in self.links()
+
+    def _walk(self, leaf_id: str | None) -> list[Entry]:
+        index = self.links()
+        path: list[Entry] = []
+        seen: set[int] = set()
+        current = self.leaf(leaf_id)
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            path.append(current)
+            key = link_key(current.get("parentId"))
+            current = index.get(key) if key is not None else None
+        path.reverse()
+        return path
+
+
+def iter_lines(data: bytes, start: int = 0) -> Iterator[tuple[int, int, memoryview]]:
+    """(start, end, line) for every newline-separated line, the last one possibly unterminated.
+
+    Lines are memoryview slices: no copy of the file's bytes is made (orjson parses them in place).
+    """
+    view = memoryview(data)
+    find = data.find
+    size = len(data)
+    pos = start
+    while pos < size:
+        nl = find(b"\n", pos)
+        end = size if nl < 0 else nl
+        yield pos, end, view[pos:end]
+        pos = end + 1
+
+
+def parse_transcript(
+    data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None = None
+) -> Transcript:
+    """Parse a whole file's bytes. Never raises on any input (see ``_parse``).
+
+    ``reuse``: entries already parsed (the planned transcript, when a commit checks its result): a parsed
+    entry (or field of it) equal to that of its id there is replaced by that one as it is read, so the check
+    of a successor does not hold a second copy of every kept entry (entries are never changed once parsed).
+
+    The cyclic garbage collector is paused meanwhile: parsed entries are acyclic dicts, and letting it scan
+    every one of them again at each allocation threshold costs more than the parsing itself on large files.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(data, check=check, reuse=reuse)
+    finally:
+        if paused:
+            gc.enable()
+
+
+class Scan:
+    """One pass over a file's lines as pi's loader takes them: entries are yielded, everything else recorded.
+
+    Shared by ``parse_transcript`` (which keeps the entries) and the ledger's cold read (which keeps only a few
+    fields of each), so both see exactly the same lines.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.problems: list[Problem] = []
+        self.start = 0
+        if data.startswith(BOM):
+            # JavaScript's trim() strips a leading BOM, so pi still loads the file, but ``pi -c`` (which parses
+            # the raw first line) no longer sees it as a session.
+            self.problems.append(Problem("bom", 1, "UTF-8 BOM before the header: `pi -c` will not list it"))
+            self.start = len(BOM)
+        # pi trims the whole file (String.prototype.trim) before splitting it: the first line may start and
+        # the last may end with whitespace JSON itself does not allow (U+00A0, U+2028, \v, ...).
+        self.lead, self.trail = js_trim_bounds(data, self.start, len(data))
+        self.header: Entry | None = None
+        self.header_span: tuple[int, int] | None = None
+        self.header_line: int | None = None
+        self.junk_leaf = False
+        self.no_header = False
+        self.line_no = 0
+
+    def entries(self) -> Iterator[tuple[Entry, int, int, int, int]]:
+        """(entry, start, end, line number, index in pi's parsed array) for every entry line."""
+        data, problems, loads = self.data, self.problems, orjson.loads
+        parsed = 0
+        for begin, end, raw in iter_lines(data, self.start):
+            self.line_no += 1
+            try:
+                value: Any = loads(raw)
+            except orjson.JSONDecodeError:
+                line = bytes(raw)
+                if not line.strip() or is_js_blank(line):
+                    continue
+                value, reason = parse_line(line)
+                if reason is not None and (begin < self.lead or end > self.trail):
+                    value, reason, begin, end = self._trimmed(value, reason, begin, end)
+                if reason is not None:
+                    if end == len(data):
+                        problems.append(
+                            Problem(
+                                "torn_last_line",
+                                self.line_no,
+                                f"unterminated last line does not parse: {reason}",
+                            )
+                        )
+                    else:
+                        problems.append(Problem("malformed_line", self.line_no, f"skipped: {reason}"))
+                    continue
+            parsed += 1
+            if self.header is None:
+                if not (
+                    isinstance(value, dict)
+                    and value.get("type") == "session"
+                    and isinstance(value.get("id"), str)
+                ):
+                    problems.append(
+                        Problem(
+                            "no_header",
+                            self.line_no,
+                            "first parsed line is not a session header; pi would wipe the file",
+                        )
+                    )
+                    self.no_header = True
+                    return
+                self.header, self.header_span, self.header_line = value, (begin, end), self.line_no
+                if begin - self.start + HEADER_VISIBLE_BYTES < end:
+                    problems.append(
+                        Problem(
+                            "long_header",
+                            self.line_no,
+                            "header line exceeds 512 bytes: `pi -c` will not list it",
+                        )
+                    )
+                continue
+            if not isinstance(value, dict):
+                problems.append(
+                    Problem("malformed_line", self.line_no, "skipped: line is JSON but not an object")
+                )
+                self.junk_leaf = True
+                continue
+            if value.get("type") == "session":
+                continue  # pi's duplicate-flush quirk repeats the header; loaders ignore the repeat
+            self.junk_leaf = False
+            yield value, begin, end, self.line_no, parsed - 1
+
+    def _trimmed(self, value: Any, reason: str, begin: int, end: int) -> tuple[Any, str | None, int, int]:
+        """The first or last line as pi sees it, without the file's leading or trailing whitespace."""
+        start, stop = max(begin, self.lead), min(end, self.trail)
+        if start >= stop:
+            return value, reason, begin, end
+        trimmed, trimmed_reason = parse_line(self.data[start:stop])
+        if trimmed_reason is not None:
+            return value, reason, begin, end
+        if start > begin:
+            self.problems.append(
+                Problem(
+                    "leading_whitespace",
+                    self.line_no,
+                    "the first line starts with whitespace JSON does not allow: `pi -c` will not list it",
+                )
+            )
+        if stop < end:
+            self.problems.append(
+                Problem(
+                    "trailing_whitespace",
+                    self.line_no,
+                    "the last line parses only because pi trims the file's end: pi skips it once a line "
+                    "is appended",
+                )
+            )
+        return trimmed, None, start, stop
+
+    def finish(self) -> None:
+        data = self.data
+        if data and not data.endswith(b"\n") and not any(p.kind == "torn_last_line" for p in self.problems):
+            self.problems.append(
+                Problem(
+                    "torn_last_line",
+                    self.line_no,
+                    "file does not end with a newline: the next append would be swallowed",
+                )
+            )
+        if self.header is None and not self.no_header:
+            self.problems.append(
+                Problem("no_header", None, "empty file: no session header; pi would wipe it")
+            )
+
+    @property
+    def version(self) -> int:
+        """The version pi migrates the file from: ``header.version ?? 1``, compared as JavaScript compares it
+        (``< 2``, ``< 3``): a string, a fraction, a huge number or NaN each say what pi makes of them."""
+        version = (self.header or {}).get("version")
+        if version is None:
+            return 1
+        if isinstance(version, int) and not isinstance(version, bool):
+            return version
+        number = js_to_number(version)
+        if math.isnan(number) or number >= CURRENT_VERSION:
+            return CURRENT_VERSION  # no comparison holds for NaN: pi migrates nothing
+        return 1 if number < 2 else 2
+
+
+def _parse(data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None = None) -> Transcript:
+    scan = Scan(data)
+    entries: list[Entry] = []
+    lines: list[int] = []
+    spans: list[tuple[int, int]] = []
+    positions: list[int] = []  # index of each entry in pi's parsed array (v1 firstKeptEntryIndex uses it)
+    shared: set[str] = set()
+    for value, begin, end, line_no, position in scan.entries():
+        if (
+            reuse and isinstance(value, dict) and scan.version >= CURRENT_VERSION
+        ):  # (older: migrated in place)
+            key = value.get("id")
+            if isinstance(key, str) and key not in shared:
+                known = reuse.get(key)
+                if known is not None:
+                    shared.add(key)  # once: a repeated id's lines stay distinct objects
+                    value = _shared(value, known)
+        entries.append(value)
+        positions.append(position)
+        lines.append(line_no)
+        spans.append((begin, end))
+    scan.finish()
+    problems, header, header_span, junk_leaf = scan.problems, scan.header, scan.header_span, scan.junk_leaf
+    if scan.no_header:
+        return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
+    if header is None:
+        return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
+    version = scan.version
+    if version < 2:
+        _migrate_v1(header, entries, positions)
+    if version < 3:
+        for entry in entries:
+            message = entry.get("message")
+            if (
+                entry.get("type") == "message"
+                and isinstance(message, dict)
+                and message.get("role") == "hookMessage"
+            ):
+                message["role"] = "custom"
+    leaf = entries[-1].get("id") if entries else None
+    complete = data.rfind(b"\n") + 1
+    transcript = Transcript(
+        header=header,
+        version=version,
+        entries=entries,
+        problems=problems,
+        leaf_id=leaf if isinstance(leaf, str) else None,
+        lines=lines,
+        spans=spans,
+        header_span=header_span,
+        header_line=scan.header_line,
+        size=len(data),
+        junk_leaf=junk_leaf,
+        complete=complete,
+        edge=data[max(0, complete - EDGE_BYTES) : complete],
+    )
+    if junk_leaf:
+        transcript.problems.append(
+            Problem(
+                "junk_leaf",
+                None,
+                "the last parsed line is not an object: pi takes it as the leaf, empty context",
+            )
+        )
+    if check:
+        transcript.problems.extend(validate(transcript, data))
+    return transcript
+
+
+def _shared(parsed: Entry, known: Entry) -> Entry:
+    """``known`` if ``parsed`` equals it, else ``parsed`` holding ``known``'s equal values (a successor changes
+    a kept entry's ``parentId`` at most, not its message)."""
+    if parsed == known:
+        return known
+    for name, value in parsed.items():
+        old = known.get(name)
+        if old is not None and old is not value and old == value:
+            parsed[name] = old
+    return parsed
+
+
+def _migrate_v1(header: Entry, entries: list[Entry], positions: list[int]) -> None:
+    """pi's v1 → v2 migration, with ids derived from the session id and position instead of random ones.
+
+    Deterministic ids make two reads of the same v1 file agree, which pi (random ids) does not need because it
+    rewrites the file right away; we never rewrite on read.
+    """
+    seed = str(header.get("id", ""))
+    used: set[str] = set()
+    # firstKeptEntryIndex indexes pi's parsed array, header included at 0: every parsed line counts.
+    by_index: dict[int, Entry] = {}
+    previous: str | None = None
+    for position, entry in zip(positions, entries, strict=True):
+        by_index[position] = entry
+        counter = 0
+        while True:
+            digest = hashlib.blake2s(f"{seed}:{position}:{counter}".encode(), digest_size=4).hexdigest()
+            if digest not in used:
+                break
+            counter += 1
+        used.add(digest)
+        entry["id"] = digest
+        entry["parentId"] = previous
+        previous = digest
+    for entry in entries:
+        if entry.get("type") == "compaction" and "firstKeptEntryIndex" in entry:
+            index = entry.pop("firstKeptEntryIndex")
+            target = by_index.get(index) if isinstance(index, int) else None
+            if target is not None:
+                entry["firstKeptEntryId"] = target["id"]
+
+
+def validate(transcript: Transcript, data: bytes | None = None) -> list[Problem]:
+    """Structural problems a loader would hit: dangling parents, cycles, unpaired tool calls on the branch.
+
+    ``data``: the bytes the transcript was parsed from, so the depth check walks only lines with enough
+    brackets to nest too deep."""
+    problems: list[Problem] = []
+    index = transcript.links()
+    seen_ids: dict[str, Entry] = {}
+    for entry, line in zip(transcript.entries, transcript.lines, strict=False):
+        entry_id = entry.get("id")
+        message = entry.get("message")
+        if entry.get("type") == "message" and message is not None and not isinstance(message, dict):
+            problems.append(
+                Problem(
+                    "message_not_object",
+                    line,
+                    f"message is {_js_type(message)}, not an object: pi puts it in the context as is, we "
+                    "cannot; this session is never compacted",
+                )
+            )
+        if not isinstance(entry_id, str):
+            if link_key(entry_id) is not None:
+                problems.append(
+                    Problem(
+                        "non_string_id",
+                        line,
+                        f"id {entry_id!r} is not a string: pi links entries by it, compactd only writes "
+                        "string ids; this session is never compacted",
+                    )
+                )
+            else:
+                problems.append(
+                    Problem("missing_id", line, "entry has no string id; it cannot be anyone's parent")
+                )
+            continue
+        earlier = seen_ids.get(entry_id)
+        if earlier is not None and _differ(earlier, entry):
+            problems.append(
+                Problem("conflicting_duplicate_id", line, f"id {entry_id!r} repeats with other content")
+            )
+        seen_ids[entry_id] = entry
+        parent = entry.get("parentId")
+        if parent is not None and link_key(parent) not in index:
+            problems.append(
+                Problem(
+                    "dangling_parent", line, f"parentId {parent!r} points nowhere: the branch is cut here"
+                )
+            )
+    branch = transcript.branch()
+    if transcript.has_cycle():
+        problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
+    line_of = {id(e): ln for e, ln in zip(transcript.entries, transcript.lines, strict=False)}
+    branch_ids = {e["id"] for e in branch if isinstance(e.get("id"), str)}
+    for entry in branch:
+        # A kept entry after the compaction (our rotation puts the compaction at the root) is fine: pi then
+        # keeps nothing from before it and emits everything after it. Pointing nowhere loses the kept span.
+        first_kept = entry.get("firstKeptEntryId")
+        if entry.get("type") == "compaction" and not (
+            isinstance(first_kept, str) and first_kept in branch_ids
+        ):
+            problems.append(
+                Problem(
+                    "first_kept_not_on_branch",
+                    line_of.get(id(entry)),
+                    f"compaction keeps from {first_kept!r}, which is not on the branch: nothing before it is kept",
+                )
+            )
+    problems.extend(_context_edit_problems(branch, branch_ids, line_of))
+    problems.extend(_pairing_problems(branch, line_of))
+    problems.extend(_overflow_problems(branch, line_of))
+    problems.extend(_depth_problems(transcript, data))
+    return problems
+
+
+def _context_edit_problems(
+    branch: list[Entry], branch_ids: set[str], line_of: dict[int, int]
+) -> list[Problem]:
+    """pi 1.x's context edits (design.md §6.14): one whose replacement pi cannot apply makes pi throw when it
+    builds the context (never compacted); one naming an entry not on the branch changes nothing."""
+    problems: list[Problem] = []
+    for entry in branch:
+        if entry.get("type") != "context_edit":
+            continue
+        line = line_of.get(id(entry))
+        replacement = entry.get("replacement", _ABSENT)
+        content = replacement.get("content") if isinstance(replacement, dict) else None
+        if replacement is not None and not isinstance(content, str | list):
+            problems.append(
+                Problem(
+                    "context_edit_invalid",
+                    line,
+                    "context edit's replacement is neither null nor {content: string or array}: pi 1.x throws "
+                    "when it builds this branch's context; this session is never compacted",
+                )
+            )
+        target = entry.get("targetId")
+        if not (isinstance(target, str) and target in branch_ids):
+            problems.append(
+                Problem(
+                    "context_edit_target_missing",
+                    line,
+                    f"context edit names {target!r}, which is not on the branch: it changes nothing",
+                )
+            )
+    return problems
+
+
+def _js_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an array"
+
+
+def _differ(a: Entry, b: Entry) -> bool:
+    """``a != b``, and True for entries too deep to compare (Python compares recursively)."""
+    try:
+        return a != b
+    except RecursionError:
+        return True
+
+
+def _overflow_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Problem]:
+    """Usage figures beyond what we count (``usage_tokens`` clamps them): pi's own figure is not a count."""
+    problems: list[Problem] = []
+    for entry in branch:
+        message = entry.get("message")
+        if entry.get("type") != "message" or not isinstance(message, dict) or role_of(message) != "assistant":
+            continue
+        usage = message.get("usage")
+        if not isinstance(usage, dict) or message.get("stopReason") in ("aborted", "error"):
+            continue
+        total = usage_total(usage)
+        if total > MAX_TOKENS or total != total:
+            counted = f"counted as {MAX_TOKENS}" if total > MAX_TOKENS else "not counted"
+            problems.append(
+                Problem(
+                    "figure_overflow",
+                    line_of.get(id(entry)),
+                    f"assistant usage adds up to {total!r}, beyond {MAX_TOKENS}: {counted}",
+                )
+            )
+    return problems
+
+
+def _depth_problems(transcript: Transcript, data: bytes | None = None) -> list[Problem]:
+    """Lines nested deeper than ``MAX_DEPTH``: pi keeps them, we read them, but must not write them back.
+
+    With ``data``, a line is walked only if it holds more than ``MAX_DEPTH`` bracket bytes: each level of
+    nesting opens with a literal ``{`` or ``[`` (JSON has no escaped form of one outside a string), so a line
+    with fewer cannot nest deeper (two C counts instead of a walk of every value)."""
+    problems: list[Problem] = []
+    spanned = data is not None and len(transcript.spans) == len(transcript.entries)
+    spans: list[tuple[int, int] | None] = (
+        list(transcript.spans) if spanned else [None] * len(transcript.entries)
+    )
+    lines = [
+        (transcript.header, transcript.header_line, transcript.header_span if spanned else None),
+        *zip(transcript.entries, transcript.lines, spans, strict=False),
+    ]
+    count = data.count if data is not None else None
+    for value, line, span in lines:
+        if count is not None and span is not None:
+            start, end = span
+            if count(b"{", start, end) + count(b"[", start, end) <= MAX_DEPTH:
+                continue
+        depth = nesting(value)
+        if depth > MAX_DEPTH:
+            problems.append(
+                Problem(
+                    "too_deep",
+                    line,
+                    f"nested {depth} levels deep: pi loads it, compactd carries at most {MAX_DEPTH} levels; "
+                    "this session is never compacted",
+                )
+            )
+    return problems
+
+
+def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Problem]:
+    problems: list[Problem] = []
+    open_calls: dict[str, int | None] = {}
+    answered: set[str] = set()
+    pending_since: int | None = None
+    for entry in branch:
+        if entry.get("type") == "compaction":
+            continue
+        message = entry.get("message")
+        if entry.get("type") != "message" or not isinstance(message, dict):
+            continue
+        role = role_of(message)
+        line = line_of.get(id(entry))
+        if role == "toolResult":
+            call_id = tool_call_id(message)
+            if call_id is None or (call_id not in open_calls and call_id not in answered):
+                problems.append(
+                    Problem(
+                        "orphan_tool_result",
+                        line,
+                        f"toolResult {call_id!r} has no earlier toolCall on the branch",
+                    )
+                )
+            elif call_id in open_calls:
+                open_calls.pop(call_id)
+                answered.add(call_id)
+            continue
+        if open_calls and pending_since is not None:
+            for call_id, call_line in open_calls.items():
+                problems.append(
+                    Problem(
+                        "missing_tool_result",
+                        call_line,
+                        f"toolCall {call_id!r} has no result before the turn moved on",
+                    )
+                )
+            open_calls.clear()
+        if role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
+            for call in tool_calls(message):
+                open_calls[call["id"]] = line
+            pending_since = line if open_calls else None
+    return problems
+
+
+def same_reading(transcript: Transcript | None, data: bytes, identity: tuple[int, int]) -> bool:
+    """Whether ``data`` (a file's complete lines, from the inode ``identity``) is what ``transcript`` was parsed
+    from: the same inode, the same size with nothing torn after it, and the same bytes at the cut.
+
+    pi only ever appends to a transcript or replaces it (a new inode); an in-place rewrite that kept the size
+    and the last 4 KB would fool this, and nothing writes one.
+    """
+    return (
+        transcript is not None
+        and transcript.identity == identity
+        and transcript.size == transcript.complete == len(data)
+        and data[len(data) - len(transcript.edge) :] == transcript.edge
+    )

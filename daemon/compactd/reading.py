@@ -1,0 +1,31 @@
+"""A transcript file read as its agent reads it: the one read of a whole file beside the core's parser
+(:func:`compactd.core.reader.parse_transcript`), which takes bytes and does no I/O."""
+
+from __future__ import annotations
+
+import os
+
+from compactd.core.reader import CURRENT_VERSION, Problem, Transcript, parse_transcript
+
+__all__ = ["read_transcript"]
+
+
+def _open_nofollow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def read_transcript(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> Transcript:
+    """Read and parse a file; an unreadable file is a Transcript with an ``unreadable`` problem, not an error.
+
+    ``follow_symlinks=False`` (the daemon's reads) refuses a file swapped for a symlink since it was found."""
+    try:
+        with open(path, "rb", opener=None if follow_symlinks else _open_nofollow) as handle:
+            st = os.fstat(handle.fileno())
+            data = handle.read()
+    except OSError as exc:
+        return Transcript(
+            None, CURRENT_VERSION, [], [Problem("unreadable", None, f"{exc.strerror}: {path}")], None
+        )
+    transcript = parse_transcript(data)
+    transcript.identity = (st.st_dev, st.st_ino)
+    return transcript
