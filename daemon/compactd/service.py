@@ -21,15 +21,29 @@ import anyio
 import anyio.abc
 
 from compactd import __version__
+from compactd.commit.locks import AlreadyRunning, InstanceLock
 from compactd.config import Config, ConfigError, load_config
 from compactd.core.timestamps import iso_seconds
 from compactd.heap import limit_malloc_arenas, release_free_memory
+from compactd.logs import apply_config_level
 from compactd.progress import ActivityHandler
 from compactd.sources import Host, Outcome, Source, build_sources, one_pass, work
-from compactd.state import SessionState, describe_error
+from compactd.sources.watch import expand_roots
+from compactd.state import (
+    STATUS_MAX_SESSIONS,
+    Metrics,
+    SessionState,
+    StateStore,
+    archive_usage,
+    build_status,
+    describe_error,
+    dump_json,
+    write_status,
+)
+from compactd.systemd import Notifier
 
 if TYPE_CHECKING:
-    from compactd.commit.locks import InstanceLock
+    from compactd.httpd import HttpEndpoint
     from compactd.summarize.llm import SummarizerClient
 
 __all__ = ["EXIT_ALREADY_RUNNING", "Service", "run_once", "run_service"]
@@ -67,9 +81,6 @@ class Service:
         files_only: bool = False,
         roots: list[str] | None = None,
     ) -> None:
-        from compactd.state import Metrics, StateStore
-        from compactd.systemd import Notifier
-
         self.config = config
         self.config_path = config_path
         self.env = dict(os.environ if env is None else env)
@@ -166,8 +177,6 @@ class Service:
         """status.json alone, its counts without the rows (the start-up's: it shows the daemon serving; the
         rows, sorted fullest first, follow at the first state write, right after READY); everything is still
         dirty."""
-        from compactd.state import write_status
-
         try:
             write_status(self.config.state_dir, self.status(rows=False))
         except Exception as exc:  # as write_state: the sessions are still served
@@ -176,8 +185,6 @@ class Service:
 
     def write_activity(self) -> None:
         """status.json with the actions in progress (see :meth:`_at`)."""
-        from compactd.state import write_status
-
         self.activity_changed = False
         try:
             write_status(self.config.state_dir, self.status())
@@ -185,16 +192,12 @@ class Service:
             log.warning("action=state_write_failed error=%s", describe_error(exc))
 
     def write_state(self) -> None:
-        from compactd.state import write_status
-
         self.dirty = False
         self.activity_changed = False
         self.last_written = time.monotonic()
         states = self.states()
         self.metrics.set_sessions(len(states), sum(1 for s in states.values() if s.near_threshold()))
         if time.monotonic() - self.archives_measured >= ARCHIVE_MEASURE_SECONDS:
-            from compactd.state import archive_usage
-
             self.archives_measured = time.monotonic()
             usage = archive_usage(self.config.state_dir)
             self.metrics.set_archives(usage.count, usage.disk_bytes)
@@ -267,7 +270,7 @@ class Service:
                 continue
         return self.metrics.render()
 
-    def start_http(self) -> Any:
+    def start_http(self) -> HttpEndpoint | None:
         """The opt-in endpoint (``service.http_listen``), or None; a port that cannot be bound is logged and
         the service goes on without it (the textfile still has the metrics)."""
         listen = self.config.service.http_listen
@@ -294,8 +297,6 @@ class Service:
         return f"watching {len(states)} sessions, {near} near threshold, {compactions} compactions"
 
     def status(self, *, rows: bool = True) -> dict[str, Any]:
-        from compactd.state import STATUS_MAX_SESSIONS, build_status
-
         roots: list[str] = []
         for source in self.sources:
             roots.extend(getattr(source, "roots", ()))
@@ -340,7 +341,6 @@ class Service:
     def log_start(self) -> None:
         """One line with what this process serves: version, config, roots, sources and the summarizer
         (endpoint with its credentials masked, model, the context it is given)."""
-        from compactd.sources.watch import expand_roots
         from compactd.summarize.redact import redact_url_secrets
 
         s = self.config.summarizer
@@ -369,8 +369,6 @@ class Service:
             log.error("reload rejected, keeping the running config: %s", exc)
             self.notifier.ready(f"config reload rejected: {exc.key}")
             return
-        from compactd.logs import apply_config_level
-
         if config.service.http_listen != self.config.service.http_listen:
             log.warning(
                 "action=reload_partial key=%s reason=%s",
@@ -390,8 +388,6 @@ class Service:
     def lock_instance(self, *, shared: bool = False) -> InstanceLock:
         """Take the state directory's instance lock (``run`` alone; ``once``, ``shared``, beside other onces)
         and make the state directory; raises :class:`~compactd.commit.locks.AlreadyRunning`."""
-        from compactd.commit.locks import InstanceLock
-
         lock = InstanceLock(self.config.state_dir, shared=shared)
         lock.acquire()
         try:
@@ -403,8 +399,6 @@ class Service:
 
     def _only_once_holds(self) -> bool:
         """The instance lock is held, but only shared (by ``once`` runs), not by another ``run``."""
-        from compactd.commit.locks import AlreadyRunning, InstanceLock
-
         probe = InstanceLock(self.config.state_dir, shared=True)
         try:
             probe.acquire()
@@ -421,8 +415,6 @@ class Service:
 
     async def serve(self, shutdown_trigger: ShutdownTrigger | None = None) -> int:
         """Run until SIGTERM/SIGINT or ``shutdown_trigger`` returns; 0 on a clean stop, 3 if another runs."""
-        from compactd.commit.locks import AlreadyRunning
-
         limit_malloc_arenas()
         while True:
             try:
@@ -525,8 +517,6 @@ def run_once(
     (nothing is changed). ``dry_run`` reads only: no lock, no recovery, no state written; it and named
     ``sessions`` read transcript files alone (no OpenClaw database, no Codex rollout is looked at).
     """
-    from compactd.commit.locks import AlreadyRunning
-
     roots = [os.path.realpath(s) for s in sessions] if sessions else None
     service = Service(config, files_only=dry_run, roots=roots)
     lock = None
@@ -554,8 +544,6 @@ def run_once(
         if lock is not None:
             lock.release()
     if as_json:
-        from compactd.state import dump_json
-
         out.write(dump_json([o.as_json() for o in outcomes]).decode())
     else:
         if not outcomes:

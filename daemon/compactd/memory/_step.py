@@ -9,12 +9,14 @@ import os
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from compactd.memory._flush import FlushClient, flush_memories
 from compactd.memory._hooks import before_compaction_event, run_hooks
 
 if TYPE_CHECKING:
+    import anyio.abc
+
     from compactd.config import Config
     from compactd.core.messages import Message
     from compactd.state import Metrics
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 async def start_hooks(
     config: Config,
     metrics: Metrics,
-    task_group: Any,
+    task_group: anyio.abc.TaskGroup | None,
     *,
     session_file: str,
     session_id: str | None,

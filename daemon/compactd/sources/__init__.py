@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from compactd.config import Config
     from compactd.state import Metrics, SessionState
+    from compactd.summarize.llm import SummarizerClient
 
 __all__ = [
     "SOURCES",
@@ -96,7 +97,7 @@ class Host:
     config: Config
     env: Mapping[str, str]
     metrics: Metrics
-    client: Callable[[], Any] = lambda: None  # None: no model configured, the digest
+    client: Callable[[], SummarizerClient | None] = lambda: None  # None: no model configured, the digest
     changed: Callable[[], None] = lambda: None
     # The stage an action of a session is at, for ``status`` (returns the stage), and its end.
     at: Callable[[str, str], str] = lambda _path, stage: stage

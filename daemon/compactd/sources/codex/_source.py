@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -38,6 +38,9 @@ from compactd.sources.codex._files import (
 )
 from compactd.sources.codex._rollout import RolloutFigures, parse_rollout_line
 from compactd.state import Backoff, Metrics, SessionState, describe_error
+
+if TYPE_CHECKING:
+    from compactd.summarize.llm import SummarizerClient
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ class CodexSource:
     def metrics(self) -> Metrics:
         return self._host.metrics
 
-    def client(self) -> Any:
+    def client(self) -> SummarizerClient | None:
         return self._host.client()
 
     def changed(self) -> None:

@@ -777,7 +777,7 @@ class FileSource:
         return True
 
     # --- loops ----------------------------------------------------------------------------------------------
-    async def watch_new_roots(self, tg: Any) -> list[str]:
+    async def watch_new_roots(self, tg: anyio.abc.TaskGroup) -> list[str]:
         """Start a watcher for every root not watched yet and return (those roots) once each is in place, so
         that a scan of them made now misses nothing: what changes after it is reported by its watcher."""
         started: list[tuple[str, anyio.Event]] = []
@@ -792,7 +792,7 @@ class FileSource:
             log.info("root=%s action=watching", root)
         return [root for root, _ in started]
 
-    async def watch_roots(self, tg: Any) -> None:
+    async def watch_roots(self, tg: anyio.abc.TaskGroup) -> None:
         """Watch every root that appears (the start-up's are watched before :meth:`discover` reads them, so
         each is scanned once); rescan periodically."""
         while not self.stopping:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -34,6 +34,10 @@ from compactd.sources.openclaw._gateway import GatewayError, RpcError, call
 from compactd.sources.openclaw._guard import AGENT_SUBDIR, DATABASE_NAME
 from compactd.sources.openclaw._store import Node, Store, StoreError, row_node
 from compactd.state import Backoff, Metrics, SessionState, describe_error
+
+if TYPE_CHECKING:
+    from compactd.core.reader import Transcript
+    from compactd.summarize.llm import SummarizerClient
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +132,7 @@ class OpenClawSource:
     def metrics(self) -> Metrics:
         return self._host.metrics
 
-    def client(self) -> Any:
+    def client(self) -> SummarizerClient | None:
         return self._host.client()
 
     def changed(self) -> None:
@@ -599,7 +603,7 @@ class OpenClawSource:
             return
         session_id = st.session_id
 
-        def load() -> Any:
+        def load() -> Transcript:
             with store.connect() as conn:
                 return read_session_rows(store, conn, session_id)
 
