@@ -80,7 +80,9 @@ def _string(text: str, quote: str, style: int) -> str:
         elif char == "\r":
             out.append("\\r")
         elif ord(char) < 0x20 or char in "\u2028\u2029\x7f":
-            out.append(f"\\x{ord(char):02x}" if style == 2 else f"\\u{ord(char):04x}")
+            # JSON5 \x takes two hex digits: U+2028 and U+2029 need \u
+            short = style == 2 and ord(char) <= 0xFF
+            out.append(f"\\x{ord(char):02x}" if short else f"\\u{ord(char):04x}")
         elif style == 2 and char == "\u00e9":
             out.append("\\u00e9")
         else:

@@ -58,6 +58,13 @@ class RpcError(Exception):
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
+    @property
+    def busy(self) -> bool:
+        """The session has a run in progress or queued work: "retry after it finishes". OpenClaw gives no code
+        of its own for it (``INVALID_REQUEST``, ``retryable: false``), so its words are the only sign; they are
+        read here, at the edge, and nowhere else."""
+        return "retry after it finishes" in self.message.lower()
+
 
 def _error_of(frame: dict[str, Any]) -> RpcError:
     error = frame.get("error")

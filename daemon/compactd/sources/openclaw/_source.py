@@ -513,7 +513,7 @@ class OpenClawSource:
             return self._back_off(st, f"gateway {exc.kind}", str(exc))
         except RpcError as exc:
             self.gateway_problem = None
-            if "retry after it finishes" in exc.message.lower():  # an active run or queued work: busy
+            if exc.busy:  # an active run or queued work
                 return self._retry_later(st, exc.message)
             return self._back_off(st, "gateway", str(exc))
         self.gateway_problem = None
