@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from compactd.summarize.llm import SummarizerClient
 
 __all__ = [
+    "IDLE_WAKE_SECONDS",
     "SOURCES",
     "Action",
     "Host",
@@ -35,6 +36,10 @@ __all__ = [
     "one_pass",
     "work",
 ]
+
+
+# A worker with nothing due sleeps this long at most (new work wakes it at once).
+IDLE_WAKE_SECONDS = 60.0
 
 
 class Action(enum.StrEnum):

@@ -16,7 +16,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +23,9 @@ import anyio
 import anyio.abc
 
 from compactd import offload
-from compactd.config import Config
-from compactd.core.decision import Decision, Figures, Recorded, decide, readiness
-from compactd.defaults import BUSY_RETRY_SECONDS
-from compactd.sources import Action, Host, Outcome
+from compactd.core.decision import Decision, Figures, Recorded, decide
+from compactd.sources import Action, Outcome
+from compactd.sources._hosted import HostedSource
 from compactd.sources.codex._files import (
     Cursor,
     ThreadBusy,
@@ -37,15 +35,14 @@ from compactd.sources.codex._files import (
     thread_id_of,
 )
 from compactd.sources.codex._rollout import RolloutFigures, parse_rollout_line
-from compactd.state import Backoff, Metrics, SessionState, describe_error
+from compactd.state import Backoff, SessionState, describe_error
 
 if TYPE_CHECKING:
-    from compactd.summarize.llm import SummarizerClient
+    pass
 
 log = logging.getLogger(__name__)
 
 SOURCE = "codex"
-IDLE_WAKE_SECONDS = 60.0
 # Day directories holding a rollout written this recently are watched; older ones (a resumed old session) are
 # seen by the rescan (``service.rescan_seconds``), so months of history do not cost one watch each.
 WATCH_RECENT_SECONDS = 2 * 86_400.0
@@ -70,44 +67,12 @@ class CodexSession:
 
 
 @dataclass
-class CodexSource:
-    config: Config
-    env: Mapping[str, str]
-    host: Host | None = None  # what the service lends (built alone: a metrics of its own, no model)
-    sessions: dict[str, CodexSession] = field(default_factory=dict)
-    watching: dict[str, anyio.Event] = field(default_factory=dict)
+class CodexSource(HostedSource[CodexSession]):
     # Rollouts of a thread that has a newer one (a later window file): read for status, never compacted.
     superseded: set[str] = field(default_factory=set)
-    wakeup: anyio.Event = field(default_factory=anyio.Event)
-    stopping: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     name = "codex"
-    workers = 1
-    heartbeat: float = field(default_factory=time.monotonic)
-
-    def __post_init__(self) -> None:
-        if self.host is None:
-            self.host = Host(self.config, self.env, Metrics())
-
-    @property
-    def _host(self) -> Host:
-        assert self.host is not None
-        return self.host
-
-    @property
-    def metrics(self) -> Metrics:
-        return self._host.metrics
-
-    def client(self) -> SummarizerClient | None:
-        return self._host.client()
-
-    def changed(self) -> None:
-        self._host.changed()
-
-    @property
-    def task_group(self) -> anyio.abc.TaskGroup | None:
-        return self._host.task_group
 
     @property
     def enabled(self) -> bool:
@@ -216,45 +181,14 @@ class CodexSource:
             self.wakeup.set()
 
     # --- readiness ----------------------------------------------------------------------------------------
-    def ready(self, now: float, *, force: bool = False) -> list[CodexSession]:
-        out = [
-            s
-            for s in self.sessions.values()
-            if s.due
-            and not s.in_flight
-            and not s.state.in_backoff(now)
-            and (force or not s.figures.turn_open)
-            and readiness(self.config, turn=None, quiet_seconds=now - s.mtime, force=force).ready
-        ]
-        return sorted(out, key=lambda s: -(s.state.percent_of_budget() or 0.0))
+    def quiet_seconds(self, session: CodexSession, now: float) -> float:
+        return now - session.mtime
 
-    def next_wake(self, now: float) -> float:
-        waits = [
-            max(
-                s.state.backoff_remaining(now),
-                self.config.sessions.idle_seconds - (now - s.mtime),
-                BUSY_RETRY_SECONDS if s.figures.turn_open else 0.0,
-            )
-            for s in self.sessions.values()
-            if s.due and not s.in_flight
-        ]
-        return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
+    def busy(self, session: CodexSession) -> bool:
+        """A turn Codex has open (its next request is built from its memory, not from the rollout)."""
+        return session.figures.turn_open is not None
 
     # --- acting -------------------------------------------------------------------------------------------
-    def _back_off(self, st: SessionState, stage: str, reason: str) -> Outcome:
-        s = self.config.service
-        delay = Backoff.record_failure(
-            st, time.time(), s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
-        )
-        self.metrics.record_failure(stage)
-        st.next_action = f"retry in {delay:.0f}s"
-        self.changed()
-        log.warning(
-            "session=%s action=failed stage=%s reason=%s retry_in=%.0fs", st.path, stage, reason, delay
-        )
-        return self._outcome(
-            st.path, Action.FAILED, {"stage": stage, "reason": reason, "retry_in": round(delay)}
-        )
 
     def _outcome(
         self, path: str, action: Action, detail: dict[str, Any], *, committed: bool = False
@@ -359,15 +293,8 @@ class CodexSource:
         )
 
     # --- the Source protocol (loops) ---------------------------------------------------------------------
-    @property
-    def watched(self) -> int:
-        return len(self.watching)
-
     def prepare(self) -> None:
         """Nothing to recover: compactd only ever appends one line to a rollout, under Codex's lock."""
-
-    def configure(self, config: Config) -> None:
-        self.config = config
 
     def save(self) -> None:
         """Nothing kept across restarts: rollouts are read again at start."""
@@ -434,8 +361,6 @@ class CodexSource:
         return self._outcome(session.path, Action.FITS, detail)
 
     # --- status -------------------------------------------------------------------------------------------
-    def states(self) -> dict[str, SessionState]:
-        return {path: s.state for path, s in list(self.sessions.items())}
 
     def annotate(self, status: dict[str, Any]) -> None:
         """Mark Codex rows with their source, Codex's own figure and window, and whether a turn is open."""

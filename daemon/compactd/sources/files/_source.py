@@ -26,7 +26,7 @@ from compactd.core.ledger import SessionLedger
 from compactd.core.planning import figures_of, route_cap, tool_result_cap
 from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
-from compactd.sources import Action, Host, Outcome
+from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
 from compactd.sources.files.resume import SnapshotStore, config_fingerprint
 from compactd.sources.files.tail import Change
 from compactd.sources.files.tracker import UNTOUCHED, SessionTracker
@@ -45,8 +45,6 @@ __all__ = ["FileSession", "FileSource", "committed_size", "seed_tracker"]
 
 log = logging.getLogger(__name__)
 
-# A worker with nothing due sleeps this long at most (new work wakes it at once).
-IDLE_WAKE_SECONDS = 60.0
 # Watchers yield an empty batch this often when nothing happens: the heartbeat the watchdog checks. Stopping
 # does not wait for it (the stop event is seen within one step).
 WATCH_HEARTBEAT_MS = 5_000

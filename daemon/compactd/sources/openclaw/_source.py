@@ -16,7 +16,6 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,20 +23,18 @@ import anyio
 import anyio.abc
 
 from compactd import offload
-from compactd.config import Config
-from compactd.core.decision import Decision, Figures, Recorded, decide, readiness
-from compactd.defaults import BUSY_RETRY_SECONDS
-from compactd.sources import Action, Host, Outcome
+from compactd.core.decision import Decision, Figures, Recorded, decide
+from compactd.sources import Action, Outcome
+from compactd.sources._hosted import HostedSource
 from compactd.sources.openclaw._discovery import Agent, Install, discover
 from compactd.sources.openclaw._follower import Follower, read_session_rows
 from compactd.sources.openclaw._gateway import GatewayError, RpcError, call
 from compactd.sources.openclaw._guard import AGENT_SUBDIR, DATABASE_NAME
 from compactd.sources.openclaw._store import Node, Store, StoreError, row_node
-from compactd.state import Backoff, Metrics, SessionState, describe_error
+from compactd.state import Backoff, SessionState, describe_error
 
 if TYPE_CHECKING:
     from compactd.core.reader import Transcript
-    from compactd.summarize.llm import SummarizerClient
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +42,6 @@ SOURCE = "openclaw"
 # How long the database may take to show the compaction the gateway reported.
 VERIFY_SECONDS = 15.0
 VERIFY_POLL_SECONDS = 0.2
-IDLE_WAKE_SECONDS = 60.0
 _WATCHED_NAMES = frozenset({DATABASE_NAME, DATABASE_NAME + "-wal"})
 
 
@@ -93,19 +89,12 @@ def session_path(agent: Agent, session_key: str) -> str:
 
 
 @dataclass
-class OpenClawSource:
-    config: Config
-    env: Mapping[str, str]
-    host: Host | None = None  # what the service lends (built alone: a metrics of its own, no model)
+class OpenClawSource(HostedSource[OpenClawSession]):
     install: Install | None = None
-    sessions: dict[str, OpenClawSession] = field(default_factory=dict)
     stores: dict[str, Store] = field(default_factory=dict)
     gateway_problem: str | None = None  # the last "down"/"refused" answer, for status and doctor
     problems: dict[str, str] = field(default_factory=dict)  # agent id -> why its database cannot be read
     refusals: dict[str, str] = field(default_factory=dict)  # agent dir → why it is not followed (logged once)
-    watching: dict[str, anyio.Event] = field(default_factory=dict)
-    wakeup: anyio.Event = field(default_factory=anyio.Event)
-    stopping: bool = False
     # Per database: the transcript rowid read up to, and the layout (sessions, generations, config) as of then.
     _marks: dict[str, tuple[int, Any]] = field(default_factory=dict, repr=False)
     _by_session_id: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)  # → (database, key)
@@ -116,31 +105,6 @@ class OpenClawSource:
 
     # --- discover / refresh -------------------------------------------------------------------------------
     name = "openclaw-sqlite"
-    workers = 1
-    heartbeat: float = field(default_factory=time.monotonic)
-
-    def __post_init__(self) -> None:
-        if self.host is None:
-            self.host = Host(self.config, self.env, Metrics())
-
-    @property
-    def _host(self) -> Host:
-        assert self.host is not None
-        return self.host
-
-    @property
-    def metrics(self) -> Metrics:
-        return self._host.metrics
-
-    def client(self) -> SummarizerClient | None:
-        return self._host.client()
-
-    def changed(self) -> None:
-        self._host.changed()
-
-    @property
-    def task_group(self) -> anyio.abc.TaskGroup | None:
-        return self._host.task_group
 
     @property
     def enabled(self) -> bool:
@@ -404,31 +368,9 @@ class OpenClawSource:
         last = max(session.follower.last_event_at, (node.updated_at if node is not None else None) or 0.0)
         return now - last
 
-    def ready(self, now: float, *, force: bool = False) -> list[OpenClawSession]:
-        """Due sessions that are idle, have no run in progress, are not backing off nor in flight; fullest
-        first."""
-        out = [
-            s
-            for s in self.sessions.values()
-            if s.due
-            and not s.in_flight
-            and not s.state.in_backoff(now)
-            and (force or (s.node is not None and not s.node.active_run))
-            and readiness(self.config, turn=None, quiet_seconds=self.quiet_seconds(s, now), force=force).ready
-        ]
-        return sorted(out, key=lambda s: -(s.state.percent_of_budget() or 0.0))
-
-    def next_wake(self, now: float) -> float:
-        waits = [
-            max(
-                s.state.backoff_remaining(now),
-                self.config.sessions.idle_seconds - self.quiet_seconds(s, now),
-                BUSY_RETRY_SECONDS if s.node is not None and s.node.active_run else 0.0,
-            )
-            for s in self.sessions.values()
-            if s.due and not s.in_flight
-        ]
-        return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
+    def busy(self, session: OpenClawSession) -> bool:
+        """A run in progress (the gateway refuses to compact under it), or no node read yet."""
+        return session.node is None or bool(session.node.active_run)
 
     # --- acting -------------------------------------------------------------------------------------------
     def _retry_later(self, st: SessionState, reason: str) -> Outcome:
@@ -436,21 +378,6 @@ class OpenClawSource:
         self.changed()
         log.info("session=%s action=busy reason=%s", st.path, reason)
         return self._outcome(st.path, Action.BUSY, {"reason": reason})
-
-    def _back_off(self, st: SessionState, stage: str, reason: str) -> Outcome:
-        s = self.config.service
-        delay = Backoff.record_failure(
-            st, time.time(), s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
-        )
-        self.metrics.record_failure(stage.replace(" ", "_"))
-        st.next_action = f"retry in {delay:.0f}s"
-        self.changed()
-        log.warning(
-            "session=%s action=failed stage=%s reason=%s retry_in=%.0fs", st.path, stage, reason, delay
-        )
-        return self._outcome(
-            st.path, Action.FAILED, {"stage": stage, "reason": reason, "retry_in": round(delay)}
-        )
 
     def _outcome(
         self, path: str, action: Action, detail: dict[str, Any], *, committed: bool = False
@@ -623,15 +550,8 @@ class OpenClawSource:
         )
 
     # --- the Source protocol (loops) ---------------------------------------------------------------------
-    @property
-    def watched(self) -> int:
-        return len(self.watching)
-
     def prepare(self) -> None:
         """Nothing to recover: the gateway owns every write to the database."""
-
-    def configure(self, config: Config) -> None:
-        self.config = config
 
     def save(self) -> None:
         """Nothing kept across restarts: the database is read again (by row sequence) at start."""
@@ -727,10 +647,6 @@ class OpenClawSource:
         )
 
     # --- status -------------------------------------------------------------------------------------------
-    def states(self) -> dict[str, SessionState]:
-        """Every session's state, from a copy of the table taken at once (a worker thread's refresh may add or
-        drop sessions meanwhile)."""
-        return {path: s.state for path, s in list(self.sessions.items())}
 
     def annotate(self, status: dict[str, Any]) -> None:
         """Mark each ``status.json`` row with its source; OpenClaw rows get the session key, the agent, the

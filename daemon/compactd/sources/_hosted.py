@@ -1,0 +1,143 @@
+"""What the sources that follow another agent's own store share (OpenClaw's database, Codex's rollouts): the
+host's services, readiness by quiet time and the agent's own "busy", and the back-off of a failed session."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+import anyio
+import anyio.abc
+
+from compactd.config import Config
+from compactd.core.decision import readiness
+from compactd.defaults import BUSY_RETRY_SECONDS
+from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
+from compactd.state import Backoff, Metrics, SessionState
+
+if TYPE_CHECKING:
+    from compactd.summarize.llm import SummarizerClient
+
+__all__ = ["HostedSource"]
+
+log = logging.getLogger(__name__)
+
+
+class _Followed(Protocol):
+    state: SessionState
+    due: bool
+    in_flight: bool
+
+
+S = TypeVar("S", bound=_Followed)
+
+
+@dataclass
+class HostedSource(Generic[S]):
+    """The common part of :class:`~compactd.sources.openclaw.OpenClawSource` and
+    :class:`~compactd.sources.codex.CodexSource`; each says how quiet a session is and whether its agent is busy
+    with it (:meth:`quiet_seconds`, :meth:`busy`)."""
+
+    config: Config
+    env: Mapping[str, str]
+    host: Host | None = None  # what the service lends (built alone: a metrics of its own, no model)
+    heartbeat: float = field(default_factory=time.monotonic)
+    wakeup: anyio.Event = field(default_factory=anyio.Event)
+    stopping: bool = False
+    watching: dict[str, anyio.Event] = field(default_factory=dict)
+    sessions: dict[str, S] = field(default_factory=dict)
+
+    workers = 1
+
+    def __post_init__(self) -> None:
+        if self.host is None:
+            self.host = Host(self.config, self.env, Metrics())
+
+    @property
+    def _host(self) -> Host:
+        assert self.host is not None
+        return self.host
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._host.metrics
+
+    def client(self) -> SummarizerClient | None:
+        return self._host.client()
+
+    def changed(self) -> None:
+        self._host.changed()
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup | None:
+        return self._host.task_group
+
+    @property
+    def watched(self) -> int:
+        return len(self.watching)
+
+    def configure(self, config: Config) -> None:
+        self.config = config
+
+    # --- readiness ----------------------------------------------------------------------------------------
+    def quiet_seconds(self, session: S, now: float) -> float:
+        raise NotImplementedError
+
+    def busy(self, session: S) -> bool:
+        """The agent itself is at work on it (a run, an open turn): never acted on then, unless forced."""
+        raise NotImplementedError
+
+    def ready(self, now: float, *, force: bool = False) -> list[S]:
+        """Due sessions that are idle, not busy, not backing off nor in flight; fullest first."""
+        out = [
+            s
+            for s in self.sessions.values()
+            if s.due
+            and not s.in_flight
+            and not s.state.in_backoff(now)
+            and (force or not self.busy(s))
+            and readiness(self.config, turn=None, quiet_seconds=self.quiet_seconds(s, now), force=force).ready
+        ]
+        return sorted(out, key=lambda s: -(s.state.percent_of_budget() or 0.0))
+
+    def next_wake(self, now: float) -> float:
+        waits = [
+            max(
+                s.state.backoff_remaining(now),
+                self.config.sessions.idle_seconds - self.quiet_seconds(s, now),
+                BUSY_RETRY_SECONDS if self.busy(s) else 0.0,
+            )
+            for s in self.sessions.values()
+            if s.due and not s.in_flight
+        ]
+        return max(0.05, min(waits)) if waits else IDLE_WAKE_SECONDS
+
+    # --- acting -------------------------------------------------------------------------------------------
+    def _outcome(
+        self, path: str, action: Action, detail: dict[str, object], *, committed: bool = False
+    ) -> Outcome:
+        raise NotImplementedError
+
+    def _back_off(self, st: SessionState, stage: str, reason: str) -> Outcome:
+        """Count a failure of this session, back it off, log it; its outcome."""
+        s = self.config.service
+        delay = Backoff.record_failure(
+            st, time.time(), s.backoff_base_seconds, s.backoff_max_seconds, error=reason, stage=stage
+        )
+        self.metrics.record_failure(stage.replace(" ", "_"))
+        st.next_action = f"retry in {delay:.0f}s"
+        self.changed()
+        log.warning(
+            "session=%s action=failed stage=%s reason=%s retry_in=%.0fs", st.path, stage, reason, delay
+        )
+        return self._outcome(
+            st.path, Action.FAILED, {"stage": stage, "reason": reason, "retry_in": round(delay)}
+        )
+
+    def states(self) -> dict[str, SessionState]:
+        """Every session's state, from a copy of the table taken at once (a worker thread's refresh may add or
+        drop sessions meanwhile)."""
+        return {path: s.state for path, s in list(self.sessions.items())}
