@@ -110,6 +110,56 @@ def test_a_compaction_reads_the_transcript_twice_and_the_next_refresh_not_at_all
     assert session.tracker.ledger == SessionLedger.from_bytes(path.read_bytes())
 
 
+class Decisions:
+    """Counts :func:`compactd.core.decision.decide` wherever a module imported it by name."""
+
+    MODULES = ("compactd.sources.files._source", "compactd.sources.files.job", "compactd.core.planning")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import importlib
+
+        from compactd.core import decision
+
+        self.calls = 0
+        original = decision.decide
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(decision, "decide", counting)
+        for name in self.MODULES:
+            module = importlib.import_module(name)
+            if hasattr(module, "decide"):
+                monkeypatch.setattr(module, "decide", counting)
+
+
+def test_a_compaction_decides_its_route_on_the_ledger_and_once_on_its_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher's refresh decides on the ledger (exact: it counted the tool results); the worker asks only the time;
+    the action decides once on the reading it acts on and hands that plan to the job, which decides nothing."""
+    sessions = tmp_path / "sessions"
+    path = big_session(sessions)
+    config = load_config(config_file(tmp_path, sessions, "append"))
+    files = Service(config).source("jsonl")
+    decisions = Decisions(monkeypatch)
+    files.refresh(str(path))
+    session = files.sessions[str(path)]
+    assert session.due and session.decision is not None and session.decision.exact
+    # The tracker's "does its route need the tool results counted?" (route_cap), then the refresh's decision,
+    # exact from the ledger's count: no read of the file.
+    assert decisions.calls == 2
+    decisions.calls = 0
+    assert files.ready(time.time()) == [session]
+    assert files.next_wake(time.time()) > 0
+    assert decisions.calls == 0  # readiness is the recorded decision's and the clock's
+    outcome = anyio.run(lambda: files.act(session, force=True))
+    assert outcome.committed, outcome
+    # One on the act's reading (handed to the job as its plan), one on the committed file (the next cycle's).
+    assert decisions.calls == 2
+
+
 @pytest.mark.slow  # a big session compacted; the read-count test keeps the path fast
 def test_a_finished_jobs_repr_does_not_grow_with_the_transcript(tmp_path: Path) -> None:
     """asyncio formats the main task, its result included, when the runner looks its SIGINT handler up:

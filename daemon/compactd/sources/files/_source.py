@@ -248,12 +248,18 @@ class FileSource:
         )
 
     def figures(self, session: FileSession) -> Figures | None:
-        """The ledger's figures of a session (None: not a transcript), as :func:`decide` takes them."""
+        """The ledger's figures of a session (None: not a transcript), as :func:`decide` takes them: with the
+        route's reducible tool-result characters when the ledger counted them at this session's cap (then the
+        decision is exact without reading the file)."""
         ledger = session.tracker.ledger
         if ledger is None:
             return None
         cursor = session.tracker.cursor
-        return Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime)
+        known = ledger.reducible
+        reducible = None
+        if known is not None and known[0] == tool_result_cap(self.config, ledger.provider, ledger.model):
+            reducible = known[1]
+        return Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime, reducible=reducible)
 
     def decide(self, session: FileSession, now: float, *, force: bool = False) -> Decision | None:
         """:func:`compactd.core.decision.decide` on what the tracker and the state directory know of a session."""
@@ -264,20 +270,8 @@ class FileSource:
         return decide(self.config, figures, recorded, now=now, force=force)
 
     def _exact_decision(self, session: FileSession, provisional: Decision) -> Decision:
-        """The decision with the route's reducible tool-result characters: from the ledger when it counted
-        them at this session's cap, else from a full read; the provisional one when the read cannot say."""
-        ledger = session.tracker.ledger
-        known = ledger.reducible if ledger is not None else None
-        if (
-            ledger is not None
-            and known is not None
-            and known[0] == tool_result_cap(self.config, ledger.provider, ledger.model)
-        ):
-            cursor = session.tracker.cursor
-            figures = Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime, reducible=known[1])
-            return decide(
-                self.config, figures, Recorded.of_state(self.session_state(session.path)), now=time.time()
-            )
+        """The decision with the route's reducible tool-result characters, which the ledger did not count at
+        this session's cap: from a full read; the provisional one when the read cannot say."""
         try:
             transcript = read_transcript(session.path, follow_symlinks=False)
         except OSError as exc:
