@@ -3,7 +3,7 @@
 (a) **latency**: ``n`` small sessions in a temp root; an in-process ``Service`` runs ``serve()`` with its real
     watchers; a separate writer process appends ~1 KB lines by path (open/O_APPEND/write/close, as the agents do)
     at ``rate`` lines a second, each to a random session, on a drift-free schedule. Latency runs from just before
-    the writer's ``open`` to the moment ``Service.refresh`` has folded the line into that session's ledger (the
+    the writer's ``open`` to the moment ``FileSource.refresh`` has folded the line into that session's ledger (the
     ledger's entry count reaches the value the write implies). Both sides stamp ``time.monotonic_ns`` (one
     system-wide clock on Linux). Targets: median ≤ 50 ms, p99 ≤ 150 ms.
 (b) **idle CPU**: the same service with nothing written for ``idle_seconds``: process CPU time (all threads,

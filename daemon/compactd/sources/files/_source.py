@@ -30,7 +30,7 @@ from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
 from compactd.sources.files.resume import SnapshotStore, config_fingerprint
 from compactd.sources.files.tail import Change
 from compactd.sources.files.tracker import UNTOUCHED, SessionTracker
-from compactd.sources.openclaw._guard import refusal as openclaw_refusal
+from compactd.sources.openclaw import refusal as openclaw_refusal
 from compactd.sources.watch import expand_roots, scan_root, watch_root
 from compactd.state import Backoff, SessionState, StateStore, describe_error
 

@@ -579,7 +579,7 @@ async def predict_route(path: str, config: Config, transcript: Transcript, route
 
 def flush_runs(config: Config, path: str, transcript: Transcript) -> bool:
     """Whether a memory flush of ``transcript`` does anything: hooks to start, or a trusted workspace to write
-    and a span before the kept turns to extract from (what ``Service.flush`` does, asked beforehand)."""
+    and a span before the kept turns to extract from (what ``FileSource.flush`` does, asked beforehand)."""
     if config.memory_flush.hooks:
         return True
     if trusted_workspace(config, path, transcript.header) is None:
