@@ -97,7 +97,7 @@ class BenchService(Service):
 
     @property
     def roots(self) -> dict[str, Any]:
-        return self.files.roots
+        return self.files.watchers
 
 
 # --- sessions on disk --------------------------------------------------------------------------------------

@@ -378,7 +378,7 @@ def test_health_follows_the_loop_and_the_watchers(tmp_path: Path) -> None:
     service.loop_tick = now
     files.heartbeat = now - WATCH_STALE_SECONDS - 1
     assert service.health()[0]  # no root watched: no watcher to be stale
-    files.roots["/r"] = object()  # type: ignore[attr-defined]
+    files.watchers["/r"] = anyio.Event()
     healthy, detail = service.health()
     assert not healthy and detail["roots_watched"] == 1
     files.heartbeat = now

@@ -297,9 +297,7 @@ class Service:
         return f"watching {len(states)} sessions, {near} near threshold, {compactions} compactions"
 
     def status(self, *, rows: bool = True) -> dict[str, Any]:
-        roots: list[str] = []
-        for source in self.sources:
-            roots.extend(getattr(source, "roots", ()))
+        roots = [root for source in self.sources for root in source.roots()]
         doc = build_status(
             self.states(),
             max_sessions=STATUS_MAX_SESSIONS if rows else 0,
@@ -454,6 +452,8 @@ class Service:
                     await source.start(tg)  # its watchers in place, then every session read and decided
                 release_free_memory()  # the start-up read of every transcript leaves freed heap behind
                 for source in self.sources:
+                    if not source.enabled:
+                        continue
                     tg.start_soon(source.follow, tg)
                     for _ in range(source.workers):
                         tg.start_soon(work, source, source.ready, source.act)

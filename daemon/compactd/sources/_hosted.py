@@ -79,6 +79,9 @@ class HostedSource(Generic[S]):
     def watched(self) -> int:
         return len(self.watching)
 
+    def roots(self) -> list[str]:
+        return []
+
     def configure(self, config: Config) -> None:
         self.config = config
 

@@ -86,7 +86,7 @@ class FileSource:
         self.metrics = host.metrics
         self.workers = host.config.summarizer.max_concurrency
         self.sessions: dict[str, FileSession] = {}
-        self.roots: dict[str, anyio.Event] = {}
+        self.watchers: dict[str, anyio.Event] = {}  # root -> its watcher's stop event
         self.explicit_roots = host.roots  # ``once FILE...``: these paths alone, not the configured roots
         self.refused: set[str] = set()  # paths refused as symlinks (logged once)
         self.store = StateStore(host.config.state_dir)
@@ -109,7 +109,10 @@ class FileSource:
 
     @property
     def watched(self) -> int:
-        return len(self.roots)
+        return len(self.watchers)
+
+    def roots(self) -> list[str]:
+        return sorted(self.watchers)
 
     def configure(self, config: Config) -> None:
         self.config = config
@@ -774,9 +777,9 @@ class FileSource:
         that a scan of them made now misses nothing: what changes after it is reported by its watcher."""
         started: list[tuple[str, anyio.Event]] = []
         for root in self.root_paths():
-            if root not in self.roots:
+            if root not in self.watchers:
                 stop, armed = anyio.Event(), anyio.Event()
-                self.roots[root] = stop
+                self.watchers[root] = stop
                 tg.start_soon(self._watch_one, root, stop, armed)
                 started.append((root, armed))
         for root, armed in started:
@@ -826,7 +829,7 @@ class FileSource:
             )
         finally:
             armed.set()  # a watcher that never started must not hold up the start-up
-        self.roots.pop(root, None)
+        self.watchers.pop(root, None)
 
     def discover(self, *, seal: bool = False) -> set[str]:
         """Every transcript under every root, reconciled with the file system and decided (the read at start
@@ -925,7 +928,7 @@ class FileSource:
 
     def stop(self) -> None:
         self.stopping = True
-        for stop in self.roots.values():
+        for stop in self.watchers.values():
             stop.set()
         self.wakeup.set()
 
