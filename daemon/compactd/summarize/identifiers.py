@@ -982,27 +982,33 @@ def scan_text(text: str, memo: WordMemo | None = None) -> Iterator[tuple[str, st
 
 def _scan(text: str, memo: WordMemo | None) -> list[tuple[str, str]]:
     """``scan_text`` as a list."""
+    found, text = _head(text)
+    words = memo if memo is not None else {}
+    get = words.get
+    staged: list[tuple[int, str, str]] = []
+    for chunk in _candidate_slices(text):
+        # Each word's findings from the memo, in C; the words met for the first time are scanned together
+        # (in any order: a word's findings do not depend on its neighbours, see ``_scan_words``).
+        new = list(set(chunk).difference(words))
+        if new:
+            words.update(zip(new, _scan_words(new), strict=True))
+        staged.extend(itertools.chain.from_iterable(filter(None, map(get, chunk))))
+    staged.sort(key=_STAGE_OF)  # stable: stage by stage, in text order within each, as one pass per stage
+    found += map(_FOUND_OF, staged)
+    return found
+
+
+def _head(text: str) -> tuple[list[tuple[str, str]], str]:
+    """The quoted paths and the phrases of ``text``, and the text with them blanked out."""
     found: list[tuple[str, str]] = []
     if " /" in text or "'/" in text or '"/' in text or ":\\" in text:
         quoted, text = _quoted_paths(text)
         found += [(path, PATH) for path in quoted]
     phrases, text = _phrases(text)
     found += phrases
-    words = memo if memo is not None else {}
-    get = words.get
-    staged: list[tuple[int, str, str]] = []
-    for chunk in _candidate_slices(text):
-        # Each word's findings from the memo, in C; the words met for the first time are scanned together.
-        if None in map(get, chunk):
-            new = list(dict.fromkeys(itertools.compress(chunk, map(operator.is_, map(get, chunk), _NONES))))
-            words.update(zip(new, _scan_words(new), strict=True))
-        staged.extend(itertools.chain.from_iterable(map(get, chunk)))
-    staged.sort(key=_STAGE_OF)  # stable: stage by stage, in text order within each, as one pass per stage
-    found += map(_FOUND_OF, staged)
-    return found
+    return found, text
 
 
-_NONES = itertools.repeat(None)
 _STAGE_OF = operator.itemgetter(0)
 _FOUND_OF = operator.itemgetter(1, 2)
 
