@@ -278,6 +278,7 @@ def _redact(text: str, rules: tuple[_Rule, ...], any_needle: re.Pattern[str]) ->
     lowered = text.lower()
     if any_needle.search(lowered) is None:  # every rule below would be skipped
         return text, counts
+    source = text
     for rule in rules:
         if not any(n in lowered for n in rule.needles):
             continue
@@ -290,14 +291,16 @@ def _redact(text: str, rules: tuple[_Rule, ...], any_needle: re.Pattern[str]) ->
                 counts[kind] = counts.get(kind, 0) + 1
             return out
 
-        text = _substitute(rule, text, counting)
+        # The text lower-cased already serves while no rule has changed it.
+        text = _substitute(rule, text, counting, lowered if text is source else None)
     return text, counts
 
 
-def _substitute(rule: _Rule, text: str, replace: Replacer) -> str:
+def _substitute(rule: _Rule, text: str, replace: Replacer, lowered: str | None = None) -> str:
     if rule.folded is None:
         return rule.pattern.sub(replace, text)
-    lowered = text.lower()
+    if lowered is None:
+        lowered = text.lower()
     if len(lowered) != len(text):  # a character lower-cases to two: positions would not line up
         return rule.pattern.sub(replace, text)
     if rule.folded_gates and all(gate.search(lowered) is None for gate in rule.folded_gates):
