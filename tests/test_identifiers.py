@@ -817,6 +817,29 @@ def test_words_scanned_together_find_what_each_finds_alone(words: list[str]) -> 
     assert ids._scan_words(alone) == [tuple(ids._scan_stages(w)) for w in alone]
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([*_SHAPES, "é", "日本", "a1", "\u3000", "\x0b"]),
+            st.sampled_from(["", " ", "\n", "\t", "  ", "\r\n", "\u3000"]),
+        ),
+        max_size=20,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_candidate_words_found_after_whitespace_are_the_lookbehind_patterns(
+    parts: list[tuple[str, str]],
+) -> None:
+    """``_candidates`` starts its pattern at a whitespace character (and at the text's start), not at every
+    position behind a lookbehind: the words are the same, from any slice start just after a whitespace."""
+    from compactd.summarize import identifiers as ids
+
+    text = "".join(shape + gap for shape, gap in parts)
+    assert ids._candidates(text, 0, len(text)) == ids._CANDIDATE_WORD.findall(text)
+    for start in (i + 1 for i, c in enumerate(text) if c.isspace()):
+        assert ids._candidates(text, start, len(text)) == ids._CANDIDATE_WORD.findall(text, start)
+
+
 def test_a_text_longer_than_a_slice_is_scanned_as_one() -> None:
     """Texts past ``_SPLIT_SLICE_CHARS`` are cut into slices at whitespace; nothing is lost or split there."""
     from compactd.summarize import identifiers as ids

@@ -973,9 +973,10 @@ def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
 def scan_text(text: str, memo: WordMemo | None = None) -> Iterator[tuple[str, str]]:
     """(identifier, kind) pairs in ``text``: quoted paths and phrases first, then stage by stage (``_STAGES``).
 
-    The stages run word by word (``memo``: a word's findings, reused for every later occurrence), which finds
-    what one pass of each stage over :func:`candidate_text` would, in the same order: no stage's match holds
-    whitespace or a needle-less word, and every lookaround treats a word's edge as it treats the space there.
+    The stages run on the distinct words (``memo``: a word's findings, reused for every later occurrence; the
+    words met for the first time scanned together, see ``_scan_words``), which finds what one pass of each
+    stage over :func:`candidate_text` would, in the same order: no stage's match holds whitespace or a
+    needle-less word, and every lookaround treats a word's edge as it treats the space there.
     """
     return iter(_scan(text, memo))
 
@@ -1043,12 +1044,6 @@ def _candidate_slices(text: str) -> Iterator[list[str]]:
         end = space.start() if space is not None else size
         yield _candidates(text, start, end)
         start = end + 1
-
-
-def _candidate_words(text: str) -> Iterator[str]:
-    """The candidate words of ``text`` one by one (see ``_candidate_slices``)."""
-    for chunk in _candidate_slices(text):
-        yield from chunk
 
 
 def _scan_words(words: Sequence[str]) -> list[tuple[tuple[int, str, str], ...]]:
