@@ -706,11 +706,44 @@ _SHAPES = [
     "word",
     "日本",
 ]
+# Phrases and their near misses (a keyword inside a word, no digit, a digit too far), around the phrase gates.
+_PHRASE_SHAPES = [
+    "report 12",
+    "import 5",
+    "Ports 80",
+    "PORT=8080",
+    "DB_PORT: 5432",
+    "端口 5432",
+    "PRs 12",
+    "MR !89",
+    "pull request 12",
+    "merge request !8",
+    "issue #7",
+    "bug\t#12",
+    "Ticket #3",
+    "debug #4",
+    "Version: 2.0",
+    "version 3.12.1",
+    "version3.1",
+    "版本号 1.4.2",
+    "Nov 30th 2026",
+    "1 December 2026",
+    "May 2026",
+    "Sept 3, 1999",
+    "Mar. 4 2026",
+    "\t2026",
+    " 1999",
+    "Dec",
+    "30",
+]
 
 
 @given(
     st.lists(
-        st.tuples(st.sampled_from(_SHAPES), st.sampled_from(["", "", " ", "\n", "\t", "  "])), max_size=40
+        st.tuples(
+            st.sampled_from(_SHAPES + _PHRASE_SHAPES), st.sampled_from(["", "", " ", "\n", "\t", "  "])
+        ),
+        max_size=40,
     )
 )
 @settings(max_examples=300, deadline=None)
@@ -772,6 +805,41 @@ def test_a_words_stage_plan_finds_what_every_needle_gated_stage_finds(parts: lis
     assert ids._scan_word(word) == tuple(ids._scan_stages(word))
 
 
+@given(st.lists(st.lists(st.sampled_from(_SHAPES), min_size=1, max_size=5).map("".join), max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_words_scanned_together_find_what_each_finds_alone(words: list[str]) -> None:
+    """``_scan_words`` runs each stage once over the new words joined by spaces; a word's findings must be
+    those of the needle-gated stages over that word alone (``_scan_stages``), in the same order."""
+    from compactd.summarize import identifiers as ids
+
+    alone = [w.replace(" ", "").replace("\n", "").replace("\t", "") for w in words]
+    alone = [w for w in alone if w]
+    assert ids._scan_words(alone) == [tuple(ids._scan_stages(w)) for w in alone]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([*_SHAPES, "é", "日本", "a1", "\u3000", "\x0b"]),
+            st.sampled_from(["", " ", "\n", "\t", "  ", "\r\n", "\u3000"]),
+        ),
+        max_size=20,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_candidate_words_found_after_whitespace_are_the_lookbehind_patterns(
+    parts: list[tuple[str, str]],
+) -> None:
+    """``_candidates`` starts its pattern at a whitespace character (and at the text's start), not at every
+    position behind a lookbehind: the words are the same, from any slice start just after a whitespace."""
+    from compactd.summarize import identifiers as ids
+
+    text = "".join(shape + gap for shape, gap in parts)
+    assert ids._candidates(text, 0, len(text)) == ids._CANDIDATE_WORD.findall(text)
+    for start in (i + 1 for i, c in enumerate(text) if c.isspace()):
+        assert ids._candidates(text, start, len(text)) == ids._CANDIDATE_WORD.findall(text, start)
+
+
 def test_a_text_longer_than_a_slice_is_scanned_as_one() -> None:
     """Texts past ``_SPLIT_SLICE_CHARS`` are cut into slices at whitespace; nothing is lost or split there."""
     from compactd.summarize import identifiers as ids
@@ -820,6 +888,80 @@ def test_span_text_reuses_a_redacted_string_only_where_it_is_the_whole_text(
     assert texts(redacted) == redact_secrets(text_of(message))
 
 
+def _reference_scan_method(
+    self: Any, text: str, index: int, *, user: bool, agent: bool, wrote: bool = False
+) -> None:
+    """``_Collector.scan`` as it was: one ``add`` per occurrence, from the reference scan."""
+    for found_text, kind in _reference_scan(text):
+        self.add(found_text, kind, index, user=user, agent=agent, wrote=wrote)
+
+
+def _reference_extract(
+    messages: list[Msg], read: list[Msg], monkeypatch: pytest.MonkeyPatch
+) -> list[Identifier]:
+    """Today's extractor before issue 22's fast paths: every text redacted again from the message as read
+    (``read[i]`` is ``messages[i]`` before ``redact_value``), the reference scan, one add per occurrence."""
+    from compactd.core.messages import text_of
+    from compactd.summarize import identifiers as ids
+    from compactd.summarize.redact import SpanText, redact_secrets
+
+    source = {id(h): r for r, h in zip(read, messages, strict=True)}
+
+    class Reference(SpanText):
+        def __call__(self, message: Any) -> str:
+            return redact_secrets(text_of(source[id(message)]))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ids._Collector, "scan", _reference_scan_method)
+        return extract_identifiers(messages, Reference())
+
+
+_TEXTS = st.lists(
+    st.tuples(
+        st.sampled_from(_SHAPES + _PHRASE_SHAPES + _SECRET_PARTS),
+        st.sampled_from(["", " ", "\n", "\t", "  "]),
+    ),
+    max_size=12,
+).map(lambda parts: "".join(a + b for a, b in parts))
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["user", "assistant", "toolResult", "custom", "bashExecution"]), _TEXTS, _TEXTS
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_records_equal_the_reference_extractor_on_generated_messages(
+    specs: list[tuple[str, str, str]],
+) -> None:
+    """Every field of every record (text, kind, count, first and last index, flags) is what the reference
+    extractor gives, on messages of every role whose texts repeat shapes across and within messages."""
+    from compactd.summarize.redact import SpanText, redact_value
+
+    read: list[Msg] = []
+    for role, first, second in specs:
+        if role == "bashExecution":
+            read.append({"role": role, "command": first, "output": second})
+        elif role == "assistant":
+            read.append(assistant(first, call("bash", command=second, path=first.strip())))
+        elif role == "user":
+            read.append(user(first + second))
+        elif role == "toolResult":
+            read.append(result(first + "\n" + second))
+        else:
+            read.append(
+                {"role": role, "content": [{"type": "text", "text": first}, {"type": "text", "text": second}]}
+            )
+    handed_on = [redact_value(m) for m in read]
+    fast = extract_identifiers(handed_on, SpanText.of(read, handed_on))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        assert fast == _reference_extract(handed_on, read, monkeypatch)
+
+
 def _all_real() -> list[str]:
     return sorted(p.name for p in _real_dir().glob("*.jsonl")) if _real_dir().is_dir() else []
 
@@ -834,21 +976,12 @@ def test_real_sessions_records_equal_the_reference_extractor(
     if not path.is_file():
         pytest.skip(f"{path} not present")
     from compactd.core.context import build_context
-    from compactd.core.messages import llm_visible, text_of
+    from compactd.core.messages import llm_visible
     from compactd.reading import read_transcript
-    from compactd.summarize import identifiers as ids
-    from compactd.summarize.redact import SpanText, redact_secrets, redact_value
+    from compactd.summarize.redact import SpanText, redact_value
 
     read = list(llm_visible(build_context(read_transcript(path)).messages))
     handed_on = [redact_value(m) for m in read]
     fast = extract_identifiers(handed_on, SpanText.of(read, handed_on))
     assert fast  # the real sessions are full of identifiers
-
-    source = {id(h): r for r, h in zip(read, handed_on, strict=True)}
-
-    class Reference(SpanText):
-        def __call__(self, message: Any) -> str:
-            return redact_secrets(text_of(source[id(message)]))
-
-    monkeypatch.setattr(ids, "scan_text", lambda text, memo=None: iter(_reference_scan(text)))
-    assert extract_identifiers(handed_on, Reference()) == fast
+    assert _reference_extract(handed_on, read, monkeypatch) == fast

@@ -228,3 +228,47 @@ def test_redact_value_copies_only_what_holds_a_secret() -> None:
     assert "sk-proj" not in repr(out) and "[REDACTED:" in out["content"][1]["text"]
     assert out["content"][0] is clean_block
     assert repr(dirty) == before
+
+
+_ASSIGNMENT_PARTS = [
+    "password",
+    "PassPhrase",
+    "passwd",
+    "api_key",
+    "Secret",
+    "TOKEN",
+    "credentials",
+    "credential",
+    "key",
+    '"',
+    "'",
+    " ",
+    "\t",
+    "\n",
+    ":",
+    "=",
+    ":=",
+    "=>",
+    "hunter22x",
+    "ab12cd34",
+    "$VAR",
+    "İ",  # lower-cases to two characters: the case-insensitive path
+    "K",  # the Kelvin sign: K under IGNORECASE
+    "ſ",  # the long s: s under IGNORECASE, not in lower()
+]
+
+
+@given(st.lists(st.sampled_from(_ASSIGNMENT_PARTS + _SECRET_SAMPLES + _NOISE), max_size=14))
+@settings(max_examples=400, deadline=None)
+def test_the_assignment_gates_never_change_a_result(parts: list[str]) -> None:
+    """The assignment rule runs its candidate search only where a key word meets a ":" or "="
+    (``folded_gates``); without the gates (the rule as it was) the result and the counts are the same."""
+    import dataclasses
+
+    from compactd.summarize import redact
+
+    text = "".join(parts)
+    ungated = tuple(dataclasses.replace(rule, folded_gates=()) for rule in redact._RULES)
+    assert redact._redact(text, redact._RULES, redact._ANY_NEEDLE) == redact._redact(
+        text, ungated, redact._ANY_NEEDLE
+    )

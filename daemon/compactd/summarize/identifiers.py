@@ -47,10 +47,13 @@ Decisions on ambiguous shapes (each has a test):
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import itertools
 import math
+import operator
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -502,7 +505,7 @@ class Identifier:
         return self.from_user or self.agent_wrote
 
 
-@dataclass
+@dataclass(slots=True)
 class _Acc:
     text: str
     kind: str
@@ -519,14 +522,24 @@ class _Collector:
     found: dict[str, _Acc] = field(default_factory=dict)
     memo: WordMemo = field(default_factory=dict)  # one span's words repeat: each is scanned once
 
-    def add(self, text: str, kind: str, index: int, *, user: bool, agent: bool, wrote: bool = False) -> None:
+    def add(
+        self,
+        text: str,
+        kind: str,
+        index: int,
+        *,
+        user: bool,
+        agent: bool,
+        wrote: bool = False,
+        times: int = 1,
+    ) -> None:
         if not text or len(text) > IDENTIFIER_MAX_CHARS:
             return
         key = _key(text, kind)
         acc = self.found.get(key)
         if acc is None:
             acc = self.found[key] = _Acc(text, kind, index, index)
-        acc.count += 1
+        acc.count += times
         acc.last_index = max(acc.last_index, index)
         acc.from_user = acc.from_user or user
         acc.from_agent = acc.from_agent or agent
@@ -535,8 +548,28 @@ class _Collector:
     def scan(self, text: str, index: int, *, user: bool, agent: bool, wrote: bool = False) -> None:
         if len(self.memo) > WORD_MEMO_MAX:
             self.memo.clear()
-        for found, kind in scan_text(text, self.memo):
-            self.add(found, kind, index, user=user, agent=agent, wrote=wrote)
+        # One message's occurrences of a finding are added at once: the records are those of one ``add`` each
+        # (counts add up, flags and the index are the same), and the first occurrence of each still comes
+        # first, so the kind and spelling a key keeps are the ones its first occurrence gave it. ``add``
+        # inlined: a 50 MB session has about 350,000 findings once per message.
+        accs = self.found
+        for (ident, kind), times in Counter(_scan(text, self.memo)).items():
+            if not ident or len(ident) > IDENTIFIER_MAX_CHARS:
+                continue
+            key = ident.lower() if kind in CASE_INSENSITIVE_KINDS else ident
+            acc = accs.get(key)
+            if acc is None:
+                accs[key] = _Acc(ident, kind, index, index, times, user, agent, wrote)
+                continue
+            acc.count += times
+            if index > acc.last_index:
+                acc.last_index = index
+            if user:
+                acc.from_user = True
+            if agent:
+                acc.from_agent = True
+            if wrote:
+                acc.agent_wrote = True
 
 
 def _key(text: str, kind: str) -> str:
@@ -855,26 +888,69 @@ _PHRASES: tuple[
 )
 
 
-# What both date phrases hold (a month name, then a digit after a space or tab): one search for the two of
-# them, where each pass alone tries every digit or every capital letter (month names are common words), and
-# in place of the twelve substring searches for the month names.
-_PHRASE_GATES: dict[tuple[str, ...], re.Pattern[str]] = {
-    _MONTH_NEEDLES: re.compile(_MONTH + r"\.?,?[ \t]+\d")
-}
+# Gates: each phrase pattern runs only on a text that holds one of its gates, a (needle, pattern) pair whose
+# pattern every match of the phrase holds (its keyword's tail, the separator and the digit after it). A needle
+# is a substring test (``in``, one fast scan) and its pattern starts with a literal, which the regex engine
+# finds without trying every position; the phrase patterns themselves start with common letters (p, v, i, …)
+# or digits and are tried at each, so a text that merely says "import" or "debug" no longer pays for them.
+# The gate is a necessary condition, never a sufficient one: what runs after it is the phrase pattern itself.
+_YEAR = r"(?:19|20)\d\d(?![0-9A-Za-z])"
+_ISSUE_GATES = (
+    ("PR", re.compile(r"PRs?[ \t]+[#!]?\d")),  # PR 567, PRs #5
+    ("MR", re.compile(r"MRs?[ \t]+[#!]?\d")),
+    ("request", re.compile(r"request[ \t]+[#!]?\d")),  # pull request 12, merge request !8
+    (" #", re.compile(r" #\d")),  # issue #7, bug #12, ticket #3: the whitespace run ends before "#"
+    ("\t#", re.compile(r"\t#\d")),
+)
+_PORT_GATES = (  # the keyword's first letter preceded by no letter: "import 12" and "report 5" do not open it
+    ("ort", re.compile(r"ort(?<=[pP]ort)(?<![A-Za-z][pP]ort)[sS]?[ \t]*[:=#：]?[ \t]*\d\d")),  # port, Ports
+    ("ORT", re.compile(r"ORT(?<=PORT)(?<![A-Za-z]PORT)S?[ \t]*[:=#：]?[ \t]*\d\d")),
+    ("端口", re.compile(r"端口[ \t]*[:=#：]?[ \t]*\d\d")),
+)
+_VERSION_GATES = (
+    ("ersion", re.compile(r"ersion[ \t]*[:=：]?[ \t]*v?\d+\.\d")),
+    ("ERSION", re.compile(r"ERSION[ \t]*[:=：]?[ \t]*v?\d+\.\d")),
+    ("版本", re.compile(r"版本号?[ \t]*[:=：]?[ \t]*v?\d+\.\d")),
+)
+# Both date phrases end in a year after a space or a tab (30 Nov 2026, Nov 30, 2026), and hold a month name
+# followed by the year or by a day and the year: the years are looked for first (literals), the month names
+# (capitals, common in code) only in a text that has one.
+_DATE_GATES = tuple(
+    (sep + century, re.compile(re.escape(sep + century) + r"\d\d(?![0-9A-Za-z])"))
+    for sep in (" ", "\t")
+    for century in ("19", "20")
+)
+_MONTH_THEN_YEAR = re.compile(
+    _MONTH + r"\.?,?[ \t]+(?:" + _YEAR + r"|\d\d?(?:st|nd|rd|th)?,?[ \t]+" + _YEAR + ")"
+)
+_Gates = tuple[tuple[tuple[str, re.Pattern[str]], ...], re.Pattern[str] | None]
+# Per phrase pattern: (gates, one of which must be in the text, and a pattern that must be there as well).
+_PHRASE_GATES: tuple[_Gates, ...] = (
+    (_ISSUE_GATES, None),
+    (_PORT_GATES, None),
+    (_VERSION_GATES, None),
+    (_DATE_GATES, _MONTH_THEN_YEAR),
+    (_DATE_GATES, _MONTH_THEN_YEAR),
+)
+
+
+def _gate_open(text: str, gates: _Gates) -> bool:
+    """Whether ``text`` holds what every match of the gated phrase holds (see ``_ISSUE_GATES``)."""
+    alternatives, also = gates
+    return any(needle in text and gate.search(text) is not None for needle, gate in alternatives) and (
+        also is None or also.search(text) is not None
+    )
 
 
 def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
     """The phrase-shaped identifiers of ``text``, and the text with them blanked out."""
     found: list[tuple[str, str]] = []
     spans: list[tuple[int, int]] = []
-    present: dict[tuple[str, ...], bool] = {}  # two patterns share the month names: looked for once
-    for pattern, needles, accept in _PHRASES:
-        seen = present.get(needles)
+    present: dict[int, bool] = {}  # the two date patterns share their gates: looked for once
+    for (pattern, _, accept), gates in zip(_PHRASES, _PHRASE_GATES, strict=True):
+        seen = present.get(id(gates[0]))
         if seen is None:
-            gate = _PHRASE_GATES.get(needles)  # a gate's match holds a needle: one search for both
-            seen = present[needles] = (
-                gate.search(text) is not None if gate is not None else any(n in text for n in needles)
-            )
+            seen = present[id(gates[0])] = _gate_open(text, gates)
         if not seen:
             continue
         for m in pattern.finditer(text):
@@ -897,47 +973,104 @@ def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
 def scan_text(text: str, memo: WordMemo | None = None) -> Iterator[tuple[str, str]]:
     """(identifier, kind) pairs in ``text``: quoted paths and phrases first, then stage by stage (``_STAGES``).
 
-    The stages run word by word (``memo``: a word's findings, reused for every later occurrence), which finds
-    what one pass of each stage over :func:`candidate_text` would, in the same order: no stage's match holds
-    whitespace or a needle-less word, and every lookaround treats a word's edge as it treats the space there.
+    The stages run on the distinct words (``memo``: a word's findings, reused for every later occurrence; the
+    words met for the first time scanned together, see ``_scan_words``), which finds what one pass of each
+    stage over :func:`candidate_text` would, in the same order: no stage's match holds whitespace or a
+    needle-less word, and every lookaround treats a word's edge as it treats the space there.
     """
+    return iter(_scan(text, memo))
+
+
+def _scan(text: str, memo: WordMemo | None) -> list[tuple[str, str]]:
+    """``scan_text`` as a list."""
+    found, text = _head(text)
+    words = memo if memo is not None else {}
+    get = words.get
+    staged: list[tuple[int, str, str]] = []
+    for chunk in _candidate_slices(text):
+        # Each word's findings from the memo, in C; the words met for the first time are scanned together
+        # (in any order: a word's findings do not depend on its neighbours, see ``_scan_words``).
+        new = list(set(chunk).difference(words))
+        if new:
+            words.update(zip(new, _scan_words(new), strict=True))
+        staged.extend(itertools.chain.from_iterable(filter(None, map(get, chunk))))
+    staged.sort(key=_STAGE_OF)  # stable: stage by stage, in text order within each, as one pass per stage
+    found += map(_FOUND_OF, staged)
+    return found
+
+
+def _head(text: str) -> tuple[list[tuple[str, str]], str]:
+    """The quoted paths and the phrases of ``text``, and the text with them blanked out."""
+    found: list[tuple[str, str]] = []
     if " /" in text or "'/" in text or '"/' in text or ":\\" in text:
         quoted, text = _quoted_paths(text)
-        for path in quoted:
-            yield path, PATH
+        found += [(path, PATH) for path in quoted]
     phrases, text = _phrases(text)
-    yield from phrases
-    words = memo if memo is not None else {}
-    staged: list[tuple[int, str, str]] = []
-    for word in _candidate_words(text):
-        found = words.get(word)
-        if found is None:
-            found = words[word] = _scan_word(word)
-        if found:
-            staged.extend(found)
-    staged.sort(key=_stage_of)  # stable: stage by stage, in text order within each, as one pass per stage
-    for _, ident, kind in staged:
-        yield ident, kind
+    found += phrases
+    return found, text
 
+
+_STAGE_OF = operator.itemgetter(0)
+_FOUND_OF = operator.itemgetter(1, 2)
 
 # Texts longer than this are split a slice at a time: str.split() of 19 MB of prose is 2.5 million strings at
 # once (160 MB), where the loop above needs one word at a time.
 _SPLIT_SLICE_CHARS = 1 << 20
 _SPACE = re.compile(r"\s")  # what str.split() splits on (str.isspace)
+# ``_CANDIDATE_WORD`` without its lookbehind: a candidate word after a whitespace character, and the text's
+# first word. A pattern that starts with a lookbehind is tried at every position; this one only where the
+# text has whitespace (a quarter less time over a session's text).
+_CANDIDATE_AFTER_SPACE = re.compile(r"\s([^\s0-9/\\.:@]*+[0-9/\\.:@]\S*+)")
+_CANDIDATE_FIRST = re.compile(r"[^\s0-9/\\.:@]*+[0-9/\\.:@]\S*+")
 
 
-def _candidate_words(text: str) -> Iterator[str]:
+def _candidates(text: str, start: int, end: int) -> list[str]:
+    """``_CANDIDATE_WORD.findall(text, start, end)`` where ``start`` is 0 or just after a whitespace."""
+    if start:
+        return _CANDIDATE_AFTER_SPACE.findall(text, start - 1, end)
+    first = _CANDIDATE_FIRST.match(text, 0, end)
+    words: list[str] = _CANDIDATE_AFTER_SPACE.findall(text, 0, end)
+    if first is not None:
+        words.insert(0, first.group())
+    return words
+
+
+def _candidate_slices(text: str) -> Iterator[list[str]]:
     """The words of ``text`` that could hold an identifier (see ``candidate_text``), found a slice of about
     ``_SPLIT_SLICE_CHARS`` at a time, each cut at a whitespace."""
-    if len(text) <= _SPLIT_SLICE_CHARS:
-        yield from _CANDIDATE_WORD.findall(text)
-        return
     start, size = 0, len(text)
     while start < size:
         space = _SPACE.search(text, min(size, start + _SPLIT_SLICE_CHARS))
         end = space.start() if space is not None else size
-        yield from _CANDIDATE_WORD.findall(text, start, end)
+        yield _candidates(text, start, end)
         start = end + 1
+
+
+def _scan_words(words: Sequence[str]) -> list[tuple[tuple[int, str, str], ...]]:
+    """``_scan_word`` of each of ``words`` (none holding whitespace), by one pass of each stage over them all,
+    joined by spaces: no stage's match holds whitespace and every lookaround sees a space as it sees a word's
+    edge, so a word's findings do not depend on its neighbours; each stage's pattern then runs in C over the
+    lot instead of being started once per word and stage (the per-word plans cost about 26 µs a word)."""
+    if len(words) == 1:
+        return [_scan_word(words[0])]
+    text = " ".join(words)
+    starts = list(itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0))
+    found: list[list[tuple[int, str, str]]] = [[] for _ in words]
+    for stage, ((pattern, _, accept, mask_rejected), needle) in enumerate(
+        zip(_STAGES, _STAGE_NEEDLE, strict=True)
+    ):
+        if needle is not None and needle.search(text) is None:
+            continue
+        spans: list[tuple[int, int]] = []
+        for m in pattern.finditer(text):
+            got = accept(m)
+            if got is not None:
+                found[bisect.bisect_right(starts, m.start()) - 1].append((stage, got[0], got[1]))
+            if got is not None or mask_rejected:
+                spans.append(m.span())
+        if spans:
+            text = _masked(text, spans)
+    return [tuple(f) for f in found]
 
 
 def _stage_of(item: tuple[int, str, str]) -> int:

@@ -123,6 +123,9 @@ class _Rule:
     # lower-cased text to find candidates (10× faster than IGNORECASE here); each is then re-matched on the
     # original text at the same position.
     folded: re.Pattern[str] | None = None
+    # For ``folded``: patterns of which every match of ``folded`` holds one (each starts with a literal, which
+    # the regex engine finds by a substring search); a lower-cased text with none of them has no candidate.
+    folded_gates: tuple[re.Pattern[str], ...] = ()
 
     def apply(self, m: re.Match[str]) -> str:
         start = m.start()
@@ -240,6 +243,13 @@ _RULES: tuple[_Rule, ...] = (
         _assignment,
         "alnum",
         re.compile(_ASSIGNMENT),
+        # Every secret key name ends in one of these words, and its separator holds ":" or "=": most texts
+        # that say "key" or "token" assign nothing, and the assignment pattern is tried at every letter that
+        # can start a key name (p, s, a, c, r, b, t).
+        tuple(
+            re.compile(word + r"[\"']?\s*[:=]")
+            for word in ("key", "token", "secret", "pass(?:word|wd|phrase)", "credentials?")
+        ),
     ),
 )
 
@@ -268,6 +278,7 @@ def _redact(text: str, rules: tuple[_Rule, ...], any_needle: re.Pattern[str]) ->
     lowered = text.lower()
     if any_needle.search(lowered) is None:  # every rule below would be skipped
         return text, counts
+    source = text
     for rule in rules:
         if not any(n in lowered for n in rule.needles):
             continue
@@ -280,16 +291,20 @@ def _redact(text: str, rules: tuple[_Rule, ...], any_needle: re.Pattern[str]) ->
                 counts[kind] = counts.get(kind, 0) + 1
             return out
 
-        text = _substitute(rule, text, counting)
+        # The text lower-cased already serves while no rule has changed it.
+        text = _substitute(rule, text, counting, lowered if text is source else None)
     return text, counts
 
 
-def _substitute(rule: _Rule, text: str, replace: Replacer) -> str:
+def _substitute(rule: _Rule, text: str, replace: Replacer, lowered: str | None = None) -> str:
     if rule.folded is None:
         return rule.pattern.sub(replace, text)
-    lowered = text.lower()
+    if lowered is None:
+        lowered = text.lower()
     if len(lowered) != len(text):  # a character lower-cases to two: positions would not line up
         return rule.pattern.sub(replace, text)
+    if rule.folded_gates and all(gate.search(lowered) is None for gate in rule.folded_gates):
+        return text  # no candidate: ``rule.folded`` would find nothing in ``lowered``
     pieces: list[str] = []
     last = 0
     for candidate in rule.folded.finditer(lowered):
