@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import logging
 import os
@@ -144,7 +145,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         figures = figures_of(config, transcript, context=context)
         decision = decide(config, figures, now=0.0, force=True)
         report.update(decision.as_json())
-        report.update(_predicted(config, os.path.realpath(args.file), transcript, decision))
+        report.update(_predicted(config, os.path.realpath(args.file), transcript, decision, figures))
     if args.json:
         _print_json(report, out)
         return 0
@@ -178,7 +179,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _predicted(config: Any, path: str, transcript: Any, decision: Any) -> dict[str, Any]:
+def _predicted(config: Any, path: str, transcript: Any, decision: Any, figures: Any) -> dict[str, Any]:
     """The route and flush the run would take (``job.predict_route``, ``job.flush_runs``): what ``once
     --dry-run`` reports too, no model called."""
     import anyio
@@ -187,7 +188,9 @@ def _predicted(config: Any, path: str, transcript: Any, decision: Any) -> dict[s
 
     out: dict[str, Any] = {"flush": bool(decision.flush) and flush_runs(config, path, transcript)}
     if decision.compact:
-        out["route"] = anyio.run(predict_route, path, config, transcript, decision.job_route)
+        out["route"] = anyio.run(
+            functools.partial(predict_route, path, config, transcript, decision.job_route, figures=figures)
+        )
     return out
 
 

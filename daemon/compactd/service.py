@@ -530,9 +530,9 @@ class Service:
             if isinstance(read, Outcome):
                 return read
             stage = self._at(path, "plan")
-            decision, cycle = await self._decide_step(session, read, claim, force=force)
+            decision, cycle, figures = await self._decide_step(session, read, claim, force=force)
             if dry_run:
-                return await self._predicted(path, read, decision)
+                return await self._predicted(path, read, decision, figures)
             flushed = False
             if decision.flush:
                 stage = self._at(path, "flush")
@@ -613,7 +613,9 @@ class Service:
             return Outcome(path, "skipped", detail={"reason": st.skipped})
         return None
 
-    async def _predicted(self, path: str, transcript: Transcript, decision: Decision) -> Outcome:
+    async def _predicted(
+        self, path: str, transcript: Transcript, decision: Decision, figures: Figures
+    ) -> Outcome:
         """A dry run's outcome: the route the job would end with and whether the flush would do anything,
         worked out as the real run does them (``job.predict_route``, ``job.flush_runs``), no model called."""
         from compactd.job import flush_runs, predict_route
@@ -624,7 +626,7 @@ class Service:
         flush = decision.flush and await offload.run_sync(lambda: flush_runs(config, path, transcript))
         route = decision.route
         if decision.compact:
-            route = await predict_route(path, config, transcript, decision.job_route)
+            route = await predict_route(path, config, transcript, decision.job_route, figures=figures)
         action = route if decision.compact else decision.action
         return Outcome(path, action, detail={**decision.figures(), "flush": flush, "route": route})
 
@@ -651,7 +653,7 @@ class Service:
 
     async def _decide_step(
         self, session: Session, transcript: Transcript, claim: SessionClaim | None, *, force: bool
-    ) -> tuple[Decision, str]:
+    ) -> tuple[Decision, str, Figures]:
         """The exact decision from the transcript just read, with what every process recorded of this cycle's
         flush (another compactd may have flushed or compacted it since this one last looked)."""
         from compactd.commit.claim import flush_cycle
@@ -667,7 +669,7 @@ class Service:
         )  # a pass over it all
         decision = decide(self.config, figures, Recorded.of_state(st), now=time.time(), force=force)
         session.decision = decision
-        return decision, cycle
+        return decision, cycle, figures
 
     async def _flush_step(
         self, path: str, transcript: Transcript, decision: Decision, claim: SessionClaim | None, cycle: str

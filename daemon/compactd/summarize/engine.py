@@ -159,6 +159,19 @@ def new_entry_id(taken: set[str]) -> str:
     return fresh_id(taken, reserve=True)
 
 
+def post_compaction_entry(text: str, entry_id: str, stamp: str) -> dict[str, Any]:
+    """The post-compaction message's entry (AGENTS.md's sections), hidden from pi's display."""
+    return {
+        "type": "custom_message",
+        "id": entry_id,
+        "parentId": None,
+        "timestamp": stamp,
+        "customType": POST_COMPACTION_CUSTOM_TYPE,
+        "content": text,
+        "display": False,
+    }
+
+
 def latest_user_ask(messages: Sequence[dict[str, Any]]) -> str | None:
     for message in reversed(messages):
         if role_of(message) == "user":
@@ -269,25 +282,8 @@ class CompactionEngine:
         missed = missing_identifiers(written, ranked)  # what the summarizer itself kept, as before
         id_report = IdentifierReport(id_report.total, len(ranked) - len(missed), id_report.in_summary, missed)
         ops = file_operations([*span, *prefix], plan.previous_details)
-        markdown = agents_md
-        if markdown is None and workspace is not None:
-            from compactd.agents_md import read_agents_md
-
-            markdown = read_agents_md(workspace)
-        post_text = None
         moment = now or datetime.now().astimezone()
-        if markdown:
-            from compactd.agents_md import post_compaction_context
-
-            markdown = self._clean(markdown)  # before its sections are cut to fit: whole secrets only
-            # The rules go into the post-compaction message only, not into the summary as well: pi and
-            # OpenClaw put both in the agent's context, and one copy is the refresh (see augment).
-            post_text = post_compaction_context(
-                markdown,
-                sections=s.post_compaction_sections,
-                max_chars=s.post_compaction_max_chars,
-                now=moment,
-            )
+        post_text = self.post_text(agents_md, workspace, moment)
         suffix = self._clean(
             augment.build_suffix(
                 recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
@@ -322,15 +318,7 @@ class CompactionEngine:
             compaction["systemMessage"] = {**checkpoint, "timestamp": js_timestamp(stamp)}
         post_message = None
         if post_text:
-            post_message = {
-                "type": "custom_message",
-                "id": new_entry_id(taken),
-                "parentId": None,
-                "timestamp": stamp,
-                "customType": POST_COMPACTION_CUSTOM_TYPE,
-                "content": post_text,
-                "display": False,
-            }
+            post_message = post_compaction_entry(post_text, new_entry_id(taken), stamp)
         result = EngineResult(
             plan=plan,
             summary=summary,
@@ -352,6 +340,41 @@ class CompactionEngine:
         after = list(llm_visible(result.expected_context("rotate")))
         result.tokens_after = sum(estimate_tokens(m, pi1=context.rules == PI_1) for m in after)
         return result
+
+    def post_text(self, agents_md: str | None, workspace: Path | None, moment: datetime) -> str | None:
+        """The post-compaction message's text (AGENTS.md's sections, or ``workspace``'s AGENTS.md), None without
+        rules; shared by :meth:`compact` and a dry run's route (:meth:`summary_token_bounds`' caller)."""
+        markdown = agents_md
+        if markdown is None and workspace is not None:
+            from compactd.agents_md import read_agents_md
+
+            markdown = read_agents_md(workspace)
+        if not markdown:
+            return None
+        from compactd.agents_md import post_compaction_context
+
+        markdown = self._clean(markdown)  # before its sections are cut to fit: whole secrets only
+        # The rules go into the post-compaction message only, not into the summary as well: pi and
+        # OpenClaw put both in the agent's context, and one copy is the refresh (see augment).
+        return post_compaction_context(
+            markdown,
+            sections=self.settings.post_compaction_sections,
+            max_chars=self.settings.post_compaction_max_chars,
+            now=moment,
+        )
+
+    def summary_token_bounds(self, transcript: Transcript, *, pi1: bool) -> tuple[int, int]:
+        """The fewest and the most tokens :meth:`compact`'s compaction entry can count, whatever its summary says
+        (at most ``summary_max_chars`` characters, each at most two UTF-16 units), with pi 1.x's replayed system
+        message (``pi1``: the transcript's context follows pi 1.x's rules): a dry run's route is decided from
+        these when both ends agree, without writing the summary."""
+        checkpoint = None
+        if pi1:
+            context = build_context(transcript)
+            checkpoint = current_system_message(context.messages) if context.rules == PI_1 else None
+        fixed = estimate_tokens(checkpoint, pi1=True) if checkpoint is not None else 0
+        most = -(-2 * max(0, self.settings.summary_max_chars) // CHARS_PER_TOKEN)
+        return fixed, fixed + most
 
     def _clean(self, text: str) -> str:
         """Text the engine writes (the summary's body and suffix, AGENTS.md's copies), redacted before any cap
