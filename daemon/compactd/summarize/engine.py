@@ -18,42 +18,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactd import progress
 from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
 from compactd.ids import fresh_id
-from compactd.summarize import augment, quality
+from compactd.summarize import augment
 from compactd.summarize.cutpoint import CutPlan, plan_cut
-from compactd.summarize.digest import build_digest
-from compactd.summarize.facts import STATE_MAX_CHARS, STATE_SHARE_OF_TARGET, merge_state, working_state
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_sections
-from compactd.summarize.identifiers import (
-    Identifier,
-    IdentifierReport,
-    ensure_identifiers,
-    extract_identifiers,
-    missing_identifiers,
-    rank_identifiers,
-    with_carried,
-)
-from compactd.summarize.pace import Pace
-from compactd.summarize.redact import SpanText, redact_secrets, redact_value
-from compactd.summarize.stages import (
-    LEVEL_DIGEST,
-    LEVEL_LLM,
-    LEVEL_PARTIAL,
-    Stages,
-    StageSettings,
-    Summarizer,
-)
 from compactd.timestamps import js_iso
 from compactd.tokens import estimate_tokens
 from compactd.transcript.context import build_context, compaction_message, context_estimate, js_timestamp
 from compactd.transcript.messages import PI_1, current_system_message, llm_visible, role_of, text_of
 from compactd.transcript.reader import Transcript
 from compactd.transcript.repair import repair_tool_pairing
+
+# What only writing a summary needs (redaction, identifiers, the digest, the current state, the quality checks,
+# the model's stages) is imported when one is written: a dry run whose route the summary's length cannot change
+# (``job.predict_route``), and the daemon's start, load none of it (about a tenth of a second of regexes).
+if TYPE_CHECKING:
+    from compactd.summarize import quality
+    from compactd.summarize.identifiers import Identifier, IdentifierReport
+    from compactd.summarize.pace import Pace
+    from compactd.summarize.redact import SpanText
+    from compactd.summarize.stages import Stages, Summarizer
 
 __all__ = ["CompactionEngine", "EngineResult", "EngineSettings", "latest_user_ask"]
 
@@ -135,6 +124,8 @@ class RedactedPrompts:
         self.client = client
 
     async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Any:
+        from compactd.summarize.redact import redact_secrets
+
         return await self.client.complete(redact_secrets(system), redact_secrets(user), max_tokens=max_tokens)
 
     def pace(self) -> Pace:
@@ -229,6 +220,22 @@ class CompactionEngine:
         now: datetime | None = None,
     ) -> EngineResult | None:
         """Summarize the span before the cut; None when there is nothing to compact."""
+        from compactd.summarize.facts import (
+            STATE_MAX_CHARS,
+            STATE_SHARE_OF_TARGET,
+            merge_state,
+            working_state,
+        )
+        from compactd.summarize.identifiers import (
+            IdentifierReport,
+            ensure_identifiers,
+            extract_identifiers,
+            missing_identifiers,
+            rank_identifiers,
+            with_carried,
+        )
+        from compactd.summarize.redact import SpanText, redact_secrets, redact_value
+
         plan = self.plan(transcript)
         if plan is None:
             return None
@@ -379,7 +386,11 @@ class CompactionEngine:
     def _clean(self, text: str) -> str:
         """Text the engine writes (the summary's body and suffix, AGENTS.md's copies), redacted before any cap
         cuts it."""
-        return redact_secrets(text) if self.settings.redact else text
+        if not self.settings.redact:
+            return text
+        from compactd.summarize.redact import redact_secrets
+
+        return redact_secrets(text)
 
     def _model(self) -> Summarizer:
         assert self.client is not None
@@ -387,6 +398,8 @@ class CompactionEngine:
 
     def _check(self, body: str, latest_ask: str | None) -> quality.QualityReport:
         # Identifiers are guaranteed by ensure_identifiers afterwards, so they cost no regeneration here.
+        from compactd.summarize import quality
+
         return quality.check_summary(
             body, latest_ask=latest_ask, identifiers=None, policy=self.settings.identifier_policy
         )
@@ -399,6 +412,10 @@ class CompactionEngine:
         latest_ask: str | None,
         texts: SpanText,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
+        from compactd.summarize import quality
+        from compactd.summarize.digest import build_digest
+        from compactd.summarize.stages import LEVEL_DIGEST
+
         if span:
             progress.stage("digest", f"the model-free summary of {len(span):,} messages")
             body = build_digest(
@@ -432,7 +449,10 @@ class CompactionEngine:
         """
         if not span or self.client is None:
             return self._digest(span, previous, ranked, latest_ask, texts)
+        from compactd.summarize import quality
+        from compactd.summarize.identifiers import ensure_identifiers
         from compactd.summarize.outcomes import LLMError
+        from compactd.summarize.stages import LEVEL_LLM, LEVEL_PARTIAL
 
         stages = self._stages(instructions=True)
         notes: list[str] = []
@@ -507,6 +527,8 @@ class CompactionEngine:
     def _stages(self, *, instructions: bool) -> Stages:
         """The staged summarizer on this engine's model; the operator's instructions shape the summary, not
         the split-turn prefix's."""
+        from compactd.summarize.stages import Stages, StageSettings
+
         s = self.settings
         return Stages(
             self._model(),
@@ -532,6 +554,8 @@ class CompactionEngine:
             except LLMError as exc:
                 log.warning("split-turn summary failed (%s); using the digest for the prefix", exc.kind)
                 self._model_error = self._model_error or f"{exc.kind}: {exc} (the split turn's prefix)"
+        from compactd.summarize.digest import build_digest
+
         return build_digest(prefix, texts=texts), 0
 
 
