@@ -161,7 +161,9 @@ def test_bench_cli_smoke_with_a_baseline() -> None:
     result = bench_cli.main(["--smoke", "--baseline", str(Path(bench_cli.__file__).parents[1] / "daemon")])
     for measure in result["measures"].values():
         assert measure["base_cpu_s"] > 0
-        assert measure["ours_vs_base"] == pytest.approx(measure["ours_cpu_s"] / measure["base_cpu_s"], rel=0.02)
+        assert measure["ours_vs_base"] == pytest.approx(
+            measure["ours_cpu_s"] / measure["base_cpu_s"], rel=0.02
+        )
         assert measure["base_ratio"] == pytest.approx(measure["bare_cpu_s"] / measure["base_cpu_s"], rel=0.02)
 
 
