@@ -6,10 +6,11 @@ by its CPU seconds (user + system, ``getrusage(RUSAGE_CHILDREN)``), so time the 
 processes does not count. The variants run in a shuffled order in every round; the ratio is
 ``bare CPU ÷ ours`` (1.0: as fast as parsing the lines and nothing else). Target: ≥ 0.5 for both.
 
-    python -m bench.bench_cli [--corpus DIR] [--big FILE] [--runs K] [--code DIR] [--json] [--smoke]
+    python -m bench.bench_cli [--corpus DIR] [--big FILE] [--runs K] [--code DIR] [--baseline DIR] [--json] [--smoke]
 
 ``--code DIR`` runs the ``compactd`` package found in ``DIR`` (e.g. an old version exported with
 ``git archive <rev> daemon | tar -x -C /tmp/old``, then ``--code /tmp/old/daemon``): the "before" figures.
+``--baseline DIR`` runs that package as a third side in the same shuffled rounds: ours ÷ baseline, same run.
 """
 
 from __future__ import annotations
@@ -72,19 +73,19 @@ def write_config(directory: Path, roots: list[Path]) -> Path:
 
 
 def measure(
-    commands: dict[str, tuple[list[str], list[str]]], env: dict[str, str], runs: int, seed: int = 0
+    commands: dict[str, dict[str, list[str]]], envs: dict[str, dict[str, str]], runs: int, seed: int = 0
 ) -> dict[str, dict[str, Any]]:
-    """For each measure (ours, bare): CPU seconds per run, the order of all processes shuffled per round."""
+    """For each measure, every side (``ours``, ``bare``, and ``base`` with a baseline): CPU seconds per run, the
+    order of all processes shuffled per round. ``envs``: each side's environment."""
     rng = random.Random(seed)
     times: dict[tuple[str, str], list[float]] = {}
-    jobs = [(name, side) for name in commands for side in ("ours", "bare")]
+    jobs = [(name, side) for name in commands for side in commands[name]]
     for name, side in jobs:  # warm-up: bytecode compiled and cached, files in the page cache
-        timed_process(commands[name][0 if side == "ours" else 1], env)
+        timed_process(commands[name][side], envs[side])
     for _ in range(runs):
         rng.shuffle(jobs)
         for name, side in jobs:
-            ours, bare = commands[name]
-            times.setdefault((name, side), []).append(timed_process(ours if side == "ours" else bare, env))
+            times.setdefault((name, side), []).append(timed_process(commands[name][side], envs[side]))
     result: dict[str, dict[str, Any]] = {}
     for name in commands:
         ours_t, bare_t = times[(name, "ours")], times[(name, "bare")]
@@ -93,9 +94,21 @@ def measure(
             "bare_cpu_s": round(min(bare_t), 3),
             "ratio": round(min(bare_t) / min(ours_t), 3),
             "ratio_median": round(statistics.median(b / o for b, o in zip(bare_t, ours_t, strict=True)), 3),
-            "command": " ".join(commands[name][0][1:]),
+            "command": " ".join(commands[name]["ours"][1:]),
         }
         result[name]["meets_target"] = result[name]["ratio"] >= TARGET_RATIO
+        if "base" in commands[name]:
+            base_t = times[(name, "base")]
+            result[name].update(
+                {
+                    "base_cpu_s": round(min(base_t), 3),
+                    "base_ratio": round(min(bare_t) / min(base_t), 3),  # the baseline's own ratio, same run
+                    "ours_vs_base": round(min(ours_t) / min(base_t), 3),
+                    "ours_vs_base_median": round(
+                        statistics.median(o / b for o, b in zip(ours_t, base_t, strict=True)), 3
+                    ),
+                }
+            )
     return result
 
 
@@ -110,6 +123,7 @@ def run(
     runs: int = DEFAULT_RUNS,
     code: Path | None = None,
     only: list[str] | None = None,
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="compactd-bench-cli-") as tmp_name:
         tmp = Path(tmp_name)
@@ -125,28 +139,35 @@ def run(
         # Bytecode as an installed package has it: compiled once (the warm-up below), then read from a cache.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        base_env = dict(env)
         if code is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        if baseline is not None:
+            base_env["PYTHONPATH"] = os.pathsep.join([str(baseline), base_env.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep
+            )
         py = sys.executable
-        commands = {
-            "once --dry-run": (
-                [py, "-m", "compactd", "once", "--dry-run", "--config", str(config)],
-                [py, "-c", BARE_LOOP, *corpus_files],
-            ),
-            "inspect": (
-                [py, "-m", "compactd", "inspect", str(big), "--config", str(config)],
-                [py, "-c", BARE_LOOP, str(big)],
-            ),
+        ours = {
+            "once --dry-run": [py, "-m", "compactd", "once", "--dry-run", "--config", str(config)],
+            "inspect": [py, "-m", "compactd", "inspect", str(big), "--config", str(config)],
         }
-        if only:
-            commands = {name: commands[name] for name in only}
-        measures = measure(commands, env, runs)
+        bare = {
+            "once --dry-run": [py, "-c", BARE_LOOP, *corpus_files],
+            "inspect": [py, "-c", BARE_LOOP, str(big)],
+        }
+        commands: dict[str, dict[str, list[str]]] = {
+            name: {"ours": ours[name], "bare": bare[name]}
+            | ({"base": ours[name]} if baseline is not None else {})
+            for name in (only or list(ours))
+        }
+        measures = measure(commands, {"ours": env, "bare": env, "base": base_env}, runs)
         return {
             "corpus_files": len(corpus_files),
             "corpus_bytes": sum(os.path.getsize(p) for p in corpus_files),
             "big_bytes": big.stat().st_size,
             "runs": runs,
             "code": str(code) if code is not None else None,
+            "baseline": str(baseline) if baseline is not None else None,
             "target_ratio": TARGET_RATIO,
             "measures": measures,
         }
@@ -164,6 +185,20 @@ def report(result: dict[str, Any]) -> str:
             f"{name:<16} {m['ours_cpu_s']:9.3f} {m['bare_cpu_s']:10.3f} {m['ratio']:7.3f} "
             f"{m['ratio_median']:7.3f}  {'met' if m['meets_target'] else 'NOT met'}"
         )
+    if result.get("baseline"):
+        out.append(
+            f"baseline {result['baseline']}, same run: {'command':<16} {'baseline':>9} {'its ratio':>9} ours/base"
+        )
+        for name, m in result["measures"].items():
+            out.append(
+                f"{'':<35}{name:<16} {m['base_cpu_s']:9.3f} {m['base_ratio']:9.3f} {m['ours_vs_base']:.3f} "
+                f"(median {m['ours_vs_base_median']:.3f})"
+            )
+    try:
+        load = os.getloadavg()
+        out.append(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    except OSError:
+        pass
     return "\n".join(out)
 
 
@@ -177,6 +212,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--code", type=Path, help="run the compactd package in this directory (before/after)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another tree's package (e.g. /tmp/before/daemon), run alongside in the same run",
+    )
     parser.add_argument(
         "--only", action="append", choices=("once --dry-run", "inspect"), help="measure only this command"
     )
@@ -195,6 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs=args.runs,
         code=args.code,
         only=args.only,
+        baseline=args.baseline,
     )
     sys.stdout.write((orjson.dumps(result).decode() if args.json else report(result)) + "\n")
     return result

@@ -13,7 +13,10 @@ installed package has it: the first start writes it). The child's CPU time to
 that moment is reported too: on a shared machine wall time includes other processes' turns. Bytes read are the
 child's ``rchar`` (``/proc/<pid>/io``) at that moment: all ``read``/``pread`` calls, imports included.
 
-    python -m bench.bench_restart [--sessions 10000] [--kb 500] [--runs 3] [--templates 8] [--dir DIR]
+    python -m bench.bench_restart [--sessions 10000] [--kb 500] [--runs 3] [--templates 8] [--dir DIR] [--baseline DIR]
+
+``--baseline DIR`` (another tree's package, e.g. ``/tmp/before/daemon``) adds its warm starts, with its own state
+directory, to every round: ours ÷ baseline from the same run.
 
 Every file lives in a temp dir (or ``--dir``); nothing uses the network; the daemon never compacts (windows
 far above the sessions' size, no memory flush).
@@ -99,12 +102,18 @@ def _serving(status_path: Path, pid: int, count: int) -> bool:
 
 
 def start_once(
-    config: Path, state: Path, count: int, log: Path, pycache: Path | None = None
+    config: Path,
+    state: Path,
+    count: int,
+    log: Path,
+    pycache: Path | None = None,
+    pythonpath: Path | None = None,
 ) -> dict[str, Any]:
     """Spawn ``compactd run``, time it to serving, stop it (SIGTERM) and return the figures.
 
     ``pycache``: where the child may cache bytecode, as an installed package has it (an environment with
-    ``PYTHONDONTWRITEBYTECODE`` would otherwise compile every module of compactd at every start)."""
+    ``PYTHONDONTWRITEBYTECODE`` would otherwise compile every module of compactd at every start);
+    ``pythonpath``: another tree's package (the baseline)."""
     status_path = state / "status.json"
     env = {
         k: v
@@ -113,6 +122,8 @@ def start_once(
     }
     if pycache is not None:
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     with open(log, "ab") as out:
         began = time.monotonic()
         proc = subprocess.Popen(
@@ -141,7 +152,13 @@ def start_once(
 
 
 def run(
-    *, sessions: int, kb: float, runs: int, templates: int, directory: Path | None = None
+    *,
+    sessions: int,
+    kb: float,
+    runs: int,
+    templates: int,
+    directory: Path | None = None,
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-restart-", dir=directory) as tmp:
         base = Path(tmp)
@@ -161,9 +178,16 @@ def run(
         write_config(config, root, state)
         pycache = base / "pycache"
         first = start_once(config, state, sessions, log, pycache)  # cold; writes the snapshots and bytecode
+        base_state, base_config = base / "state-baseline", base / "config-baseline.yaml"
+        if baseline is not None:  # its own state directory: its snapshots, as it writes them
+            write_config(base_config, root, base_state)
+            start_once(base_config, base_state, sessions, log, pycache, baseline)
         warm: list[dict[str, Any]] = []
         cold: list[dict[str, Any]] = []
+        base_warm: list[dict[str, Any]] = []
         for _ in range(runs):
+            if baseline is not None:
+                base_warm.append(start_once(base_config, base_state, sessions, log, pycache, baseline))
             warm.append(start_once(config, state, sessions, log, pycache))
             shutil.rmtree(state / "resume", ignore_errors=True)
             cold.append(
@@ -171,7 +195,19 @@ def run(
             )  # rebuilds the snapshots as it stops
         warm_s = [r["seconds"] for r in warm]
         cold_s = [r["seconds"] for r in cold]
-        return {
+        compared: dict[str, Any] = {}
+        if baseline is not None:
+            base_s = [r["seconds"] for r in base_warm]
+            compared = {
+                "baseline": str(baseline),
+                "baseline_warm_seconds": [round(s, 3) for s in base_s],
+                "baseline_warm_cpu": [r["cpu"] for r in base_warm],
+                "warm_over_baseline": round(min(warm_s) / min(base_s), 3),  # best ÷ best, same run
+                "warm_over_baseline_median": round(
+                    statistics.median(w / b for w, b in zip(warm_s, base_s, strict=True)), 3
+                ),
+            }
+        return compared | {
             "sessions": sessions,
             "bytes": total,
             "generate_seconds": round(generated, 1),
@@ -200,13 +236,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="warm and cold starts, each")
     parser.add_argument("--templates", type=int, default=DEFAULT_TEMPLATES, help="distinct sessions copied")
     parser.add_argument("--dir", type=Path, default=None, help="where the temp dir goes (default: $TMPDIR)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another tree's package (e.g. /tmp/before/daemon): its warm starts, same run",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (CI)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.sessions, args.kb, args.runs, args.templates = 20, 5.0, 1, 2
     result = run(
-        sessions=args.sessions, kb=args.kb, runs=args.runs, templates=args.templates, directory=args.dir
+        sessions=args.sessions,
+        kb=args.kb,
+        runs=args.runs,
+        templates=args.templates,
+        directory=args.dir,
+        baseline=args.baseline,
     )
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -226,6 +272,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"bytes read by the process to serving: warm {result['warm_rchar']:,}, cold {result['cold_rchar']:,}"
         )
         print(f"snapshots on disk: {result['snapshot_bytes']:,} bytes")
+        if "baseline" in result:
+            print(
+                f"baseline {result['baseline']}, warm starts in the same rounds: {result['baseline_warm_seconds']} s "
+                f"(CPU {result['baseline_warm_cpu']}); ours ÷ baseline: best {result['warm_over_baseline']}, "
+                f"median of pairs {result['warm_over_baseline_median']}"
+            )
+        print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     return result
 
 

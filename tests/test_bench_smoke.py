@@ -155,6 +155,18 @@ def test_bench_cli_smoke() -> None:
     assert result["measures"]["inspect"]["command"].startswith("-m compactd inspect ")
 
 
+@pytest.mark.slow  # twelve compactd and python processes
+def test_bench_cli_smoke_with_a_baseline() -> None:
+    """``--baseline`` adds the other tree as a third side of the same rounds (here this tree itself)."""
+    result = bench_cli.main(["--smoke", "--baseline", str(Path(bench_cli.__file__).parents[1] / "daemon")])
+    for measure in result["measures"].values():
+        assert measure["base_cpu_s"] > 0
+        assert measure["ours_vs_base"] == pytest.approx(
+            measure["ours_cpu_s"] / measure["base_cpu_s"], rel=0.02
+        )
+        assert measure["base_ratio"] == pytest.approx(measure["bare_cpu_s"] / measure["base_cpu_s"], rel=0.02)
+
+
 def test_bench_json5_smoke() -> None:
     result = bench_json5.main(["--smoke"])
     assert result["json5_bytes"] >= 16 * 1024 and result["json_bytes"] > 0

@@ -26,9 +26,14 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.sources.openclaw._doctor",  # only ``doctor``
     "compactd.sources.openclaw._source",  # the other session sources: built when a pass or the service uses them
     "compactd.sources.codex._source",
+    # What writing a summary needs: a dry run plans the job as the run does (issue 20), but writes the digest only
+    # when its length could change the route (``job.predict_route``), never for a route that prunes alone.
+    "compactd.summarize.identifiers",
+    "compactd.summarize.digest",
+    "compactd.summarize.stages",
+    "compactd.summarize.quality",
+    "compactd.summarize.sanitize",
 )
-# Not listed: ``compactd.summarize.sanitize``. Printing needs only ``display.escape_controls``, but a dry run over
-# a due session plans the job as the run does (issue 20: the dry run is the run), and the engine's stages load it.
 
 
 def loaded_by(*argv: str) -> tuple[int, str, set[str]]:

@@ -350,3 +350,37 @@ def test_run_started_while_a_once_works_waits_for_it_then_serves(
     finally:
         gate.set()
         first.kill()
+
+
+@pytest.mark.parametrize(("name", "turns", "route"), SESSIONS, ids=[n for n, _, _ in SESSIONS])
+@pytest.mark.parametrize("summary_max_chars", [1, 2_000, 16_000, 400_000])
+@pytest.mark.parametrize("target_fill", [0.3, 0.6, 1.0])
+def test_a_dry_runs_route_is_the_one_the_written_digest_leads_to(
+    tmp_path: Path, name: str, turns: Any, route: str, summary_max_chars: int, target_fill: float
+) -> None:
+    """``predict_route`` writes no digest when every summary length the engine can write leads to one route
+    (a tiny ``summary_max_chars``: always), and writes it when they disagree (a huge one: always); either way
+    its route is the one the job takes with the digest written (``compact --dry-run``)."""
+    import anyio
+    from compactd.sources.files.job import Plan, compact_file, predict_route
+
+    config = Config.from_mapping(
+        {
+            "models": {"providers": {"ollama": {"models": {"tiny": {"context_tokens": 32_000}}}}},
+            "compaction": {"summary_max_chars": summary_max_chars, "target_fill": target_fill},
+        },
+        env=ENV,
+    )
+    path = tmp_path / f"{name}.jsonl"
+    write_session(path, turns)
+    transcript = read_transcript(path)
+    figures = figures_of(config, transcript)
+    decision = decide(config, figures, now=NOW, force=True)
+    predicted = anyio.run(lambda: predict_route(str(path), config, transcript, decision.job_route))
+    given = anyio.run(
+        lambda: predict_route(str(path), config, transcript, decision.job_route, plan=Plan(figures, decision))
+    )
+    written = anyio.run(
+        lambda: compact_file(str(path), config, dry_run=True, force=True, plan=Plan(figures, decision))
+    )
+    assert predicted == given == written.route

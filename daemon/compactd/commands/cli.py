@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import orjson
 
 from compactd import __version__
+
+if TYPE_CHECKING:
+    from compactd.config import Config
+    from compactd.core.reader import Transcript
+    from compactd.sources.files.job import Plan
 
 __all__ = ["main"]
 
@@ -140,11 +146,12 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     if transcript.usable:
         from compactd.core.decision import decide
         from compactd.core.planning import figures_of
+        from compactd.sources.files.job import Plan
 
         figures = figures_of(config, transcript, context=context)
-        decision = decide(config, figures, now=0.0, force=True)
-        report.update(decision.as_json())
-        report.update(_predicted(config, os.path.realpath(args.file), transcript, decision))
+        plan = Plan(figures, decide(config, figures, now=0.0, force=True))
+        report.update(plan.decision.as_json())
+        report.update(_predicted(config, os.path.realpath(args.file), transcript, plan))
     if args.json:
         _print_json(report, out)
         return 0
@@ -178,16 +185,19 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _predicted(config: Any, path: str, transcript: Any, decision: Any) -> dict[str, Any]:
+def _predicted(config: Config, path: str, transcript: Transcript, plan: Plan) -> dict[str, Any]:
     """The route and flush the run would take (``job.predict_route``, ``job.flush_runs``): what ``once
     --dry-run`` reports too, no model called."""
     import anyio
 
     from compactd.sources.files.job import flush_runs, predict_route
 
+    decision = plan.decision
     out: dict[str, Any] = {"flush": bool(decision.flush) and flush_runs(config, path, transcript)}
     if decision.compact:
-        out["route"] = anyio.run(predict_route, path, config, transcript, decision.job_route)
+        out["route"] = anyio.run(
+            functools.partial(predict_route, path, config, transcript, decision.job_route, plan=plan)
+        )
     return out
 
 

@@ -23,6 +23,7 @@ from compactd.commit.journal import successor_digest
 from compactd.commit.request import CommitRequest
 from compactd.commit.successor import archive_note, build_successor, verify
 from compactd.core.reader import parse_line
+from compactd.heap import release_free_memory
 
 __all__ = ["last_id", "rotate_commit"]
 
@@ -46,6 +47,10 @@ def rotate_commit(request: CommitRequest, *, grace_seconds: float, now: float) -
         plan = build_successor(
             snap.data, transcript, *request.entries, snapshot_leaf_id=request.snapshot_leaf_id, note_for=note
         )
+        # The plan's transients (sets and maps over every entry, re-serialised entries, the growing buffer) are
+        # freed; handed back, the check's parse reuses their pages instead of adding to the peak (100,000
+        # orphans: 347 -> 326 MB).
+        release_free_memory()
         loaded = verify(plan.data, plan, strict_structure=True)
         tmp = tmp_path_for(path)
         tx = journal.intent(

@@ -567,57 +567,8 @@ def validate(transcript: Transcript, data: bytes | None = None) -> list[Problem]
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
     line_of = {id(e): ln for e, ln in zip(transcript.entries, transcript.lines, strict=False)}
     branch_ids = {e["id"] for e in branch if isinstance(e.get("id"), str)}
-    for entry in branch:
-        # A kept entry after the compaction (our rotation puts the compaction at the root) is fine: pi then
-        # keeps nothing from before it and emits everything after it. Pointing nowhere loses the kept span.
-        first_kept = entry.get("firstKeptEntryId")
-        if entry.get("type") == "compaction" and not (
-            isinstance(first_kept, str) and first_kept in branch_ids
-        ):
-            problems.append(
-                Problem(
-                    "first_kept_not_on_branch",
-                    line_of.get(id(entry)),
-                    f"compaction keeps from {first_kept!r}, which is not on the branch: nothing before it is kept",
-                )
-            )
-    problems.extend(_context_edit_problems(branch, branch_ids, line_of))
-    problems.extend(_pairing_problems(branch, line_of))
-    problems.extend(_overflow_problems(branch, line_of))
+    problems.extend(_branch_problems(branch, branch_ids, line_of))
     problems.extend(_depth_problems(transcript, data))
-    return problems
-
-
-def _context_edit_problems(
-    branch: list[Entry], branch_ids: set[str], line_of: dict[int, int]
-) -> list[Problem]:
-    """pi 1.x's context edits (design.md §6.14): one whose replacement pi cannot apply makes pi throw when it
-    builds the context (never compacted); one naming an entry not on the branch changes nothing."""
-    problems: list[Problem] = []
-    for entry in branch:
-        if entry.get("type") != "context_edit":
-            continue
-        line = line_of.get(id(entry))
-        replacement = entry.get("replacement", _ABSENT)
-        content = replacement.get("content") if isinstance(replacement, dict) else None
-        if replacement is not None and not isinstance(content, str | list):
-            problems.append(
-                Problem(
-                    "context_edit_invalid",
-                    line,
-                    "context edit's replacement is neither null nor {content: string or array}: pi 1.x throws "
-                    "when it builds this branch's context; this session is never compacted",
-                )
-            )
-        target = entry.get("targetId")
-        if not (isinstance(target, str) and target in branch_ids):
-            problems.append(
-                Problem(
-                    "context_edit_target_missing",
-                    line,
-                    f"context edit names {target!r}, which is not on the branch: it changes nothing",
-                )
-            )
     return problems
 
 
@@ -635,29 +586,6 @@ def _differ(a: Entry, b: Entry) -> bool:
         return a != b
     except RecursionError:
         return True
-
-
-def _overflow_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Problem]:
-    """Usage figures beyond what we count (``usage_tokens`` clamps them): pi's own figure is not a count."""
-    problems: list[Problem] = []
-    for entry in branch:
-        message = entry.get("message")
-        if entry.get("type") != "message" or not isinstance(message, dict) or role_of(message) != "assistant":
-            continue
-        usage = message.get("usage")
-        if not isinstance(usage, dict) or message.get("stopReason") in ("aborted", "error"):
-            continue
-        total = usage_total(usage)
-        if total > MAX_TOKENS or total != total:
-            counted = f"counted as {MAX_TOKENS}" if total > MAX_TOKENS else "not counted"
-            problems.append(
-                Problem(
-                    "figure_overflow",
-                    line_of.get(id(entry)),
-                    f"assistant usage adds up to {total!r}, beyond {MAX_TOKENS}: {counted}",
-                )
-            )
-    return problems
 
 
 def _depth_problems(transcript: Transcript, data: bytes | None = None) -> list[Problem]:
@@ -694,23 +622,67 @@ def _depth_problems(transcript: Transcript, data: bytes | None = None) -> list[P
     return problems
 
 
-def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Problem]:
-    problems: list[Problem] = []
+def _branch_problems(branch: list[Entry], branch_ids: set[str], line_of: dict[int, int]) -> list[Problem]:
+    """The branch's problems in one pass, listed by kind in this order: a compaction keeping from an entry off
+    the branch, pi 1.x's context edits (design.md §6.14), tool calls and results that do not pair, usage
+    figures beyond what we count."""
+    first_kept_problems: list[Problem] = []
+    edit_problems: list[Problem] = []
+    pairing_problems: list[Problem] = []
+    overflow_problems: list[Problem] = []
     open_calls: dict[str, int | None] = {}
     answered: set[str] = set()
     pending_since: int | None = None
     for entry in branch:
-        if entry.get("type") == "compaction":
+        kind = entry.get("type")
+        if kind == "compaction":
+            # A kept entry after the compaction (our rotation puts the compaction at the root) is fine: pi then
+            # keeps nothing from before it and emits everything after it. Pointing nowhere loses the kept span.
+            first_kept = entry.get("firstKeptEntryId")
+            if not (isinstance(first_kept, str) and first_kept in branch_ids):
+                first_kept_problems.append(
+                    Problem(
+                        "first_kept_not_on_branch",
+                        line_of.get(id(entry)),
+                        f"compaction keeps from {first_kept!r}, which is not on the branch: nothing before it "
+                        "is kept",
+                    )
+                )
+            continue
+        if kind == "context_edit":
+            # One whose replacement pi cannot apply makes pi throw when it builds the context (never
+            # compacted); one naming an entry not on the branch changes nothing.
+            line = line_of.get(id(entry))
+            replacement = entry.get("replacement", _ABSENT)
+            content = replacement.get("content") if isinstance(replacement, dict) else None
+            if replacement is not None and not isinstance(content, str | list):
+                edit_problems.append(
+                    Problem(
+                        "context_edit_invalid",
+                        line,
+                        "context edit's replacement is neither null nor {content: string or array}: pi 1.x "
+                        "throws when it builds this branch's context; this session is never compacted",
+                    )
+                )
+            target = entry.get("targetId")
+            if not (isinstance(target, str) and target in branch_ids):
+                edit_problems.append(
+                    Problem(
+                        "context_edit_target_missing",
+                        line,
+                        f"context edit names {target!r}, which is not on the branch: it changes nothing",
+                    )
+                )
             continue
         message = entry.get("message")
-        if entry.get("type") != "message" or not isinstance(message, dict):
+        if kind != "message" or not isinstance(message, dict):
             continue
         role = role_of(message)
         line = line_of.get(id(entry))
         if role == "toolResult":
             call_id = tool_call_id(message)
             if call_id is None or (call_id not in open_calls and call_id not in answered):
-                problems.append(
+                pairing_problems.append(
                     Problem(
                         "orphan_tool_result",
                         line,
@@ -723,7 +695,7 @@ def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Prob
             continue
         if open_calls and pending_since is not None:
             for call_id, call_line in open_calls.items():
-                problems.append(
+                pairing_problems.append(
                     Problem(
                         "missing_tool_result",
                         call_line,
@@ -731,11 +703,26 @@ def _pairing_problems(branch: list[Entry], line_of: dict[int, int]) -> list[Prob
                     )
                 )
             open_calls.clear()
-        if role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
-            for call in tool_calls(message):
-                open_calls[call["id"]] = line
-            pending_since = line if open_calls else None
-    return problems
+        if role != "assistant" or message.get("stopReason") in ("error", "aborted"):
+            continue
+        for call in tool_calls(message):
+            open_calls[call["id"]] = line
+        pending_since = line if open_calls else None
+        # Usage figures beyond what we count (``usage_tokens`` clamps them): pi's own figure is not a count.
+        usage = message.get("usage")
+        if not isinstance(usage, dict):
+            continue
+        total = usage_total(usage)
+        if total > MAX_TOKENS or total != total:
+            counted = f"counted as {MAX_TOKENS}" if total > MAX_TOKENS else "not counted"
+            overflow_problems.append(
+                Problem(
+                    "figure_overflow",
+                    line,
+                    f"assistant usage adds up to {total!r}, beyond {MAX_TOKENS}: {counted}",
+                )
+            )
+    return first_kept_problems + edit_problems + pairing_problems + overflow_problems
 
 
 def same_reading(transcript: Transcript | None, data: bytes, identity: tuple[int, int]) -> bool:

@@ -230,7 +230,7 @@ class SessionState:
 
     # --- persistence -----------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "path"}
+        return {name: getattr(self, name) for name, _, _, _ in _persisted_fields()}
 
     @classmethod
     def from_json(cls, path: str, data: Mapping[str, Any]) -> SessionState:

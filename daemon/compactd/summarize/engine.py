@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactd import progress
 from compactd.core.context import build_context, compaction_message, context_estimate, js_timestamp
@@ -29,31 +29,20 @@ from compactd.core.timestamps import js_iso
 from compactd.core.tokens import estimate_tokens
 from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
 from compactd.ids import fresh_id
-from compactd.summarize import augment, quality
+from compactd.summarize import augment
 from compactd.summarize.cutpoint import CutPlan, plan_cut
-from compactd.summarize.digest import build_digest
-from compactd.summarize.facts import STATE_MAX_CHARS, STATE_SHARE_OF_TARGET, merge_state, working_state
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_sections
-from compactd.summarize.identifiers import (
-    Identifier,
-    IdentifierReport,
-    ensure_identifiers,
-    extract_identifiers,
-    missing_identifiers,
-    rank_identifiers,
-    with_carried,
-)
-from compactd.summarize.pace import Pace
-from compactd.summarize.redact import SpanText, redact_secrets, redact_value
-from compactd.summarize.stages import (
-    LEVEL_DIGEST,
-    LEVEL_LLM,
-    LEVEL_PARTIAL,
-    Stages,
-    StageSettings,
-    Summarizer,
-)
+
+# What only writing a summary needs (redaction, identifiers, the digest, the current state, the quality checks,
+# the model's stages) is imported when one is written: a dry run whose route the summary's length cannot change
+# (``job.predict_route``), and the daemon's start, load none of it (about a tenth of a second of regexes).
+if TYPE_CHECKING:
+    from compactd.summarize import quality
+    from compactd.summarize.identifiers import Identifier, IdentifierReport
+    from compactd.summarize.pace import Pace
+    from compactd.summarize.redact import SpanText
+    from compactd.summarize.stages import Stages, Summarizer
 
 __all__ = ["CompactionEngine", "EngineResult", "EngineSettings", "latest_user_ask"]
 
@@ -135,6 +124,8 @@ class RedactedPrompts:
         self.client = client
 
     async def complete(self, system: str, user: str, *, max_tokens: int | None = None) -> Any:
+        from compactd.summarize.redact import redact_secrets
+
         return await self.client.complete(redact_secrets(system), redact_secrets(user), max_tokens=max_tokens)
 
     def pace(self) -> Pace:
@@ -157,6 +148,19 @@ def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
 def new_entry_id(taken: set[str]) -> str:
     """pi's id shape: 8 lowercase hex characters, unique within the file (and added to ``taken``)."""
     return fresh_id(taken, reserve=True)
+
+
+def post_compaction_entry(text: str, entry_id: str, stamp: str) -> dict[str, Any]:
+    """The post-compaction message's entry (AGENTS.md's sections), hidden from pi's display."""
+    return {
+        "type": "custom_message",
+        "id": entry_id,
+        "parentId": None,
+        "timestamp": stamp,
+        "customType": POST_COMPACTION_CUSTOM_TYPE,
+        "content": text,
+        "display": False,
+    }
 
 
 def latest_user_ask(messages: Sequence[dict[str, Any]]) -> str | None:
@@ -216,6 +220,22 @@ class CompactionEngine:
         now: datetime | None = None,
     ) -> EngineResult | None:
         """Summarize the span before the cut; None when there is nothing to compact."""
+        from compactd.summarize.facts import (
+            STATE_MAX_CHARS,
+            STATE_SHARE_OF_TARGET,
+            merge_state,
+            working_state,
+        )
+        from compactd.summarize.identifiers import (
+            IdentifierReport,
+            ensure_identifiers,
+            extract_identifiers,
+            missing_identifiers,
+            rank_identifiers,
+            with_carried,
+        )
+        from compactd.summarize.redact import SpanText, redact_secrets, redact_value
+
         plan = self.plan(transcript)
         if plan is None:
             return None
@@ -269,25 +289,8 @@ class CompactionEngine:
         missed = missing_identifiers(written, ranked)  # what the summarizer itself kept, as before
         id_report = IdentifierReport(id_report.total, len(ranked) - len(missed), id_report.in_summary, missed)
         ops = file_operations([*span, *prefix], plan.previous_details)
-        markdown = agents_md
-        if markdown is None and workspace is not None:
-            from compactd.agents_md import read_agents_md
-
-            markdown = read_agents_md(workspace)
-        post_text = None
         moment = now or datetime.now().astimezone()
-        if markdown:
-            from compactd.agents_md import post_compaction_context
-
-            markdown = self._clean(markdown)  # before its sections are cut to fit: whole secrets only
-            # The rules go into the post-compaction message only, not into the summary as well: pi and
-            # OpenClaw put both in the agent's context, and one copy is the refresh (see augment).
-            post_text = post_compaction_context(
-                markdown,
-                sections=s.post_compaction_sections,
-                max_chars=s.post_compaction_max_chars,
-                now=moment,
-            )
+        post_text = self.post_text(agents_md, workspace, moment)
         suffix = self._clean(
             augment.build_suffix(
                 recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
@@ -322,15 +325,7 @@ class CompactionEngine:
             compaction["systemMessage"] = {**checkpoint, "timestamp": js_timestamp(stamp)}
         post_message = None
         if post_text:
-            post_message = {
-                "type": "custom_message",
-                "id": new_entry_id(taken),
-                "parentId": None,
-                "timestamp": stamp,
-                "customType": POST_COMPACTION_CUSTOM_TYPE,
-                "content": post_text,
-                "display": False,
-            }
+            post_message = post_compaction_entry(post_text, new_entry_id(taken), stamp)
         result = EngineResult(
             plan=plan,
             summary=summary,
@@ -353,10 +348,49 @@ class CompactionEngine:
         result.tokens_after = sum(estimate_tokens(m, pi1=context.rules == PI_1) for m in after)
         return result
 
+    def post_text(self, agents_md: str | None, workspace: Path | None, moment: datetime) -> str | None:
+        """The post-compaction message's text (AGENTS.md's sections, or ``workspace``'s AGENTS.md), None without
+        rules; shared by :meth:`compact` and a dry run's route (:meth:`summary_token_bounds`' caller)."""
+        markdown = agents_md
+        if markdown is None and workspace is not None:
+            from compactd.agents_md import read_agents_md
+
+            markdown = read_agents_md(workspace)
+        if not markdown:
+            return None
+        from compactd.agents_md import post_compaction_context
+
+        markdown = self._clean(markdown)  # before its sections are cut to fit: whole secrets only
+        # The rules go into the post-compaction message only, not into the summary as well: pi and
+        # OpenClaw put both in the agent's context, and one copy is the refresh (see augment).
+        return post_compaction_context(
+            markdown,
+            sections=self.settings.post_compaction_sections,
+            max_chars=self.settings.post_compaction_max_chars,
+            now=moment,
+        )
+
+    def summary_token_bounds(self, transcript: Transcript, *, pi1: bool) -> tuple[int, int]:
+        """The fewest and the most tokens :meth:`compact`'s compaction entry can count, whatever its summary says
+        (at most ``summary_max_chars`` characters, each at most two UTF-16 units), with pi 1.x's replayed system
+        message (``pi1``: the transcript's context follows pi 1.x's rules): a dry run's route is decided from
+        these when both ends agree, without writing the summary."""
+        checkpoint = None
+        if pi1:
+            context = build_context(transcript)
+            checkpoint = current_system_message(context.messages) if context.rules == PI_1 else None
+        fixed = estimate_tokens(checkpoint, pi1=True) if checkpoint is not None else 0
+        most = -(-2 * max(0, self.settings.summary_max_chars) // CHARS_PER_TOKEN)
+        return fixed, fixed + most
+
     def _clean(self, text: str) -> str:
         """Text the engine writes (the summary's body and suffix, AGENTS.md's copies), redacted before any cap
         cuts it."""
-        return redact_secrets(text) if self.settings.redact else text
+        if not self.settings.redact:
+            return text
+        from compactd.summarize.redact import redact_secrets
+
+        return redact_secrets(text)
 
     def _model(self) -> Summarizer:
         assert self.client is not None
@@ -364,6 +398,8 @@ class CompactionEngine:
 
     def _check(self, body: str, latest_ask: str | None) -> quality.QualityReport:
         # Identifiers are guaranteed by ensure_identifiers afterwards, so they cost no regeneration here.
+        from compactd.summarize import quality
+
         return quality.check_summary(
             body, latest_ask=latest_ask, identifiers=None, policy=self.settings.identifier_policy
         )
@@ -376,6 +412,10 @@ class CompactionEngine:
         latest_ask: str | None,
         texts: SpanText,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
+        from compactd.summarize import quality
+        from compactd.summarize.digest import build_digest
+        from compactd.summarize.stages import LEVEL_DIGEST
+
         if span:
             progress.stage("digest", f"the model-free summary of {len(span):,} messages")
             body = build_digest(
@@ -409,7 +449,10 @@ class CompactionEngine:
         """
         if not span or self.client is None:
             return self._digest(span, previous, ranked, latest_ask, texts)
+        from compactd.summarize import quality
+        from compactd.summarize.identifiers import ensure_identifiers
         from compactd.summarize.outcomes import LLMError
+        from compactd.summarize.stages import LEVEL_LLM, LEVEL_PARTIAL
 
         stages = self._stages(instructions=True)
         notes: list[str] = []
@@ -484,6 +527,8 @@ class CompactionEngine:
     def _stages(self, *, instructions: bool) -> Stages:
         """The staged summarizer on this engine's model; the operator's instructions shape the summary, not
         the split-turn prefix's."""
+        from compactd.summarize.stages import Stages, StageSettings
+
         s = self.settings
         return Stages(
             self._model(),
@@ -509,6 +554,8 @@ class CompactionEngine:
             except LLMError as exc:
                 log.warning("split-turn summary failed (%s); using the digest for the prefix", exc.kind)
                 self._model_error = self._model_error or f"{exc.kind}: {exc} (the split turn's prefix)"
+        from compactd.summarize.digest import build_digest
+
         return build_digest(prefix, texts=texts), 0
 
 

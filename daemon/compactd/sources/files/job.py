@@ -41,6 +41,7 @@ from compactd.core.decision import (
 from compactd.core.messages import llm_visible
 from compactd.core.planning import figures_of, prune_plan
 from compactd.core.reader import Transcript
+from compactd.core.timestamps import js_iso
 from compactd.core.tokens import estimate_tokens, js_len
 from compactd.core.turns import turn_of_branch
 from compactd.defaults import SAFETY_MARGIN
@@ -48,7 +49,7 @@ from compactd.heap import release_free_memory
 from compactd.reading import read_transcript
 from compactd.roots import is_session_path
 from compactd.sources.openclaw import refusal as openclaw_refusal
-from compactd.summarize.engine import CompactionEngine, EngineResult
+from compactd.summarize.engine import CompactionEngine, EngineResult, post_compaction_entry
 from compactd.summarize.settings import engine_settings
 from compactd.workspace import read_agents_md, trusted_workspace
 
@@ -355,9 +356,12 @@ async def _plan_job(
     now: datetime | None,
     route: Route | None = None,
     report: bool = True,
+    route_only: bool = False,
 ) -> JobResult | tuple[JobResult, dict[str, dict[str, Any]]]:
     """The job up to its commit, in :func:`compactd.offload.run_async`'s thread: a JobResult when it stops
-    there (a turn in flight, nothing to compact, a dry run), else the result and the pruning's replacements."""
+    there (a turn in flight, nothing to compact, a dry run), else the result and the pruning's replacements.
+    ``route_only`` (a dry run's prediction): only ``route`` counts, and no summary is written when any summary
+    the engine could write leads to the same one (:func:`_route_without_summary`)."""
     if not dry_run:
         # Every check that can refuse the commit, before anything is spent on the model; the commit asks
         # again under the lock (an agent may start meanwhile).
@@ -400,6 +404,7 @@ async def _plan_job(
         result.chars_saved += pruning.chars_saved
         return pruning.tokens_saved
 
+    pi1 = figures.edited_tokens is not None  # pi 1.x's rules: the checkpoint, system messages, user images
     settings = engine_settings(config, figures.provider, figures.model)
     # The kept turns fill the target at most; the summary's tokens come out of the older kept results.
     settings.keep_budget_tokens = target
@@ -422,6 +427,12 @@ async def _plan_job(
     if chosen != "truncate_tool_results_only":
         workspace = trusted_workspace(config, path, transcript.header)
         rules = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
+        if route_only:
+            known = _route_without_summary(engine, transcript, chosen, rules, budget, target, pi1=pi1)
+            if known is not None:
+                result.route = known
+                result.reason = "dry run"
+                return result
         if report:
             progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         result.engine = await engine.compact(transcript, agents_md=rules, now=now)
@@ -443,9 +454,6 @@ async def _plan_job(
         kept_ids = _ids(e.plan.path[e.plan.first_kept_index :])
         newest_ids = _ids(e.plan.path[e.plan.newest_turn_index :]) if e.plan.newest_turn_index >= 0 else set()
         checkpoint = e.compaction.get("systemMessage")
-        pi1 = (
-            figures.edited_tokens is not None
-        )  # pi 1.x's rules: the checkpoint, system messages, user images
         summary_tokens = estimate_tokens(compaction_message(e.compaction))
         summary_tokens += estimate_tokens(checkpoint, pi1=True) if isinstance(checkpoint, dict) else 0
         post = entry_to_message(e.post_message) if e.post_message is not None else None
@@ -453,13 +461,9 @@ async def _plan_job(
         kept_tokens = sum(estimate_tokens(m, pi1=pi1) for m in llm_visible(e.plan.kept))
         remaining = measured = summary_tokens + post_tokens + kept_tokens
         need = max(remaining, measured) - prune_target_tokens(budget, chosen)
-        chosen = route_after_summary(chosen, need)  # the summary may have been enough: the kept turns stay
-        # Room to work: the older kept results give down to the target (the summary's tokens), never the
-        # newest turn's; those give only what the threshold itself still needs.
         older = kept_ids - newest_ids
         room_need = max(remaining, measured) - target
-        if room_need > 0 and older:
-            chosen = "compact_then_truncate"
+        chosen = _route_after(chosen, need, room_need, older=bool(older))
         if chosen == "compact_then_truncate":
             pruned_tokens = prune(older, room_need)
             pruned_tokens += prune(newest_ids, need - pruned_tokens)
@@ -482,6 +486,51 @@ async def _plan_job(
         result.status = JobStatus.DRY_RUN
         return result
     return result, replacements
+
+
+def _route_after(route: Route, need: int, room_need: int, *, older: bool) -> Route:
+    """The route a compaction ends with, given what is left over the threshold (``need``) and over the target
+    (``room_need``) once the summary replaced the span: the summary may have been enough (the kept turns stay);
+    room to work comes from the older kept results (never the newest turn's, which give only what the
+    threshold itself still needs)."""
+    if room_need > 0 and older:
+        return "compact_then_truncate"
+    return route_after_summary(route, need)
+
+
+def _route_without_summary(
+    engine: CompactionEngine,
+    transcript: Transcript,
+    route: Route,
+    rules: str | None,
+    budget: Any,
+    target: int,
+    *,
+    pi1: bool,
+) -> Route | None:
+    """The route :func:`_plan_job` ends with after the engine, decided without writing the summary: the kept
+    turns, the post-compaction message and the checkpoint are known from the cut alone, and the summary counts
+    between :meth:`CompactionEngine.summary_token_bounds`; when the fewest and the most give the same answers
+    (over the threshold or not, over the target or not), that is the route. None: it depends on the summary
+    (the caller writes it), or there is nothing to compact (the caller says so, as before)."""
+    plan = engine.plan(transcript)
+    if plan is None:
+        return None
+    kept_ids = _ids(plan.path[plan.first_kept_index :])
+    newest_ids = _ids(plan.path[plan.newest_turn_index :]) if plan.newest_turn_index >= 0 else set()
+    older = bool(kept_ids - newest_ids)
+    text = engine.post_text(rules, None, datetime.now().astimezone())
+    post_tokens = 0
+    if text:
+        post = entry_to_message(post_compaction_entry(text, "", js_iso(None)))
+        post_tokens = sum(estimate_tokens(m) for m in llm_visible([post] if post is not None else []))
+    kept_tokens = sum(estimate_tokens(m, pi1=pi1) for m in llm_visible(plan.kept))
+    answers: set[tuple[bool, bool, Route]] = set()
+    for summary_tokens in engine.summary_token_bounds(transcript, pi1=pi1):
+        after = summary_tokens + post_tokens + kept_tokens
+        need, room_need = after - prune_target_tokens(budget, route), after - target
+        answers.add((need <= 0, room_need > 0, _route_after(route, need, room_need, older=older)))
+    return next(iter(answers))[2] if len(answers) == 1 else None
 
 
 def _commit(
@@ -549,14 +598,18 @@ def _newest_turn_start(branch: list[dict[str, Any]]) -> int:
     return 0
 
 
-async def predict_route(path: str, config: Config, transcript: Transcript, route: Route) -> Route:
+async def predict_route(
+    path: str, config: Config, transcript: Transcript, route: Route, *, plan: Plan | None = None
+) -> Route:
     """The route a compaction of ``transcript`` asked to take ``route`` ends with, for a dry run: the job
     planned exactly as the real one (the cut, the kept turns, the pruning), with the digest standing in for
     the summary, so no model is called. The real route differs only where a model's summary is so much
-    longer or shorter than the digest that it alone does or does not leave room to work."""
+    longer or shorter than the digest that it alone does or does not leave room to work; the digest itself is
+    written only when its length could change the route. ``plan``: the caller's decision on this reading (its
+    figures are not counted again)."""
     if route == "fits":
         return route
-    plan = await offload.run_async(
+    planned = await offload.run_async(
         lambda: _plan_job(
             path,
             config,
@@ -565,15 +618,16 @@ async def predict_route(path: str, config: Config, transcript: Transcript, route
             dry_run=True,
             mode=None,
             force=True,
-            plan=None,
+            plan=plan,
             now=None,
             route=route,
             report=False,
+            route_only=True,
         ),
         client=None,
         name="compactd-predict",
     )
-    result = plan if isinstance(plan, JobResult) else plan[0]
+    result = planned if isinstance(planned, JobResult) else planned[0]
     return result.route  # type: ignore[return-value]
 
 
