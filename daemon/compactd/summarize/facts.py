@@ -343,7 +343,9 @@ def statements(messages: Sequence[Message], read: Callable[[Message], str] = tex
                 elif sentence:
                     parts.append(sentence)
             for part in parts:
-                if not _is_statement(part):
+                # A part without a specific token has none once collapsed (collapsing only turns whitespace
+                # runs into spaces and cuts): no statement, and nothing to collapse.
+                if not _is_statement(part) or not _has_specific(part):
                     continue
                 statement = Statement.of(_collapse(part, STATEMENT_MAX_CHARS))
                 if statement is not None and not all(map(_is_small_number, statement.tokens)):
