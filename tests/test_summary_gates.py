@@ -54,6 +54,9 @@ _WORDS = [
     *("Also, ", "please ", "exit code 2", "Exit code: 1", "exited with code 127", "EXIT STATUS 3"),
     *("exıt code 4", "EXİT code 5", "xit", "queued", "in progress", "blocked", "done", "fixed", "not"),
     *("actually", "instead", "correction", "was", "port 8080", "pool_size", "billing-api", "@okafor"),
+    *("pending", "not started", "in-progress", "underway", "under way", "on hold", "waiting", "verifying"),
+    *("in review", "under review", "testing", "finished", "completed", "merged", "shipped", "deployed"),
+    *("resolved", "cancelled", "canceled", "abandoned", "dropped", "todo", "to do", "queued", "started"),
     *("TASK-12", "v1.2.3", "src/app.py", "camelCase", "~/x/y", "#42", "3", "12", "Blocked on SEC-2."),
     *("Next action: run.sh.", "let me", "I'll read", "Reading", "truncated", "omitted"),
     *("[... 120 more characters truncated]", "⚠️ [... middle content omitted]", "cat", "the", "value"),
@@ -247,6 +250,8 @@ def test_the_gates_let_through_every_text_their_patterns_match(text: str) -> Non
         assert any(n in low for n in digest._RULE_NEEDLES)
     if digest._TODO_LINE.search(text):
         assert any(n in text for n in digest._TODO_NEEDLES)
+    if facts._STATUS.search(text):
+        assert any(n in low for n in facts._STATUS_NEEDLES)
     if augment._EXIT_CODE.search(text):
         assert augment._EXIT_NEEDLE in low
     assert facts._has_specific(text) == (facts._SPECIFIC.search(text) is not None)

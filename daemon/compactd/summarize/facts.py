@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from compactd.core.messages import Message, role_of, text_of, tool_call_id, tool_calls
-from compactd.summarize.gates import holds_any
+from compactd.summarize.gates import folded, holds_any
 from compactd.summarize.headings import CURRENT_STATE, SECTION_BREAK, split_sections
 
 __all__ = [
@@ -118,6 +118,13 @@ _STATUS = re.compile(
     r"blocked|on hold|waiting|verifying|in review|under review|testing|done|finished|completed?|"
     r"merged|shipped|deployed|fixed|resolved|cancell?ed|abandoned|dropped)(?![\w-])",
     re.IGNORECASE,
+)
+# What every match of _STATUS holds, lower case (for a ``gates.folded`` text): most sentences hold none, and the
+# case-insensitive pattern with its lookbehind is tried at every position.
+_STATUS_NEEDLES = (
+    *("queued", "todo", "to do", "pending", "started", "progress", "underway", "under way", "blocked"),
+    *("on hold", "waiting", "verifying", "review", "testing", "done", "finished", "complete", "merged"),
+    *("shipped", "deployed", "fixed", "resolved", "cancel", "abandoned", "dropped"),
 )
 # States after which nothing more is expected of a task.
 _FINISHED = frozenset(
@@ -217,7 +224,7 @@ class Statement:
         found = _specific_tokens(text)
         if not found:
             return None
-        status = _STATUS.search(text)
+        status = _STATUS.search(text) if holds_any(folded(text), _STATUS_NEEDLES) else None
         tokens = frozenset(found)
         return cls(
             text,
