@@ -8,6 +8,7 @@ fixtures, and on the quality bench's generated sessions."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,13 @@ _WORDS = [
     *("pending", "not started", "in-progress", "underway", "under way", "on hold", "waiting", "verifying"),
     *("in review", "under review", "testing", "finished", "completed", "merged", "shipped", "deployed"),
     *("resolved", "cancelled", "canceled", "abandoned", "dropped", "todo", "to do", "queued", "started"),
+    *(
+        "TASK-12 is queued for the next sprint.",
+        "TASK-12 is in progress with the parser.",
+        "TASK-12 done now.",
+    ),
+    *("The billing-api port is 8080 here.", "Correction: the billing-api port is 9090, not 8080."),
+    *("Set pool_size to 12 in the config.", "Set pool_size to 16 in the config."),
     *("TASK-12", "v1.2.3", "src/app.py", "camelCase", "~/x/y", "#42", "3", "12", "Blocked on SEC-2."),
     *("Next action: run.sh.", "let me", "I'll read", "Reading", "truncated", "omitted"),
     *("[... 120 more characters truncated]", "⚠️ [... middle content omitted]", "cat", "the", "value"),
@@ -130,12 +138,68 @@ def _text(draw: Any) -> str:
     return "".join(parts)
 
 
+_SUBJECTS = ["TASK-12", "TASK-7", "billing-api", "@okafor", "src/app.py", "Ｉnfra-2", "the api"]
+_STATES = [
+    "queued",
+    "in progress",
+    "blocked",
+    "verifying",
+    "done",
+    "fixed",
+    "cancelled",
+    "pending",
+    "on hold",
+]
+_NAMES = ["pool_size", "max_retries", "the timeout", "ſtaging_port", "billing-api port"]
+
+
+@st.composite
+def _statement_text(draw: Any) -> str:
+    """Whole statements about a few subjects and values, so that later ones restate, correct and update
+    earlier ones (the fold's every rule) — what random words seldom do."""
+    sentences: list[str] = []
+    for _ in range(draw(st.integers(1, 6))):
+        subject, name = draw(st.sampled_from(_SUBJECTS)), draw(st.sampled_from(_NAMES))
+        value, other = draw(st.integers(1, 3)) * 4000, draw(st.sampled_from([8, 12, 16, 200]))
+        sentences.append(
+            draw(
+                st.sampled_from(
+                    [
+                        f"{subject} is {_mangle(draw(st.sampled_from(_STATES)), draw)} now.",
+                        f"{subject} is {draw(st.sampled_from(_STATES))}. Next action: run {subject}.sh.",
+                        f"Set {name} to {other} in the config.",
+                        f"The {name} is {value} for staging.",
+                        f"Correction: the {name} is {value + 1}, not {value}.",
+                        f"Actually {subject} uses {name} {other} instead.",
+                        f"- [ ] ship {subject} with {name} {other}",
+                        f"Sorry, {name} was wrong: it is {other}.",
+                    ]
+                )
+            )
+        )
+    return draw(st.sampled_from([" ", "\n", "\n- "])).join(sentences)
+
+
 @st.composite
 def _transcript(draw: Any) -> list[Msg]:
     messages: list[Msg] = []
+    said: list[str] = []
     for n in range(draw(st.integers(1, 10))):
         role = draw(st.sampled_from(["user", "assistant", "assistant", "toolResult", "bashExecution"]))
-        text = draw(_text())
+        text = draw(st.one_of(_text(), _statement_text()))
+        if said and draw(st.booleans()):  # an earlier text again: restated, corrected or updated
+            earlier = draw(st.sampled_from(said))
+            text = draw(
+                st.sampled_from(
+                    [
+                        earlier,
+                        re.sub(r"\d+", lambda m: str(int(m.group()) + 7), earlier),  # other values
+                        earlier.replace("queued", "done").replace("pending", "blocked"),  # a task moves on
+                        "Correction: " + re.sub(r"\d+", lambda m: str(int(m.group()) + 1), earlier),
+                    ]
+                )
+            )
+        said.append(text)
         if role == "user":
             messages.append({"role": "user", "content": [{"type": "text", "text": text}], "timestamp": n})
         elif role == "assistant":
