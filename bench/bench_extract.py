@@ -1,11 +1,14 @@
 """A compaction's identifier work alone (issue 22): the span's redaction and its identifier extraction, as the
-engine runs them, in our tree and in a baseline tree, on the same session in the same run.
+engine runs them, in our tree and in a baseline tree, on the same session in the same run; and after them the
+sections computed from the same texts: the model-free digest, the ``## Current state`` section and the tool
+failures.
 
 Each side is a fresh child process (``--pythonpath`` for the baseline, as ``bench_compact``) that reads the
 session, redacts every message (``redact_value``), builds the job's ``SpanText`` and extracts the identifiers.
 It reports the thread CPU of the redaction and of the extraction, and a digest of the records (every field of
 every ``Identifier``): the two trees must give the same digest, which is the equality evidence on the bench
-corpus. The sides alternate for ``--rounds`` rounds; the best of each is compared, with a bare ``orjson.loads``
+corpus; so must the sections (``summary_digest``: the digest's text, the state's and the failures', hashed), each
+timed apart (``digest_s``, ``state_s``, ``failures_s``). The sides alternate for ``--rounds`` rounds; the best of each is compared, with a bare ``orjson.loads``
 loop over the same lines (in each child) as the floor.
 
     python -m bench.bench_extract --baseline DIR [--mb 50] [--rounds 3] [--file F] [--smoke] [--json]
@@ -33,7 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 def child(path: str) -> dict[str, Any]:
     """In the child: the floor, the redaction and the extraction of ``path``'s messages, timed apart."""
     from compactd.core.messages import llm_visible
-    from compactd.summarize.identifiers import extract_identifiers
+    from compactd.summarize.augment import collect_tool_failures
+    from compactd.summarize.digest import build_digest
+    from compactd.summarize.facts import working_state
+    from compactd.summarize.identifiers import extract_identifiers, rank_identifiers
     from compactd.summarize.redact import SpanText, redact_value
 
     data = Path(path).read_bytes()
@@ -45,14 +51,34 @@ def child(path: str) -> dict[str, Any]:
     handed_on = [redact_value(m) for m in read]
     redaction = time.thread_time() - start
     start = time.thread_time()
-    found = extract_identifiers(handed_on, SpanText.of(read, handed_on))
+    texts = SpanText.of(read, handed_on)
+    found = extract_identifiers(handed_on, texts)
     extraction = time.thread_time() - start
+    ranked = rank_identifiers(found)
+    # As the engine calls them: the digest without the sections the augmentation appends, the state of the span
+    # read through the job's texts, the failures from the messages with their details.
+    start = time.thread_time()
+    body = build_digest(
+        handed_on, identifiers=ranked, include_failures=False, include_files=False, texts=texts
+    )
+    digest_s = time.thread_time() - start
+    start = time.thread_time()
+    state = working_state(handed_on, None, texts).render()
+    state_s = time.thread_time() - start
+    start = time.thread_time()
+    failures = collect_tool_failures(read)
+    failures_s = time.thread_time() - start
+    sections = orjson.dumps([body, state, failures])
     return {
         "floor_s": floor,
         "redact_s": redaction,
         "extract_s": extraction,
+        "digest_s": digest_s,
+        "state_s": state_s,
+        "failures_s": failures_s,
         "identifiers": len(found),
         "digest": hashlib.sha256(orjson.dumps(found)).hexdigest(),
+        "summary_digest": hashlib.sha256(sections).hexdigest(),
     }
 
 
@@ -71,16 +97,26 @@ def run_child(path: Path, pythonpath: str | None) -> dict[str, Any]:
     return result
 
 
+_SECTIONS = ("digest_s", "state_s", "failures_s")
+
+
 def compare(path: Path, baseline: str, rounds: int) -> dict[str, Any]:
     best: dict[str, dict[str, Any]] = {}
     digests: dict[str, set[str]] = {"ours": set(), "baseline": set()}
+    summaries: dict[str, set[str]] = {"ours": set(), "baseline": set()}
+    sections: dict[str, dict[str, float]] = {"ours": {}, "baseline": {}}  # best of each stage apart
     for _ in range(rounds):
         for side, tree in (("ours", None), ("baseline", baseline)):
             got = run_child(path, tree)
             digests[side].add(got["digest"])
+            summaries[side].add(got["summary_digest"])
+            for key in _SECTIONS:
+                sections[side][key] = min(sections[side].get(key, got[key]), got[key])
             total = got["redact_s"] + got["extract_s"]
             if side not in best or total < best[side]["redact_s"] + best[side]["extract_s"]:
                 best[side] = got
+    for side in best:
+        best[side].update(sections[side])
     us, them = best["ours"], best["baseline"]
     return {
         "bytes": path.stat().st_size,
@@ -90,6 +126,11 @@ def compare(path: Path, baseline: str, rounds: int) -> dict[str, Any]:
         "redact_ratio": round(us["redact_s"] / them["redact_s"], 3),
         "total_ratio": round((us["extract_s"] + us["redact_s"]) / (them["extract_s"] + them["redact_s"]), 3),
         "records_equal": len(digests["ours"] | digests["baseline"]) == 1,
+        **{
+            key.replace("_s", "_ratio"): round(us[key] / them[key], 3) if them[key] > 0 else None
+            for key in _SECTIONS
+        },
+        "sections_equal": len(summaries["ours"] | summaries["baseline"]) == 1,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -112,6 +153,14 @@ def report(r: dict[str, Any]) -> str:
             f"| baseline | {side(them)} |",
             f"ours ÷ baseline: extraction {r['extract_ratio']}, redaction {r['redact_ratio']}, "
             f"both {r['total_ratio']}; records equal: {r['records_equal']}",
+            "| tree | digest s | current state s | tool failures s |",
+            "| --- | --- | --- | --- |",
+            *(
+                f"| {name} | {s['digest_s']:.3f} | {s['state_s']:.3f} | {s['failures_s']:.3f} |"
+                for name, s in (("ours", us), ("baseline", them))
+            ),
+            f"ours ÷ baseline: digest {r['digest_ratio']}, state {r['state_ratio']}, "
+            f"failures {r['failures_ratio']}; sections equal: {r['sections_equal']}",
         ]
     )
 

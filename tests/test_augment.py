@@ -366,11 +366,13 @@ _EXIT_PHRASE = st.tuples(
 def test_the_exit_code_prefilter_never_hides_an_exit_code(parts: list[str]) -> None:
     """``exit_code_of`` skips the case-insensitive pattern when no "xit" occurs in any case (dotless and dotted
     i included); the code it reads is the one the pattern alone finds."""
-    from compactd.summarize.augment import _EXIT_CODE, _EXIT_HINT, exit_code_of
+    from compactd.summarize.augment import _EXIT_CODE, _EXIT_HINT, _EXIT_NEEDLE, exit_code_of
+    from compactd.summarize.gates import folded
 
     text = "".join(parts)
     matches = _EXIT_CODE.findall(text)
     assert not matches or _EXIT_HINT.search(text) is not None
+    assert not matches or _EXIT_NEEDLE in folded(text)
     expected = int(matches[-1]) if matches else None
     message = {"role": "toolResult", "toolCallId": "c1", "content": [{"type": "text", "text": text}]}
     assert exit_code_of(message) == expected

@@ -141,6 +141,7 @@ def test_bench_extract_smoke() -> None:
     assert result["records_equal"]
     assert result["ours"]["identifiers"] == result["baseline"]["identifiers"] > 0
     assert result["ours"]["extract_s"] > 0 and result["baseline"]["redact_s"] > 0
+    assert result["sections_equal"] and result["ours"]["digest_s"] > 0 and result["ours"]["state_s"] > 0
 
 
 @pytest.mark.slow  # eight compactd and python processes

@@ -23,6 +23,7 @@ from typing import Any
 
 from compactd.core.messages import Message, blocks_of, role_of, text_of, tool_call_id, tool_calls
 from compactd.defaults import KEEP_RECENT_TURNS, SUMMARY_MAX_CHARS
+from compactd.summarize.gates import folded
 
 __all__ = [
     "FILE_LIST_MAX_CHARS",
@@ -66,8 +67,10 @@ _SPACE = re.compile(r"\s+")
 _EXIT_CODE = re.compile(r"\bexit(?:ed)?(?:\s+with)?[\s_-]*(?:code|status)\b\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
 # What every match of _EXIT_CODE holds ("xit" in any case; with IGNORECASE an "i" also matches "ı" and "İ"),
 # found by a fast scan where the case-insensitive pattern, which starts with a word boundary, is tried at
-# every position of every tool result.
+# every position of every tool result. ``_may_hold_exit`` is the same test as a substring test of the folded
+# text (``gates.folded``), which runs in C over a whole text instead of sre's character-class scan.
 _EXIT_HINT = re.compile("[xX][iIıİ][tT]")
+_EXIT_NEEDLE = "xit"
 # ``details`` never reach a model, and the summary reaches the next one: of them only the exit code and one of
 # these status words are shown, never a tool's own details text.
 _FAILED_STATUSES = frozenset({"error", "failed", "failure", "timeout", "timed_out", "killed", "cancelled"})
@@ -155,7 +158,7 @@ def exit_code_of(message: Message) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     text = text_of(message)
-    if _EXIT_HINT.search(text) is None:  # no "exit" in any case: the full pattern cannot match
+    if _EXIT_NEEDLE not in folded(text):  # no "exit" in any case: the full pattern cannot match
         return None
     matches = _EXIT_CODE.findall(text)
     return int(matches[-1]) if matches else None

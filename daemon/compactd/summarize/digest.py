@@ -28,6 +28,7 @@ from compactd.core.messages import (
 from compactd.summarize.augment import TOOL_FAILURES_HEADING, exit_code_of, is_tool_failure
 from compactd.summarize.facts import newest_that_fit
 from compactd.summarize.fileops import file_operations
+from compactd.summarize.gates import folded, holds_any
 from compactd.summarize.headings import (
     CONSTRAINTS,
     DECISIONS,
@@ -145,6 +146,41 @@ _RULE_FILLER = re.compile(
     r"^(?:(?:also|again|and|but|so|plus|please|remember|note|btw|ok|okay)\b[,:]?\s+|(?:另外|还有|同时|再次)[，,：:])+",
     re.IGNORECASE,
 )
+# Gates (``gates.py``): literals of which every match of a pattern holds one, lower case for the case-insensitive
+# ones (tested against a ``folded`` text). Most of a big span's messages hold none, and are not split into
+# sentences at all.
+_DECISION_NEEDLES = (
+    *("decid", "decision", "chose", "choose to", "opted", "settled on", "agreed on", "agreed to"),
+    *("go with", "going with", "stick", "switch"),
+    *("let's ", "let’s ", "let us ", "we'll ", "we’ll ", "we will ", "going to "),
+    *("决定", "采用", "改用", "选用", "选择了", "确定", "就用"),
+)
+_TODO_NEEDLES = ("TODO", "FIXME", "待办", "待完成")  # _TODO_LINE is case-sensitive
+_CHECKBOX_NEEDLES = ("[ ]", "[x]", "[X]")
+_NEXT_STEP_NEEDLES = (
+    *("next step", "next i", "next, i", "still need", "remaining", "not yet", "left to do", "follow"),
+    *("下一步", "还需要", "尚未", "待完成"),
+)
+_RULE_NEEDLES = (
+    *("must", "never", "always", "don't", "don’t", "do not", "dont", "shouldn", "should not", "avoid"),
+    *("make sure", "ensure", "under no circumstances", "not allowed", "forbidden", "prohibited"),
+    *(
+        "必须",
+        "不要",
+        "不许",
+        "不准",
+        "不得",
+        "别再",
+        "禁止",
+        "严禁",
+        "切勿",
+        "务必",
+        "一定要",
+        "永远",
+        "总是",
+    ),
+    *("始终", "确保", "只能", "只允许"),
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？；])")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 _SPACES = re.compile(r"\s+")
@@ -255,11 +291,15 @@ def _decisions(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
     for message in messages:
         if role_of(message) != "assistant":
             continue
-        for sentence in _sentences(read(message)):
+        text = read(message)
+        if not holds_any(folded(text), _DECISION_NEEDLES):  # no sentence of it can state a decision
+            continue
+        for sentence in _sentences(text):
             # "Now let's build:" announces a tool call, and a question decides nothing.
             if (
-                _long_enough(sentence)
-                and not sentence.endswith(("?", ":", "？", "："))
+                not sentence.endswith(("?", ":", "？", "："))
+                and holds_any(folded(sentence), _DECISION_NEEDLES)
+                and _long_enough(sentence)
                 and _DECISION.search(sentence)
             ):
                 items.append("- " + _collapse(sentence, ITEM_MAX_CHARS))
@@ -274,15 +314,24 @@ def _todos(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
         role = role_of(message)
         if role not in ("user", "assistant"):
             continue
+        # Which patterns can match anywhere in the text (gates): a text none of them can match adds nothing,
+        # and a pattern that cannot is not tried on its lines. A list header needs a next-step phrase, so
+        # without one none of the assistant's lines below is an item.
+        text = read(message)
+        boxes = holds_any(text, _CHECKBOX_NEEDLES)
+        todo_lines = holds_any(text, _TODO_NEEDLES)
+        next_steps = role == "assistant" and holds_any(folded(text), _NEXT_STEP_NEEDLES)
+        if not (boxes or todo_lines or next_steps):
+            continue
         in_fence = False
         list_header = False
-        for line in read(message).splitlines():
+        for line in text.splitlines():
             if _FENCE.match(line):
                 in_fence = not in_fence
                 continue
             if in_fence:
                 continue
-            box = _CHECKBOX.match(line)
+            box = _CHECKBOX.match(line) if boxes and "[" in line else None
             if box:
                 key = _collapse(box.group("item"), ITEM_MAX_CHARS).lower()
                 if box.group("mark") == " ":
@@ -290,18 +339,20 @@ def _todos(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
                 else:
                     open_items.pop(key, None)  # checked off later
                 continue
-            todo = _TODO_LINE.search(line)
+            todo = _TODO_LINE.search(line) if todo_lines and holds_any(line, _TODO_NEEDLES) else None
             if todo:
                 rest = todo.group("rest") or todo.group("cn") or ""
                 open_items.setdefault(rest.lower(), "- TODO: " + _collapse(rest, ITEM_MAX_CHARS))
                 continue
-            if role != "assistant":
+            if not next_steps:  # a user's line, or no next-step phrase in the text (so no list header either)
                 continue
             if list_header and _BULLET.match(line):
                 item = "- " + _collapse(_BULLET.sub("", line), ITEM_MAX_CHARS)
                 open_items.setdefault(item.lower(), item)
                 continue
             list_header = False
+            if not holds_any(folded(line), _NEXT_STEP_NEEDLES):  # neither a header nor a next-step sentence
+                continue
             stripped = _BULLET.sub("", line).strip().strip("*#").strip()
             if _NEXT_STEP.search(stripped) and stripped.rstrip("*").endswith((":", "：")):
                 list_header = True
@@ -374,12 +425,14 @@ def _question_back(asks: Sequence[Ask], read: TextOf = _text) -> list[str]:
 def _rule_clauses(sentence: str) -> list[str]:
     """The rule clauses of one sentence: each runs from the boundary before its keyword (see ``_RULE_START``)
     to the next semicolon or the sentence's end; a keyword inside a clause already taken adds nothing."""
-    starts = [m.end() for m in _RULE_START.finditer(sentence)]
+    starts: list[int] | None = None  # found at the first keyword: most sentences have none
     clauses: list[str] = []
     taken_to = 0
     for match in _RULE.finditer(sentence):
         if match.start() < taken_to:
             continue
+        if starts is None:
+            starts = [m.end() for m in _RULE_START.finditer(sentence)]
         begin = max([taken_to, *(b for b in starts if b <= match.start())])
         stop = _RULE_END.search(sentence, match.end())
         end = stop.start() if stop else len(sentence)
@@ -397,8 +450,13 @@ def _rules(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
     for message in messages:
         if role_of(message) != "user":
             continue
-        for sentence in _sentences(read(message)):
+        text = read(message)
+        if not holds_any(folded(text), _RULE_NEEDLES):  # no rule keyword: no clause
+            continue
+        for sentence in _sentences(text):
             if len(sentence) > 3 * ITEM_MAX_CHARS or sentence.endswith(("?", "？")):
+                continue
+            if not holds_any(folded(sentence), _RULE_NEEDLES):
                 continue
             items.extend("- " + _collapse(c, ITEM_MAX_CHARS) for c in _rule_clauses(sentence))
     return _dedupe(items)

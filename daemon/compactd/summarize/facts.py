@@ -27,8 +27,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from compactd.core.messages import Message, role_of, text_of, tool_call_id, tool_calls
+from compactd.summarize.gates import folded, holds_any
 from compactd.summarize.headings import CURRENT_STATE, SECTION_BREAK, split_sections
 
 __all__ = [
@@ -72,10 +74,18 @@ _SPACES = re.compile(r"\s+")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(?:\[[ xX]\]\s+)?")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
+_SENTENCE_MARKS = (
+    ".!?。！？"  # a line holding none of them is one sentence (the split's lookbehinds need one)
+)
 # A token that names or measures something: it holds a digit, a path or a handle, joins words with ``_``,
 # ``-`` or ``.``, or is camelCase. Plain words are not.
 _WORD = re.compile(r"(?:~?/|\./|[@#$])?[\w][\w.:/@+#-]*")
 _SPECIFIC = re.compile(r"\d|[/_@#:]|\w[-.]\w|[a-z][A-Z]")
+# Its branches apart, for a whole text: a pattern that starts with a character class is scanned for in C, where
+# the alternation is tried at every position; the middle branch only where a "-" or "." occurs.
+_SPECIFIC_CHAR = re.compile(r"[\d/_@#:]")
+_SPECIFIC_JOIN = re.compile(r"\w[-.]\w")
+_SPECIFIC_CAMEL = re.compile(r"[a-z][A-Z]")
 _DIGIT_RUN = re.compile(r"\d[\d.:_-]*")
 _PLAIN_WORD = re.compile(r"(?<![\w/.@-])[A-Za-z]{2,}(?![\w/@-])")
 # A statement has at least this many plain words: fewer is a list item, a table cell, a bare path.
@@ -109,6 +119,13 @@ _STATUS = re.compile(
     r"merged|shipped|deployed|fixed|resolved|cancell?ed|abandoned|dropped)(?![\w-])",
     re.IGNORECASE,
 )
+# What every match of _STATUS holds, lower case (for a ``gates.folded`` text): most sentences hold none, and the
+# case-insensitive pattern with its lookbehind is tried at every position.
+_STATUS_NEEDLES = (
+    *("queued", "todo", "to do", "pending", "started", "progress", "underway", "under way", "blocked"),
+    *("on hold", "waiting", "verifying", "review", "testing", "done", "finished", "complete", "merged"),
+    *("shipped", "deployed", "fixed", "resolved", "cancel", "abandoned", "dropped"),
+)
 # States after which nothing more is expected of a task.
 _FINISHED = frozenset(
     {"done", "finished", "complete", "completed", "merged", "shipped", "deployed", "fixed", "resolved"}
@@ -133,14 +150,33 @@ READ_TOOLS = frozenset({"read", "read_file", "view"})
 
 
 def _collapse(text: str, cap: int) -> str:
-    flat = _SPACES.sub(" ", text).strip()
-    return flat if len(flat) <= cap else flat[: cap - 1].rstrip() + "…"
+    """``text`` on one line, its whitespace runs single spaces, cut to ``cap`` characters.
+
+    Only as much of ``text`` is collapsed as the cut keeps: a prefix's collapsed form is a prefix of the whole
+    text's, so when it is longer than ``cap`` both cut alike (``digest._collapse`` does the same)."""
+    size = max(4 * cap, 1024)
+    while True:
+        flat = _SPACES.sub(" ", text[:size]).strip()
+        if size >= len(text):
+            return flat if len(flat) <= cap else flat[: cap - 1].rstrip() + "…"
+        if len(flat) > cap:
+            return flat[: cap - 1].rstrip() + "…"
+        size *= 4
+
+
+def _has_specific(text: str) -> bool:
+    """``_SPECIFIC.search(text) is not None``, each branch on its own (see ``_SPECIFIC_CHAR``)."""
+    return (
+        _SPECIFIC_CHAR.search(text) is not None
+        or (("-" in text or "." in text) and _SPECIFIC_JOIN.search(text) is not None)
+        or _SPECIFIC_CAMEL.search(text) is not None
+    )
 
 
 def _specific_tokens(text: str) -> list[str]:
     """The specific tokens of a text in order, lower-cased, without trailing punctuation. A text with no
     character any of them needs has none (most prose: checked once, not word by word)."""
-    if _SPECIFIC.search(text) is None:
+    if not _has_specific(text):
         return []
     out: list[str] = []
     for word in _WORD.findall(text):
@@ -188,7 +224,7 @@ class Statement:
         found = _specific_tokens(text)
         if not found:
             return None
-        status = _STATUS.search(text)
+        status = _STATUS.search(text) if holds_any(folded(text), _STATUS_NEEDLES) else None
         tokens = frozenset(found)
         return cls(
             text,
@@ -290,7 +326,10 @@ def _is_statement(sentence: str) -> bool:
     (it ends with a colon), not pasted data, and with some words besides its tokens."""
     if sentence.endswith(("?", "？", ":", "：")) or sentence.startswith(("{", "[", "<")):
         return False
-    return not _ANNOUNCE.match(sentence) and len(_PLAIN_WORD.findall(sentence)) >= MIN_PLAIN_WORDS
+    if _ANNOUNCE.match(sentence):
+        return False
+    # Counted up to the least that makes a statement, not over a whole long sentence.
+    return next(islice(_PLAIN_WORD.finditer(sentence), MIN_PLAIN_WORDS - 1, None), None) is not None
 
 
 def statements(messages: Sequence[Message], read: Callable[[Message], str] = text_of) -> list[Statement]:
@@ -303,14 +342,17 @@ def statements(messages: Sequence[Message], read: Callable[[Message], str] = tex
             continue
         for line in _lines(read(message)):
             parts: list[str] = []
-            for sentence in _SENTENCE_END.split(line):
+            sentences = _SENTENCE_END.split(line) if holds_any(line, _SENTENCE_MARKS) else (line,)
+            for sentence in sentences:
                 sentence = sentence.strip()
                 if parts and _CONTINUATION.match(sentence):
                     parts[-1] = f"{parts[-1]} {sentence}"
                 elif sentence:
                     parts.append(sentence)
             for part in parts:
-                if not _is_statement(part):
+                # A part without a specific token has none once collapsed (collapsing only turns whitespace
+                # runs into spaces and cuts): no statement, and nothing to collapse.
+                if not _is_statement(part) or not _has_specific(part):
                     continue
                 statement = Statement.of(_collapse(part, STATEMENT_MAX_CHARS))
                 if statement is not None and not all(map(_is_small_number, statement.tokens)):
@@ -453,11 +495,14 @@ def _output(text: str, dump: bool) -> str | None:
             return " | ".join(lines)  # a short file (an env file) is a result too
     if dump:
         return None
-    tail = [line.strip() for line in _CUT_MARKER.sub("\n", stripped[-4_096:]).splitlines() if line.strip()]
-    if not tail:
+    end = stripped[-4_096:]
+    if cut:  # else no marker is in the text, nor in its end
+        end = _CUT_MARKER.sub("\n", end)
+    last = next((line for line in map(str.strip, reversed(end.splitlines())) if line), None)
+    if last is None:
         return None
     count = stripped.count("\n") + 1
-    return f"(last of {count} lines) {tail[-1]}"
+    return f"(last of {count} lines) {last}"
 
 
 def _results(messages: Sequence[Message]) -> dict[str, str]:
