@@ -57,10 +57,6 @@ class Action(enum.StrEnum):
     FAILED = "failed"  # failed now; backed off
     BACKOFF = "backoff"  # still backing off after an earlier failure
 
-    @classmethod
-    def of_route(cls, route: str) -> Action:
-        return cls(route)
-
 
 @dataclass
 class Outcome:
@@ -76,11 +72,6 @@ class Outcome:
     def failed(self) -> bool:
         """This session needs attention: it failed now, or it is backing off after a failure."""
         return self.action in (Action.FAILED, Action.BACKOFF)
-
-    @property
-    def reason(self) -> str | None:
-        value = self.detail.get("reason")
-        return None if value is None else str(value)
 
     def line(self) -> str:
         """One line whatever the path (a file or an OpenClaw key) or a reason holds."""
