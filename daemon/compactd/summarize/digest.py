@@ -26,7 +26,7 @@ from compactd.core.messages import (
     tool_calls,
 )
 from compactd.summarize.augment import TOOL_FAILURES_HEADING, exit_code_of, is_tool_failure
-from compactd.summarize.facts import newest_that_fit
+from compactd.summarize.facts import collapse, newest_that_fit
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.gates import folded, holds_any
 from compactd.summarize.headings import (
@@ -220,22 +220,6 @@ class Failure:
 
 
 # --- text helpers -----------------------------------------------------------------------------------------
-def _collapse(text: str, cap: int) -> str:
-    """``text`` on one line, its whitespace runs single spaces, cut to ``cap`` characters.
-
-    Only as much of ``text`` is collapsed as the cut keeps: substituting every run of a megabytes-long line
-    (a previous summary's) builds a list of millions of pieces first. A prefix whose collapsed form is longer
-    than ``cap`` agrees with the whole text's on its first ``cap - 1`` characters."""
-    size = max(4 * cap, 1024)
-    while True:
-        flat = _SPACES.sub(" ", text[:size]).strip()
-        if size >= len(text):
-            return flat if len(flat) <= cap else flat[: cap - 1].rstrip() + "…"
-        if len(flat) > cap:
-            return flat[: cap - 1].rstrip() + "…"
-        size *= 4
-
-
 def _prose_lines(text: str) -> list[str]:
     """Lines outside fenced code blocks, bullets stripped: code is not where decisions or rules are stated."""
     lines: list[str] = []
@@ -302,7 +286,7 @@ def _decisions(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
                 and _long_enough(sentence)
                 and _DECISION.search(sentence)
             ):
-                items.append("- " + _collapse(sentence, ITEM_MAX_CHARS))
+                items.append("- " + collapse(sentence, ITEM_MAX_CHARS))
     return _dedupe(items)
 
 
@@ -333,21 +317,21 @@ def _todos(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
                 continue
             box = _CHECKBOX.match(line) if boxes and "[" in line else None
             if box:
-                key = _collapse(box.group("item"), ITEM_MAX_CHARS).lower()
+                key = collapse(box.group("item"), ITEM_MAX_CHARS).lower()
                 if box.group("mark") == " ":
-                    open_items[key] = "- [ ] " + _collapse(box.group("item"), ITEM_MAX_CHARS)
+                    open_items[key] = "- [ ] " + collapse(box.group("item"), ITEM_MAX_CHARS)
                 else:
                     open_items.pop(key, None)  # checked off later
                 continue
             todo = _TODO_LINE.search(line) if todo_lines and holds_any(line, _TODO_NEEDLES) else None
             if todo:
                 rest = todo.group("rest") or todo.group("cn") or ""
-                open_items.setdefault(rest.lower(), "- TODO: " + _collapse(rest, ITEM_MAX_CHARS))
+                open_items.setdefault(rest.lower(), "- TODO: " + collapse(rest, ITEM_MAX_CHARS))
                 continue
             if not next_steps:  # a user's line, or no next-step phrase in the text (so no list header either)
                 continue
             if list_header and _BULLET.match(line):
-                item = "- " + _collapse(_BULLET.sub("", line), ITEM_MAX_CHARS)
+                item = "- " + collapse(_BULLET.sub("", line), ITEM_MAX_CHARS)
                 open_items.setdefault(item.lower(), item)
                 continue
             list_header = False
@@ -359,7 +343,7 @@ def _todos(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
                 continue
             for sentence in _SENTENCE_END.split(stripped):
                 if _NEXT_STEP.search(sentence) and len(sentence) >= 15 and not sentence.endswith((":", "：")):
-                    item = "- " + _collapse(sentence, ITEM_MAX_CHARS)
+                    item = "- " + collapse(sentence, ITEM_MAX_CHARS)
                     open_items.setdefault(item.lower(), item)
     return _dedupe(open_items.values())
 
@@ -384,7 +368,7 @@ def _outcome(reply: Message | None, read: TextOf) -> str | None:
     stop = reply.get("stopReason")
     if stop == "error":
         error = reply.get("errorMessage")
-        detail = _collapse(redact_secrets(error), ERROR_TEXT_MAX_CHARS) if isinstance(error, str) else ""
+        detail = collapse(redact_secrets(error), ERROR_TEXT_MAX_CHARS) if isinstance(error, str) else ""
         return f"the turn ended in an error: {detail}" if detail else "the turn ended in an error"
     if stop == "aborted":
         return "aborted"
@@ -418,7 +402,7 @@ def _question_back(asks: Sequence[Ask], read: TextOf = _text) -> list[str]:
         return []
     sentences = _sentences(read(asks[-1].reply))
     if sentences and sentences[-1].endswith(("?", "？")):
-        return [f"- Waiting for the user's answer to: {_collapse(sentences[-1], ITEM_MAX_CHARS)}"]
+        return [f"- Waiting for the user's answer to: {collapse(sentences[-1], ITEM_MAX_CHARS)}"]
     return []
 
 
@@ -458,7 +442,7 @@ def _rules(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
                 continue
             if not holds_any(folded(sentence), _RULE_NEEDLES):
                 continue
-            items.extend("- " + _collapse(c, ITEM_MAX_CHARS) for c in _rule_clauses(sentence))
+            items.extend("- " + collapse(c, ITEM_MAX_CHARS) for c in _rule_clauses(sentence))
     return _dedupe(items)
 
 
@@ -468,9 +452,7 @@ def _pending(asks: Sequence[Ask]) -> tuple[list[str], list[str]]:
     if not asks:
         return [], []
     earlier = _dedupe(
-        f"- {_collapse(a.text, EARLIER_ASK_MAX_CHARS)} ({a.status})"
-        for a in asks[:-1]
-        if a.status is not None
+        f"- {collapse(a.text, EARLIER_ASK_MAX_CHARS)} ({a.status})" for a in asks[:-1] if a.status is not None
     )
     latest = asks[-1].text
     if len(latest) > LAST_ASK_MAX_CHARS:
@@ -500,7 +482,7 @@ def tool_failures(messages: Sequence[Message], read: TextOf = _text) -> list[Fai
                 command = args.get("command") if isinstance(args, dict) else None
                 if isinstance(command, str):
                     # Redacted whole, before the cut: a cut secret is a fragment no pattern recognises.
-                    commands[call["id"]] = _collapse(
+                    commands[call["id"]] = collapse(
                         command_identifier(redact_secrets(command)), FAILURE_COMMAND_MAX_CHARS
                     )
         elif role == "toolResult":
@@ -515,7 +497,7 @@ def tool_failures(messages: Sequence[Message], read: TextOf = _text) -> list[Fai
                 seen.add(call_id)
             tool = message.get("toolName") if isinstance(message.get("toolName"), str) else "tool"
             command = commands.get(call_id) if call_id else None
-            failures.append(Failure(str(tool), code, _collapse(text, FAILURE_TEXT_MAX_CHARS), command))
+            failures.append(Failure(str(tool), code, collapse(text, FAILURE_TEXT_MAX_CHARS), command))
         elif role == "bashExecution" and is_tool_failure(message):
             code = message.get("exitCode")
             if isinstance(code, int):
@@ -525,10 +507,8 @@ def tool_failures(messages: Sequence[Message], read: TextOf = _text) -> list[Fai
                     Failure(
                         "user bash",
                         code,
-                        _collapse(redact_secrets(str(output)), FAILURE_TEXT_MAX_CHARS),
-                        _collapse(
-                            command_identifier(redact_secrets(str(command))), FAILURE_COMMAND_MAX_CHARS
-                        ),
+                        collapse(redact_secrets(str(output)), FAILURE_TEXT_MAX_CHARS),
+                        collapse(command_identifier(redact_secrets(str(command))), FAILURE_COMMAND_MAX_CHARS),
                     )
                 )
     return failures
@@ -575,7 +555,7 @@ def _unquote_latest_ask(body: Sequence[str]) -> list[str]:
             n += 1
         status = label.group("status")
         if status != ANSWERED and any(quoted):
-            ask = _collapse(" ".join(quoted), EARLIER_ASK_MAX_CHARS)
+            ask = collapse(" ".join(quoted), EARLIER_ASK_MAX_CHARS)
             out.append(f"- {ask} ({status})" if status else f"- {ask}")
     return out
 
@@ -609,7 +589,7 @@ def _carried(previous_summary: str | None) -> dict[str, list[str]]:
             box = _CHECKBOX.match(stripped)
             item = stripped if box else "- " + _BULLET.sub("", stripped).lstrip("#").strip()
             if item.strip("- ").lower() not in _PLACEHOLDER_LINES:
-                carried[target].append(_collapse(item, ITEM_MAX_CHARS))
+                carried[target].append(collapse(item, ITEM_MAX_CHARS))
     return {h: _dedupe(items) for h, items in carried.items()}
 
 

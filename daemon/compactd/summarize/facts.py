@@ -41,6 +41,7 @@ __all__ = [
     "TASKS_HEADING",
     "WorkingState",
     "carried_state",
+    "collapse",
     "merge_state",
     "newest_that_fit",
     "working_state",
@@ -149,11 +150,13 @@ _CUT_MARKER = re.compile(
 READ_TOOLS = frozenset({"read", "read_file", "view"})
 
 
-def _collapse(text: str, cap: int) -> str:
-    """``text`` on one line, its whitespace runs single spaces, cut to ``cap`` characters.
+def collapse(text: str, cap: int) -> str:
+    """``text`` on one line, its whitespace runs single spaces, cut to ``cap`` characters (the digest's items
+    and the current state's statements alike).
 
-    Only as much of ``text`` is collapsed as the cut keeps: a prefix's collapsed form is a prefix of the whole
-    text's, so when it is longer than ``cap`` both cut alike (``digest._collapse`` does the same)."""
+    Only as much of ``text`` is collapsed as the cut keeps: substituting every run of a megabytes-long line (a
+    previous summary's) builds a list of millions of pieces first. A prefix whose collapsed form is longer than
+    ``cap`` agrees with the whole text's on its first ``cap - 1`` characters."""
     size = max(4 * cap, 1024)
     while True:
         flat = _SPACES.sub(" ", text[:size]).strip()
@@ -354,7 +357,7 @@ def statements(messages: Sequence[Message], read: Callable[[Message], str] = tex
                 # runs into spaces and cuts): no statement, and nothing to collapse.
                 if not _is_statement(part) or not _has_specific(part):
                     continue
-                statement = Statement.of(_collapse(part, STATEMENT_MAX_CHARS))
+                statement = Statement.of(collapse(part, STATEMENT_MAX_CHARS))
                 if statement is not None and not all(map(_is_small_number, statement.tokens)):
                     out.append(statement)
     return out
@@ -448,7 +451,7 @@ class _Pools:
             elif new.status and old.status and new.subject == old.subject:
                 states = [*old.earlier[:1], old.status] if old.earlier else [old.status]
                 first = old.earlier[1] if len(old.earlier) > 1 else old.text
-                new.earlier = [_steps(states), _collapse(first, FIRST_STATEMENT_MAX_CHARS)]
+                new.earlier = [_steps(states), collapse(first, FIRST_STATEMENT_MAX_CHARS)]
             else:  # a correction or a restatement: say which values it replaces, unless it does
                 gone = [t for t in sorted(old.tokens - new.tokens) if _is_number(t)]
                 said = [t for t in gone if t not in new.text.lower()]
@@ -475,12 +478,10 @@ def _target(call: dict[str, object]) -> tuple[str, bool]:
     if isinstance(args, dict):
         command = args.get("command") or args.get("cmd")
         if isinstance(command, str) and command.strip():
-            return _collapse(command, COMMAND_MAX_CHARS).replace("`", "'"), bool(_FILE_DUMP.match(command))
+            return collapse(command, COMMAND_MAX_CHARS).replace("`", "'"), bool(_FILE_DUMP.match(command))
         path = args.get("path") or args.get("file_path")
         if isinstance(path, str) and path:
-            return _collapse(f"{name} {path}", COMMAND_MAX_CHARS).replace(
-                "`", "'"
-            ), name.lower() in READ_TOOLS
+            return collapse(f"{name} {path}", COMMAND_MAX_CHARS).replace("`", "'"), name.lower() in READ_TOOLS
     return name.replace("`", "'"), False
 
 
@@ -524,7 +525,7 @@ def _results(messages: Sequence[Message]) -> dict[str, str]:
         if not output or is_tool_failure(message):
             continue
         results.pop(target, None)  # re-inserted: the dict's order is the order of the latest runs
-        results[target] = _collapse(output, RESULT_MAX_CHARS)
+        results[target] = collapse(output, RESULT_MAX_CHARS)
     return results
 
 
