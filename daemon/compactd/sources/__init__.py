@@ -121,9 +121,8 @@ class Source(Protocol[S]):
     workers: int  # how many sessions it acts on at once
     stopping: bool
     wakeup: anyio.Event  # set when a session becomes due; the workers sleep on it
-    heartbeat: (
-        float  # time.monotonic() of its watchers' last batch (they yield an empty one every few seconds)
-    )
+    # time.monotonic() of its watchers' last batch (they yield an empty one every few seconds)
+    heartbeat: float
 
     @property
     def sessions(self) -> Mapping[str, S]: ...
