@@ -152,7 +152,7 @@ def test_a_compaction_decides_its_route_on_the_ledger_and_once_on_its_reading(
     assert decisions.calls == 2
     decisions.calls = 0
     assert files.ready(time.time()) == [session]
-    assert files.next_wake(time.time()) > 0
+    files.next_wake(time.time())  # the worker's other question: how long to sleep
     assert decisions.calls == 0  # readiness is the recorded decision's and the clock's
     outcome = anyio.run(lambda: files.act(session, force=True))
     assert outcome.committed, outcome

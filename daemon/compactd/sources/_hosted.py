@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -16,7 +16,7 @@ from compactd.config import Config
 from compactd.core.decision import readiness
 from compactd.defaults import BUSY_RETRY_SECONDS
 from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
-from compactd.state import Backoff, Metrics, SessionState
+from compactd.state import Backoff, Metrics, SessionState, describe_error
 
 if TYPE_CHECKING:
     from compactd.summarize.llm import SummarizerClient
@@ -51,6 +51,7 @@ class HostedSource(Generic[S]):
     sessions: dict[str, S] = field(default_factory=dict)
 
     workers = 1
+    kind: ClassVar[str] = ""  # how its log lines name the source ("openclaw", "codex")
 
     def __post_init__(self) -> None:
         if self.host is None:
@@ -84,6 +85,36 @@ class HostedSource(Generic[S]):
 
     def configure(self, config: Config) -> None:
         self.config = config
+
+    async def _watch(
+        self,
+        directory: str,
+        stop: anyio.Event,
+        names: Callable[[str], bool],
+        batch: Callable[[set[str]], Awaitable[None]],
+    ) -> None:
+        """Follow one directory's events until ``stop``, each batch handed to ``batch``; every batch (an empty
+        one every few seconds) is the heartbeat the watchdog and /healthz look at. A watcher that fails is
+        logged and dropped from ``watching``: the next rescan starts it again."""
+        from compactd.sources.watch import watch_root
+
+        s = self.config.service
+        try:
+            async for paths in watch_root(
+                directory,
+                stop,
+                debounce_ms=s.debounce_ms,
+                step_ms=s.step_ms,
+                rust_timeout_ms=5_000,
+                names=names,
+            ):
+                self.heartbeat = time.monotonic()
+                await batch(paths)
+        except Exception as exc:
+            log.warning(
+                "%s directory=%s action=watcher_stopped error=%s", self.kind, directory, describe_error(exc)
+            )
+        self.watching.pop(directory, None)
 
     # --- readiness ----------------------------------------------------------------------------------------
     def quiet_seconds(self, session: S, now: float) -> float:

@@ -68,6 +68,7 @@ class CodexSession:
 
 @dataclass
 class CodexSource(HostedSource[CodexSession]):
+    kind = SOURCE
     # Rollouts of a thread that has a newer one (a later window file): read for status, never compacted.
     superseded: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -318,28 +319,15 @@ class CodexSource(HostedSource[CodexSession]):
                 if directory not in self.watching:
                     stop = anyio.Event()
                     self.watching[directory] = stop
-                    tg.start_soon(self._watch, directory, stop)
+                    tg.start_soon(self._watch_rollouts, directory, stop)
             await anyio.sleep(self.config.service.rescan_seconds)
 
-    async def _watch(self, directory: str, stop: anyio.Event) -> None:
-        from compactd.sources.watch import watch_root
+    async def _watch_rollouts(self, directory: str, stop: anyio.Event) -> None:
+        async def batch(paths: set[str]) -> None:
+            for path in sorted(paths):
+                await anyio.to_thread.run_sync(lambda p=path: self.refresh(p))  # type: ignore[misc]
 
-        s = self.config.service
-        try:
-            async for paths in watch_root(
-                directory,
-                stop,
-                debounce_ms=s.debounce_ms,
-                step_ms=s.step_ms,
-                rust_timeout_ms=5_000,
-                names=_is_rollout_name,
-            ):
-                self.heartbeat = time.monotonic()
-                for path in sorted(paths):
-                    await anyio.to_thread.run_sync(lambda p=path: self.refresh(p))  # type: ignore[misc]
-        except Exception as exc:
-            log.warning("codex directory=%s action=watcher_stopped error=%s", directory, describe_error(exc))
-        self.watching.pop(directory, None)
+        await self._watch(directory, stop, _is_rollout_name, batch)
 
     def stop(self) -> None:
         self.stopping = True

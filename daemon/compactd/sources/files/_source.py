@@ -531,13 +531,8 @@ class FileSource:
     def _unchanged_exact_decision(self, session: FileSession, *, force: bool) -> Decision | None:
         """For a dry run: the ledger's decision when it is exact (the route's reducible characters counted at
         this session's cap) and the file is still the bytes the ledger read; None means read it."""
-        ledger, cursor = session.tracker.ledger, session.tracker.cursor
-        known = ledger.reducible if ledger is not None else None
-        if (
-            ledger is None
-            or known is None
-            or known[0] != tool_result_cap(self.config, ledger.provider, ledger.model)
-        ):
+        figures, cursor = self.figures(session), session.tracker.cursor
+        if figures is None or figures.reducible_chars is None:
             return None
         try:
             info = os.lstat(session.path)
@@ -545,7 +540,6 @@ class FileSource:
             return None
         if (info.st_ino, info.st_size, info.st_mtime) != (cursor.ino, cursor.offset, cursor.mtime):
             return None
-        figures = Figures.of_ledger(ledger, size=cursor.size, mtime=cursor.mtime, reducible=known[1])
         recorded = Recorded.of_state(self.session_state(session.path))
         return decide(self.config, figures, recorded, now=time.time(), force=force)
 

@@ -25,6 +25,7 @@ import anyio
 
 from compactd import offload, progress
 from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
+from compactd.commit.commit import CommitStatus
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
 from compactd.core.budget import target_tokens
@@ -160,11 +161,11 @@ class JobStatus(enum.Enum):
 
 
 _OF_COMMIT = {
-    "committed": JobStatus.COMMITTED,
-    "nothing": JobStatus.NOTHING_TO_COMMIT,
-    "not_idle": JobStatus.AGENT_AT_WORK,
-    "locked": JobStatus.AGENT_AT_WORK,
-    "turn": JobStatus.TURN_IN_FLIGHT,
+    CommitStatus.COMMITTED: JobStatus.COMMITTED,
+    CommitStatus.NOTHING: JobStatus.NOTHING_TO_COMMIT,
+    CommitStatus.NOT_IDLE: JobStatus.AGENT_AT_WORK,
+    CommitStatus.LOCKED: JobStatus.AGENT_AT_WORK,
+    CommitStatus.TURN: JobStatus.TURN_IN_FLIGHT,
 }
 
 
@@ -581,7 +582,7 @@ def _commit(
     result.archive = outcome.archive
     result.reason = outcome.reason
     result.successor = outcome.successor
-    result.status = _OF_COMMIT.get(outcome.status.value, JobStatus.FAILED)
+    result.status = _OF_COMMIT.get(outcome.status, JobStatus.FAILED)
     return result
 
 

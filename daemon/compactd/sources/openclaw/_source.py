@@ -90,6 +90,7 @@ def session_path(agent: Agent, session_key: str) -> str:
 
 @dataclass
 class OpenClawSource(HostedSource[OpenClawSession]):
+    kind = SOURCE
     install: Install | None = None
     stores: dict[str, Store] = field(default_factory=dict)
     gateway_problem: str | None = None  # the last "down"/"refused" answer, for status and doctor
@@ -574,36 +575,23 @@ class OpenClawSource(HostedSource[OpenClawSession]):
                 if directory not in self.watching:
                     stop = anyio.Event()
                     self.watching[directory] = stop
-                    tg.start_soon(self._watch, agent, directory, stop)
+                    tg.start_soon(self._watch_agent, agent, directory, stop)
                     log.info("openclaw agent=%s action=watching database=%s", agent.agent_id, agent.database)
             await anyio.to_thread.run_sync(self.refresh_all)  # the safety net for dropped events
             await anyio.sleep(self.config.service.rescan_seconds)
 
-    async def _watch(self, agent: Agent, directory: str, stop: anyio.Event) -> None:
-        from compactd.sources.watch import watch_root
-
-        s = self.config.service
+    async def _watch_agent(self, agent: Agent, directory: str, stop: anyio.Event) -> None:
         last = _signature(agent.database)
-        try:
-            async for paths in watch_root(
-                directory,
-                stop,
-                debounce_ms=s.debounce_ms,
-                step_ms=s.step_ms,
-                rust_timeout_ms=5_000,
-                names=_watched,
-            ):
-                self.heartbeat = time.monotonic()
-                # Our own read opens the -wal, which the watcher may report: only a new size or mtime counts.
-                signature = _signature(agent.database)
-                if paths and signature != last:
-                    last = signature
-                    await anyio.to_thread.run_sync(lambda: self.refresh(agent))
-        except Exception as exc:
-            log.warning(
-                "openclaw directory=%s action=watcher_stopped error=%s", directory, describe_error(exc)
-            )
-        self.watching.pop(directory, None)
+
+        async def batch(paths: set[str]) -> None:
+            nonlocal last
+            # Our own read opens the -wal, which the watcher may report: only a new size or mtime counts.
+            signature = _signature(agent.database)
+            if paths and signature != last:
+                last = signature
+                await anyio.to_thread.run_sync(lambda: self.refresh(agent))
+
+        await self._watch(directory, stop, _watched, batch)
 
     def stop(self) -> None:
         """Stop the loops, and end the database reads and the gateway call under way at once (a worker thread
