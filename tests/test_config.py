@@ -70,6 +70,7 @@ DEFAULTS_TABLE: list[tuple[str, Any]] = [
     ("compaction.quality_guard.max_retries", d.QUALITY_GUARD_RETRIES),
     ("compaction.summary_max_chars", d.SUMMARY_MAX_CHARS),
     ("compaction.redact_secrets", d.REDACT_SECRETS),
+    ("compaction.prepare_as_read", d.PREPARE_AS_READ),
     ("compaction.post_compaction_sections", d.POST_COMPACTION_SECTIONS),
     ("compaction.post_compaction_max_chars", d.POST_COMPACTION_MAX_CHARS),
     ("compaction.archives.keep_count", d.ARCHIVE_KEEP_COUNT),

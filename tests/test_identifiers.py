@@ -888,12 +888,13 @@ def test_span_text_reuses_a_redacted_string_only_where_it_is_the_whole_text(
     assert texts(redacted) == redact_secrets(text_of(message))
 
 
-def _reference_scan_method(
-    self: Any, text: str, index: int, *, user: bool, agent: bool, wrote: bool = False
-) -> None:
-    """``_Collector.scan`` as it was: one ``add`` per occurrence, from the reference scan."""
+def _reference_scan_into(out: list[Any], text: str, flags: int, memo: Any) -> None:
+    """``_scan_into`` as it was: one finding per occurrence, from the reference scan."""
+    from compactd.summarize import identifiers as ids
+
     for found_text, kind in _reference_scan(text):
-        self.add(found_text, kind, index, user=user, agent=agent, wrote=wrote)
+        if found_text and len(found_text) <= ids.IDENTIFIER_MAX_CHARS:
+            out += (found_text, ids._KIND_CODE[kind] | flags, 1)
 
 
 def _reference_extract(
@@ -912,7 +913,7 @@ def _reference_extract(
             return redact_secrets(text_of(source[id(message)]))
 
     with monkeypatch.context() as patch:
-        patch.setattr(ids._Collector, "scan", _reference_scan_method)
+        patch.setattr(ids, "_scan_into", _reference_scan_into)
         return extract_identifiers(messages, Reference())
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "MIN_PROMPT_BUDGET_TOKENS",
     "POST_COMPACTION_MAX_CHARS",
     "POST_COMPACTION_SECTIONS",
+    "PREPARE_AS_READ",
     "QUALITY_GUARD_ENABLED",
     "QUALITY_GUARD_MAX_RETRIES",
     "QUALITY_GUARD_RETRIES",
@@ -147,6 +148,8 @@ QUALITY_GUARD_MAX_RETRIES = 3
 SUMMARY_MAX_CHARS = 16_000
 # Secrets are redacted before anything is sent to a model.
 REDACT_SECRETS = True
+# Each appended message redacted and its identifiers extracted as the daemon reads it (issue 22).
+PREPARE_AS_READ = True
 
 # --- AGENTS.md re-injection -------------------------------------------------------------------------------
 POST_COMPACTION_SECTIONS = ("Session Startup", "Red Lines")

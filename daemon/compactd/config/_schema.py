@@ -193,6 +193,7 @@ class CompactionConfig:
     quality_guard: QualityGuardConfig = field(default_factory=QualityGuardConfig)
     summary_max_chars: int = _opt(d.SUMMARY_MAX_CHARS, gt=0)
     redact_secrets: bool = _opt(d.REDACT_SECRETS)
+    prepare_as_read: bool = _opt(d.PREPARE_AS_READ)
     post_compaction_sections: tuple[str, ...] = _opt(d.POST_COMPACTION_SECTIONS, parse=_parse_sections)
     post_compaction_max_chars: int = _opt(d.POST_COMPACTION_MAX_CHARS, gt=0)
     archives: ArchivesConfig = field(default_factory=ArchivesConfig)

@@ -12,9 +12,10 @@ the cap (model text, a split-turn summary) and AGENTS.md before its post-compact
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from compactd import progress
 from compactd.core.context import build_context, compaction_message, context_estimate, js_timestamp
-from compactd.core.messages import PI_1, current_system_message, llm_visible, role_of, text_of
+from compactd.core.messages import PI_1, Message, current_system_message, llm_visible, role_of, text_of
 from compactd.core.reader import Transcript
 from compactd.core.repair import repair_tool_pairing
 from compactd.core.timestamps import js_iso
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from compactd.summarize import quality
     from compactd.summarize.identifiers import Identifier, IdentifierReport
     from compactd.summarize.pace import Pace
+    from compactd.summarize.prepared import Prepared
     from compactd.summarize.redact import SpanText
     from compactd.summarize.stages import Stages, Summarizer
 
@@ -94,6 +96,9 @@ class EngineResult:
     latency_s: float = 0.0
     # The model's error when a digest replaced its summary (None: the model's summary, or no model at all).
     model_error: str | None = None
+    # Of the span's messages, how many were prepared when the daemon read them (redaction and identifiers).
+    prepared: int = 0
+    span_messages: int = 0
 
     def __repr__(self) -> str:
         return (
@@ -218,8 +223,12 @@ class CompactionEngine:
         workspace: Path | None = None,
         agents_md: str | None = None,
         now: datetime | None = None,
+        prepared: Callable[[Message], Prepared | None] | None = None,
     ) -> EngineResult | None:
-        """Summarize the span before the cut; None when there is nothing to compact."""
+        """Summarize the span before the cut; None when there is nothing to compact.
+
+        ``prepared``: each message's redaction verdict and identifier findings made when it was read
+        (``compactd.summarize.prepared``); a message it does not know is done here, as all are without it."""
         from compactd.summarize.facts import (
             STATE_MAX_CHARS,
             STATE_SHARE_OF_TARGET,
@@ -248,16 +257,25 @@ class CompactionEngine:
         failures = augment.collect_tool_failures(plan.to_summarize)  # with details: exit codes live there
         previous = plan.previous_summary
         texts = SpanText()  # each message's joined text redacted once, for the extraction and the digest
+        # Prepared shares are made with redaction on: without it they are not those of these messages.
+        made = [prepared(m) for m in [*span, *prefix]] if prepared is not None and s.redact else []
         if s.redact:  # everything below reads these, so a cap or a cut can never leave half a secret
             read = [*span, *prefix]
-            span = [redact_value(m) for m in span]
-            prefix = [redact_value(m) for m in prefix]
-            texts = SpanText.of(read, [*span, *prefix])
-            del read
+            handed_on = [
+                redact_value(m) if got is None else m if got.redacted is None else got.redacted
+                for m, got in itertools.zip_longest(read, made)
+            ]
+            span, prefix = handed_on[: len(span)], handed_on[len(span) :]
+            texts = SpanText.of(read, handed_on)
+            del read, handed_on
             failures = [redact_value(m) for m in failures]
             previous = redact_secrets(previous) if previous else previous
+        known = [got.findings if got is not None else None for got in made] if made else None
+        hits, span_messages = len(made) - made.count(None), len(span) + len(prefix)
+        del made
         # What the previous summary guaranteed is guaranteed again, or a poor model loses it at this compaction.
-        found = with_carried(extract_identifiers([*span, *prefix], texts), previous)
+        found = with_carried(extract_identifiers([*span, *prefix], texts, known), previous)
+        del known
         ranked = rank_identifiers(found, cap=s.identifier_cap)
         latest_ask = latest_user_ask([*span, *prefix])
 
@@ -342,6 +360,8 @@ class CompactionEngine:
             calls=calls,
             latency_s=time.monotonic() - started,
             model_error=self._model_error,
+            prepared=hits,
+            span_messages=span_messages,
         )
         # Counted as pi counts a freshly loaded context, but without kept usage figures that predate the summary.
         after = list(llm_visible(result.expected_context("rotate")))

@@ -55,7 +55,7 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from compactd.core.messages import Message, is_runtime_context, role_of, tool_calls
@@ -72,6 +72,7 @@ __all__ = [
     "URL",
     "UUID",
     "WRITTEN_MAX",
+    "Findings",
     "Identifier",
     "IdentifierReport",
     "WordMemo",
@@ -80,9 +81,12 @@ __all__ = [
     "command_identifier",
     "ensure_identifiers",
     "extract_identifiers",
+    "findings_valid",
     "identifier_line",
     "identifier_score",
     "in_summary",
+    "merge_findings",
+    "message_findings",
     "missing_identifiers",
     "rank_identifiers",
     "scan_text",
@@ -517,59 +521,44 @@ class _Acc:
     agent_wrote: bool = False
 
 
-@dataclass
-class _Collector:
-    found: dict[str, _Acc] = field(default_factory=dict)
-    memo: WordMemo = field(default_factory=dict)  # one span's words repeat: each is scanned once
+# A finding's flags: who used it (see ``Identifier``).
+USER, AGENT, WROTE = 1, 2, 4
+_KIND_CODE = {kind: number << 3 for number, kind in enumerate(KINDS)}
+# A message's findings, flat (few objects: they are stored, loaded and merged by the hundred thousand): for each,
+# its identifier, ``code`` (the kind's index in ``KINDS`` times 8, plus its flags) and its occurrences, in the
+# order extraction meets them. They depend on that message alone (not on where it stands in a span): they can be
+# made once, when the message is read, kept, and merged into a span's records at compaction (``merge_findings``).
+Findings = list[str | int]
 
-    def add(
-        self,
-        text: str,
-        kind: str,
-        index: int,
-        *,
-        user: bool,
-        agent: bool,
-        wrote: bool = False,
-        times: int = 1,
-    ) -> None:
-        if not text or len(text) > IDENTIFIER_MAX_CHARS:
-            return
-        key = _key(text, kind)
-        acc = self.found.get(key)
-        if acc is None:
-            acc = self.found[key] = _Acc(text, kind, index, index)
-        acc.count += times
-        acc.last_index = max(acc.last_index, index)
-        acc.from_user = acc.from_user or user
-        acc.from_agent = acc.from_agent or agent
-        acc.agent_wrote = acc.agent_wrote or wrote
 
-    def scan(self, text: str, index: int, *, user: bool, agent: bool, wrote: bool = False) -> None:
-        if len(self.memo) > WORD_MEMO_MAX:
-            self.memo.clear()
-        # One message's occurrences of a finding are added at once: the records are those of one ``add`` each
-        # (counts add up, flags and the index are the same), and the first occurrence of each still comes
-        # first, so the kind and spelling a key keeps are the ones its first occurrence gave it. ``add``
-        # inlined: a 50 MB session has about 350,000 findings once per message.
-        accs = self.found
-        for (ident, kind), times in Counter(_scan(text, self.memo)).items():
-            if not ident or len(ident) > IDENTIFIER_MAX_CHARS:
-                continue
-            key = ident.lower() if kind in CASE_INSENSITIVE_KINDS else ident
-            acc = accs.get(key)
-            if acc is None:
-                accs[key] = _Acc(ident, kind, index, index, times, user, agent, wrote)
-                continue
-            acc.count += times
-            if index > acc.last_index:
-                acc.last_index = index
-            if user:
-                acc.from_user = True
-            if agent:
-                acc.from_agent = True
-            if wrote:
-                acc.agent_wrote = True
+def _scan_into(out: Findings, text: str, flags: int, memo: WordMemo) -> None:
+    """The findings of one text. A text's occurrences of a finding are one finding with their count: the records
+    are those of one occurrence at a time (counts add up, flags and the index are the same), and the first
+    occurrence of each still comes first, so the kind and spelling a key keeps are the ones it first had."""
+    if len(memo) > WORD_MEMO_MAX:
+        memo.clear()
+    codes = _KIND_CODE
+    for (ident, kind), times in Counter(_scan(text, memo)).items():
+        if ident and len(ident) <= IDENTIFIER_MAX_CHARS:
+            out += (ident, codes[kind] | flags, times)
+
+
+def _add(out: Findings, text: str, kind: str, flags: int) -> None:
+    if text and len(text) <= IDENTIFIER_MAX_CHARS:
+        out += (text, _KIND_CODE[kind] | flags, 1)
+
+
+def findings_valid(findings: Any) -> bool:
+    """Whether a value (a stored one) is findings as :func:`message_findings` makes them."""
+    if type(findings) is not list or len(findings) % 3:
+        return False
+    codes = findings[1::3]
+    return (
+        set(map(type, findings[0::3])) <= {str}
+        and set(map(type, codes)) <= {int}
+        and set(map(type, findings[2::3])) <= {int}
+        and (not codes or (min(codes) >= 0 and max(codes) < len(KINDS) << 3))
+    )
 
 
 def _key(text: str, kind: str) -> str:
@@ -1141,62 +1130,114 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(v)
 
 
-def _scan_tool_call(block: dict[str, Any], index: int, out: _Collector) -> None:
+def _scan_tool_call(block: dict[str, Any], out: Findings, memo: WordMemo) -> None:
     args = block.get("arguments")
     if not isinstance(args, dict):
-        out.scan(redact_secrets("\n".join(_strings(args))), index, user=False, agent=True)
+        _scan_into(out, redact_secrets("\n".join(_strings(args))), AGENT, memo)
         return
     for key in COMMAND_ARG_KEYS:
         value = args.get(key)
         if isinstance(value, str):
-            out.add(command_identifier(redact_secrets(value)), COMMAND, index, user=False, agent=True)
+            _add(out, command_identifier(redact_secrets(value)), COMMAND, AGENT)
     for key in PATH_ARG_KEYS:
         value = args.get(key)
         if isinstance(value, str) and "\n" not in value:
             path = _trim(redact_secrets(value.strip()))
             if path not in _TRIVIAL_PATHS and "[REDACTED" not in path:
-                out.add(path, PATH, index, user=False, agent=True)
+                _add(out, path, PATH, AGENT)
     rest = [s for k, v in args.items() if k not in PATH_ARG_KEYS for s in _strings(v)]
-    out.scan(redact_secrets("\n".join(rest)), index, user=False, agent=True)
+    _scan_into(out, redact_secrets("\n".join(rest)), AGENT, memo)
 
 
-def extract_identifiers(messages: Sequence[Message], texts: SpanText | None = None) -> list[Identifier]:
-    """Every identifier of the span, in order of first appearance; ``last_index`` indexes ``messages``.
+def message_findings(message: Message, read: Callable[[Message], str], memo: WordMemo) -> Findings:
+    """One message's findings, in the order extraction meets them. ``read``: the message's redacted joined text
+    (a job's :class:`SpanText`); ``memo``: words already scanned (any span's: a word's findings are its own)."""
+    out: Findings = []
+    if is_runtime_context(message):
+        return out
+    role = role_of(message)
+    if role == "user":
+        _scan_into(out, read(message), USER, memo)
+    elif role == "assistant":
+        _scan_into(out, read(message), AGENT | WROTE, memo)
+        for block in tool_calls(message):
+            _scan_tool_call(block, out, memo)
+    elif role == "toolResult":
+        _scan_into(out, read(message), 0, memo)  # text_of: its text blocks, joined
+    elif role == "bashExecution":
+        if message.get("excludeFromContext"):
+            return out
+        command = message.get("command")
+        if isinstance(command, str):
+            # The user typed it (``!cmd``): it counts as theirs.
+            _add(out, command_identifier(redact_secrets(command)), COMMAND, USER)
+            _scan_into(out, redact_secrets(command), USER, memo)
+        output = message.get("output")
+        if isinstance(output, str):
+            _scan_into(out, redact_secrets(output), 0, memo)
+    elif role in ("custom", "compactionSummary", "branchSummary"):
+        _scan_into(out, read(message), 0, memo)
+    return out
 
-    ``texts``: the job's redacted message texts (one redaction per message, shared with the digest)."""
-    out = _Collector()
-    read = texts if texts is not None else SpanText()
-    for index, message in enumerate(messages):
-        if is_runtime_context(message):
-            continue
-        role = role_of(message)
-        if role == "user":
-            out.scan(read(message), index, user=True, agent=False)
-        elif role == "assistant":
-            out.scan(read(message), index, user=False, agent=True, wrote=True)
-            for block in tool_calls(message):
-                _scan_tool_call(block, index, out)
-        elif role == "toolResult":
-            out.scan(read(message), index, user=False, agent=False)  # text_of: its text blocks, joined
-        elif role == "bashExecution":
-            if message.get("excludeFromContext"):
+
+def merge_findings(per_message: Iterable[Sequence[str | int]]) -> list[Identifier]:
+    """The span's records from its messages' findings (``last_index``: a message's position in the iterable),
+    in order of first appearance. Inlined: a 50 MB session has about 350,000 findings once per message."""
+    accs: dict[str, _Acc] = {}
+    kinds = KINDS
+    for index, findings in enumerate(per_message):
+        it: Iterator[Any] = iter(findings)
+        for ident, code, times in zip(it, it, it):  # noqa: B905 (one iterator, taken three at a time)
+            kind = kinds[code >> 3]
+            key = ident.lower() if kind in CASE_INSENSITIVE_KINDS else ident
+            acc = accs.get(key)
+            if acc is None:
+                accs[key] = _Acc(
+                    ident,
+                    kind,
+                    index,
+                    index,
+                    times,
+                    bool(code & USER),
+                    bool(code & AGENT),
+                    bool(code & WROTE),
+                )
                 continue
-            command = message.get("command")
-            if isinstance(command, str):
-                # The user typed it (``!cmd``): it counts as theirs.
-                out.add(command_identifier(redact_secrets(command)), COMMAND, index, user=True, agent=False)
-                out.scan(redact_secrets(command), index, user=True, agent=False)
-            output = message.get("output")
-            if isinstance(output, str):
-                out.scan(redact_secrets(output), index, user=False, agent=False)
-        elif role in ("custom", "compactionSummary", "branchSummary"):
-            out.scan(read(message), index, user=False, agent=False)
+            acc.count += times
+            if index > acc.last_index:
+                acc.last_index = index
+            if code & USER:
+                acc.from_user = True
+            if code & AGENT:
+                acc.from_agent = True
+            if code & WROTE:
+                acc.agent_wrote = True
     return [
         Identifier(
             a.text, a.kind, a.from_user, a.count, a.last_index, a.first_index, a.from_agent, a.agent_wrote
         )
-        for a in sorted(out.found.values(), key=lambda a: (a.first_index, a.text))
+        for a in sorted(accs.values(), key=lambda a: (a.first_index, a.text))
     ]
+
+
+def extract_identifiers(
+    messages: Sequence[Message],
+    texts: SpanText | None = None,
+    known: Sequence[Sequence[str | int] | None] | None = None,
+) -> list[Identifier]:
+    """Every identifier of the span, in order of first appearance; ``last_index`` indexes ``messages``.
+
+    ``texts``: the job's redacted message texts (one redaction per message, shared with the digest);
+    ``known``: findings made earlier, by position (None: made here; see ``compactd.summarize.findings``)."""
+    read = texts if texts is not None else SpanText()
+    memo: WordMemo = {}  # one span's words repeat: each is scanned once
+
+    def each() -> Iterator[Sequence[str | int]]:
+        for index, message in enumerate(messages):
+            made = known[index] if known is not None else None
+            yield made if made is not None else message_findings(message, read, memo)
+
+    return merge_findings(each())
 
 
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`) ?(.+?) ?(?<!`)\1(?!`)")

@@ -27,6 +27,7 @@ from compactd.core.planning import figures_of, route_cap, tool_result_cap
 from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
 from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
+from compactd.sources.files.preparer import Preparer
 from compactd.sources.files.resume import SnapshotStore, config_fingerprint
 from compactd.sources.files.tail import Change
 from compactd.sources.files.tracker import UNTOUCHED, SessionTracker
@@ -91,6 +92,9 @@ class FileSource:
         self.refused: set[str] = set()  # paths refused as symlinks (logged once)
         self.store = StateStore(host.config.state_dir)
         self.resume = SnapshotStore(host.config.state_dir)  # cursors and ledgers saved for the next start
+        # Appended messages' redaction and identifiers, made as they are read (while serving: ``start``).
+        self.preparer = Preparer(host.config.state_dir)
+        self.serving = False  # ``start``-ed: the daemon, not ``once``
         self.state: dict[str, SessionState] = {}
         self.wakeup = anyio.Event()
         self.rescan_due = anyio.Event()
@@ -117,6 +121,16 @@ class FileSource:
     def configure(self, config: Config) -> None:
         self.config = config
         self.resume.fingerprint = None  # decisions recorded from now on may be under either configuration
+        if self.serving:
+            self._prepare(config)
+
+    def _prepare(self, config: Config) -> None:
+        """Prepare appended messages while serving, if the configuration wants it (shares are made with
+        redaction on: without it a compaction would not use them)."""
+        if config.compaction.prepare_as_read and config.compaction.redact_secrets:
+            self.preparer.start()
+        else:
+            self.preparer.stop()
 
     # --- sessions -------------------------------------------------------------------------------------------
     def session_state(self, path: str) -> SessionState:
@@ -198,6 +212,10 @@ class FileSource:
                 SessionTracker(path, resume=self.resume.take(path), cap_for=route_cap(self.config))
             )
         update = session.tracker.refresh(info)
+        if update.change is Change.APPENDED:
+            self.preparer.appended(path, update.entries)
+        elif update.change is Change.RELOADED:
+            self.preparer.reloaded(path, session.tracker.cursor.offset)
         if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
         self.host.changed()
@@ -861,6 +879,8 @@ class FileSource:
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Watch every root, then read and decide every transcript under them: a file changed during the read
         is reported by its watcher."""
+        self.serving = True
+        self._prepare(self.config)
         await self.watch_new_roots(tg)
         if not self.root_paths():
             log.warning(
@@ -923,6 +943,7 @@ class FileSource:
 
     def stop(self) -> None:
         self.stopping = True
+        self.preparer.stop()
         for stop in self.watchers.values():
             stop.set()
         self.wakeup.set()

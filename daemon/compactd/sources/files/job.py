@@ -234,6 +234,7 @@ class JobResult:
                     "identifiers_in_summary": e.identifiers.in_summary,
                     "quality": e.quality,
                     "summarizer_calls": e.calls,
+                    "prepared": {"messages": e.prepared, "of": e.span_messages},
                     "model_error": e.model_error,
                     "summary": e.summary,
                     "entries": [x for x in (e.compaction, e.post_message) if x is not None],
@@ -338,8 +339,14 @@ async def compact_file(
         lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
     )
     if done.committed and result.fill is not None:
+        e = result.engine
         log.info(
-            "compacted path=%s route=%s mode=%s fill: %s", path, done.route, done.mode, result.fill.describe()
+            "compacted path=%s route=%s mode=%s prepared=%s fill: %s",
+            path,
+            done.route,
+            done.mode,
+            f"{e.prepared}/{e.span_messages}" if e is not None else "-",
+            result.fill.describe(),
         )
     return done
 
@@ -436,7 +443,13 @@ async def _plan_job(
                 return result
         if report:
             progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
-        result.engine = await engine.compact(transcript, agents_md=rules, now=now)
+        # Each message's redaction and identifiers as the daemon made them when it read the message.
+        from compactd.sources.files.preparer import load_prepared
+        from compactd.summarize.prepared import prepared_lookup
+
+        prepared = prepared_lookup(load_prepared(config.state_dir, path)) if settings.redact else None
+        result.engine = await engine.compact(transcript, agents_md=rules, now=now, prepared=prepared)
+        del prepared
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
             result.status = JobStatus.NOTHING_TO_COMPACT

@@ -1,0 +1,276 @@
+"""Each appended message's share of its session's next compaction, made as the tailer reads it (issue 22).
+
+The tailer hands the entries it read (on the event loop, where it costs a queue put) to one thread of the
+daemon's own, at a lower CPU priority (the local model and the loop come first), which makes each message's
+redaction verdict and identifier findings (:mod:`compactd.summarize.prepared`) and appends them to the session's
+store, ``<state_dir>/prepared/<hash of the path>.jsonl``: a header line naming the format, compactd's version
+and the session's path, then one line per message, keyed by its content. A compaction loads the store
+(:func:`load_prepared`) and merges; a message the store does not hold (read before the daemon followed the
+session, edited since, dropped from a full queue) is done then, as every one is without a store.
+
+A store is a cache: losing it, or any line of it, costs only time. It is written by this thread alone
+(appends; a torn last line is skipped by the reader), never read back on the append path, and bounded by its
+transcript: when the file is read in full again (after compactd's own rotation, say) and the store is more than
+half the file's size, it is rewritten with only the messages the file still holds. Stores whose transcript is
+gone are removed when the thread starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from compactd import __version__
+from compactd.commit.atomic import write_all
+from compactd.commit.durable import write_atomic
+from compactd.core.context import entry_to_message
+from compactd.core.messages import Message, is_runtime_context, strip_for_llm
+from compactd.reading import read_transcript
+
+# The extraction's regexes are compiled when the thread first prepares (or a compaction loads a store): a
+# daemon's start, ``once`` and the command line do not pay for them.
+if TYPE_CHECKING:
+    from compactd.summarize.identifiers import WordMemo
+    from compactd.summarize.prepared import Prepared
+
+__all__ = ["PREPARED_DIR", "Preparer", "load_prepared", "store_path"]
+
+log = logging.getLogger(__name__)
+
+PREPARED_DIR = "prepared"
+# Bumped when a line's layout or what a message's share holds changes; compactd's version is checked too (an
+# upgraded extractor must not merge an older one's findings).
+STORE_FORMAT = 1
+# Messages queued and not yet prepared beyond which a batch is dropped (prepared later at compaction instead):
+# the queue never holds more of the transcripts than this.
+MAX_PENDING_MESSAGES = 20_000
+# Words whose findings the thread remembers (about 6 MB): the same words recur across a session's messages.
+MEMO_MAX_WORDS = 50_000
+# A store past this share of its transcript's size (plus the slack) is rewritten when the file is read in full.
+RETAIN_SHARE = 0.5
+RETAIN_SLACK_BYTES = 64 * 1024
+# The thread's niceness, added to the daemon's: preparing can wait for the model and the event loop.
+NICENESS = 10
+
+
+def store_path(state_dir: str | os.PathLike[str], path: str) -> Path:
+    digest = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+    return Path(state_dir) / PREPARED_DIR / f"{digest}.jsonl"
+
+
+def _header(path: str) -> bytes:
+    return orjson.dumps({"format": STORE_FORMAT, "version": __version__, "path": path}) + b"\n"
+
+
+def _read(store: Path, limit: int = -1) -> bytes | None:
+    """The store's bytes (at most ``limit``), or None; never through a symlink."""
+    try:
+        fd = os.open(store, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def _shown(entry: Any) -> Message | None:
+    """The message an entry shows a model as a compaction's span holds it (``llm_visible``: details stripped),
+    None for one it does not show."""
+    message = entry_to_message(entry) if isinstance(entry, dict) else None
+    if message is None or is_runtime_context(message):
+        return None
+    return strip_for_llm(message)
+
+
+def _headed(store: Path, path: str) -> bool:
+    data = _read(store, len(_header(path)))
+    return data == _header(path)
+
+
+def load_prepared(state_dir: str | os.PathLike[str], path: str) -> dict[str, Prepared]:
+    """``path``'s store as key -> share; empty when there is none, or it is of another format, compactd
+    version or path. A line that does not decode (the torn last one of an append under way) is skipped."""
+    data = _read(store_path(state_dir, path))
+    if not data:
+        return {}
+    from compactd.summarize.prepared import decode
+
+    head, _, body = data.partition(b"\n")
+    if head + b"\n" != _header(path):
+        return {}
+    out: dict[str, Prepared] = {}
+    for line in body.split(b"\n"):
+        got = decode(line) if line else None
+        if got is not None:
+            out[got[0]] = got[1]
+    return out
+
+
+class Preparer:
+    """The thread and its queue. ``appended`` and ``reloaded`` are called on the event loop and only queue."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.directory = Path(state_dir) / PREPARED_DIR
+        self.state_dir = state_dir
+        self._queue: queue.SimpleQueue[tuple[str, str, Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pending = 0  # messages queued, not yet prepared (an estimate: entries, counted on the loop)
+        self._lock = threading.Lock()
+        self._memo: WordMemo = {}
+        self._checked: set[Path] = set()  # stores whose header this thread has seen (or written)
+        self.prepared = 0  # messages prepared and stored (for tests and the log)
+        self.dropped = 0
+        self.cpu_seconds = 0.0  # the thread's CPU time so far (its own clock, read after each item)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._queue = queue.SimpleQueue()  # its own: a stopped thread still finishes what it was given
+            self._thread = threading.Thread(
+                target=self._run, args=(self._queue,), name="compactd-prepare", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to stop once it has done what it was given (a line a process exit tears is skipped)."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread = None
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until everything queued so far is prepared (tests and benches)."""
+        done = threading.Event()
+        self._queue.put(("flush", "", done))
+        done.wait(timeout)
+
+    def appended(self, path: str, entries: list[dict[str, Any]]) -> None:
+        if self._thread is None or not entries:
+            return
+        with self._lock:
+            if self._pending + len(entries) > MAX_PENDING_MESSAGES:
+                self.dropped += len(entries)
+                return
+            self._pending += len(entries)
+        self._queue.put(("append", path, entries))
+
+    def reloaded(self, path: str, size: int) -> None:
+        """``path`` was read in full (``size`` bytes): its store is rewritten if it outgrew the file."""
+        if self._thread is not None:
+            self._queue.put(("retain", path, size))
+
+    # --- the thread -----------------------------------------------------------------------------------------
+    def _run(self, items: queue.SimpleQueue[tuple[str, str, Any] | None]) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's niceness is its own
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+        self._sweep()
+        while True:
+            item = items.get()
+            if item is None:
+                return
+            what, path, arg = item
+            try:
+                if what == "append":
+                    self._append(path, arg)
+                elif what == "retain":
+                    self._retain(path, arg)
+                else:
+                    self.cpu_seconds = time.thread_time()
+                    arg.set()
+            except Exception as exc:  # one session's store never stops the others'
+                log.warning("session=%s prepared store not updated: %r", path, exc)
+            finally:
+                if what == "append":
+                    with self._lock:
+                        self._pending -= len(arg)
+                self.cpu_seconds = time.thread_time()
+
+    def _lines(self, entries: Iterable[dict[str, Any]]) -> list[bytes]:
+        from compactd.summarize.prepared import encode, message_key, prepare
+
+        lines = []
+        for entry in entries:
+            message = _shown(entry)
+            if message is None:
+                continue
+            key = message_key(message)
+            if key is None:
+                continue
+            if len(self._memo) > MEMO_MAX_WORDS:
+                self._memo.clear()
+            lines.append(encode(key, prepare(message, self._memo)))
+        return lines
+
+    def _append(self, path: str, entries: list[dict[str, Any]]) -> None:
+        lines = self._lines(entries)
+        if not lines:
+            return
+        store = store_path(self.state_dir, path)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(store, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            data = b"".join(lines)
+            if os.fstat(fd).st_size == 0 or (store not in self._checked and not _headed(store, path)):
+                os.ftruncate(fd, 0)  # a foreign or older store: started over
+                data = _header(path) + data
+            self._checked.add(store)
+            write_all(fd, data)
+        finally:
+            os.close(fd)
+        self.prepared += len(lines)
+
+    def _retain(self, path: str, size: int) -> None:
+        store = store_path(self.state_dir, path)
+        try:
+            stored = store.stat().st_size
+        except OSError:
+            return
+        if stored <= size * RETAIN_SHARE + RETAIN_SLACK_BYTES:
+            return
+        from compactd.summarize.prepared import encode, message_key
+
+        held = load_prepared(self.state_dir, path)
+        transcript = read_transcript(path, follow_symlinks=False)
+        keys = {
+            key
+            for entry in transcript.entries
+            if (message := _shown(entry)) is not None and (key := message_key(message)) is not None
+        }
+        kept = [encode(key, share) for key, share in held.items() if key in keys]
+        write_atomic(store, _header(path) + b"".join(kept))
+        log.debug("session=%s prepared store rewritten: %d of %d messages kept", path, len(kept), len(held))
+
+    def _sweep(self) -> None:
+        """Remove the stores whose transcript is gone (or that are not stores)."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        for name in names:
+            store = self.directory / name
+            head = (_read(store, 1 << 16) or b"").partition(b"\n")[0]
+            try:
+                path = orjson.loads(head).get("path")
+            except (orjson.JSONDecodeError, AttributeError):
+                path = None
+            if (
+                not isinstance(path, str)
+                or store_path(self.state_dir, path) != store
+                or not os.path.exists(path)
+            ):
+                with contextlib.suppress(OSError):
+                    os.unlink(store)

@@ -1,0 +1,362 @@
+"""Issue 22: each message's redaction and identifier findings made when the daemon reads it, stored per session,
+and merged at compaction into exactly the records, copies and summary a cold compaction makes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from compactd.core.messages import llm_visible
+from compactd.core.repair import repair_tool_pairing
+from compactd.reading import read_transcript
+from compactd.sources.files.preparer import (
+    STORE_FORMAT,
+    Preparer,
+    _header,
+    _shown,
+    load_prepared,
+    store_path,
+)
+from compactd.summarize.engine import CompactionEngine, EngineSettings
+from compactd.summarize.identifiers import extract_identifiers, merge_findings
+from compactd.summarize.prepared import decode, encode, message_key, prepare, prepared_lookup
+from compactd.summarize.redact import SpanText, redact_value
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.corpus import session_bytes
+from tests.test_identifiers import (
+    _PHRASE_SHAPES,
+    _SECRET_PARTS,
+    _SHAPES,
+    _real_dir,
+    assistant,
+    call,
+    result,
+    user,
+)
+from tests.test_service_e2e import daemon_factory  # noqa: F401 (the fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+Msg = dict[str, Any]
+NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+def _stored(messages: list[Msg]) -> dict[str, Any]:
+    """Each message prepared, written as a store line and read back (what a compaction gets)."""
+    memo: dict[str, Any] = {}
+    out = {}
+    for m in messages:
+        key = message_key(m)
+        assert key is not None
+        got = decode(encode(key, prepare(m, memo)))
+        assert got is not None
+        out[got[0]] = got[1]
+    return out
+
+
+def _cold_and_prepared(read: list[Msg]) -> tuple[Any, Any, list[Msg], list[Msg]]:
+    """Records and handed-on copies, cold (as the engine makes them) and from prepared shares."""
+    handed_on = [redact_value(m) for m in read]
+    cold = extract_identifiers(handed_on, SpanText.of(read, handed_on))
+    lookup = prepared_lookup(_stored(read))
+    shares = [lookup(m) for m in read]
+    assert all(s is not None for s in shares)
+    copies = [m if s.redacted is None else s.redacted for m, s in zip(read, shares, strict=True) if s]
+    merged = merge_findings([s.findings for s in shares if s is not None])
+    return cold, merged, handed_on, copies
+
+
+_TEXTS = st.lists(
+    st.tuples(
+        st.sampled_from(_SHAPES + _PHRASE_SHAPES + _SECRET_PARTS),
+        st.sampled_from(["", " ", "\n", "\t", "  "]),
+    ),
+    max_size=12,
+).map(lambda parts: "".join(a + b for a, b in parts))
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["user", "assistant", "toolResult", "custom", "bashExecution"]), _TEXTS, _TEXTS
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_merged_findings_and_stored_copies_equal_the_cold_ones(specs: list[tuple[str, str, str]]) -> None:
+    """Every field of every record, and every redacted copy, from stored shares is what the engine makes cold,
+    on messages of every role whose texts hold identifiers, phrases and secrets, repeated across messages."""
+    read: list[Msg] = []
+    for role, first, second in specs:
+        if role == "bashExecution":
+            read.append({"role": role, "command": first, "output": second})
+        elif role == "assistant":
+            read.append(assistant(first, call("bash", command=second, path=first.strip())))
+        elif role == "user":
+            read.append(user(first + second))
+        elif role == "toolResult":
+            read.append(result(first + "\n" + second))
+        else:
+            read.append(
+                {"role": role, "content": [{"type": "text", "text": first}, {"type": "text", "text": second}]}
+            )
+    cold, merged, handed_on, copies = _cold_and_prepared(read)
+    assert merged == cold
+    assert copies == handed_on
+
+
+def _sessions() -> list[Path]:
+    real = sorted(_real_dir().glob("*.jsonl")) if _real_dir().is_dir() else []
+    return real
+
+
+def _bench_session(tmp_path: Path, size: int = 400_000) -> Path:
+    """A bench-corpus session: tool output with keys and tokens to redact, paths, hashes, commands."""
+    path = tmp_path / "bench.jsonl"
+    path.write_bytes(session_bytes(size, 7)[0])
+    return path
+
+
+@pytest.mark.parametrize("which", ["bench", *[p.name for p in _sessions()]])
+def test_a_compaction_from_prepared_shares_is_the_cold_one(which: str, tmp_path: Path) -> None:
+    """The real sessions and a bench session (secrets in tool output): the engine given every message's stored
+    share writes the summary, identifiers and quality a cold engine writes, and says all were prepared."""
+    path = _bench_session(tmp_path) if which == "bench" else _real_dir() / which
+    transcript = read_transcript(path)
+    store = _stored([m for e in transcript.entries if (m := _shown(e)) is not None])  # as the tailer stores
+    settings_ = EngineSettings(keep_recent_turns=2, keep_recent_tokens=2_000)
+
+    async def run(prepared: Any) -> Any:
+        return await CompactionEngine(settings_).compact(transcript, now=NOW, prepared=prepared)
+
+    import anyio
+
+    cold = anyio.run(run, None)
+    warm = anyio.run(run, prepared_lookup(store))
+    assert cold is not None and warm is not None
+    # Every message is found but the results the repair makes up for calls that have none.
+    plan = CompactionEngine(settings_).plan(transcript)
+    assert plan is not None
+    made_up = repair_tool_pairing(list(llm_visible(plan.to_summarize)), errored_policy="drop").report.added
+    assert cold.prepared == 0 and warm.prepared == warm.span_messages - made_up > 0
+    assert warm.summary == cold.summary
+    assert warm.identifiers == cold.identifiers
+    assert warm.quality == cold.quality and warm.level == cold.level
+
+
+def test_secrets_never_reach_the_store(tmp_path: Path) -> None:
+    """A share keeps the redacted copy, not the message: the store holds no secret the redaction removes."""
+    secret = "sk-ant-" + "A1b2C3d4" * 4
+    message = result(f"export ANTHROPIC_API_KEY={secret}\nwrote /srv/app/main.py")
+    share = prepare(message, {})
+    assert share.redacted is not None and secret not in orjson.dumps(share.redacted).decode()
+    key = message_key(message)
+    assert key is not None and secret.encode() not in encode(key, share)
+    assert "/srv/app/main.py" in share.findings
+
+
+# --- the store ------------------------------------------------------------------------------------------------
+def _entries(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()[1:] if line.strip()]
+
+
+def test_the_preparer_stores_appended_messages_and_a_compaction_loads_them(tmp_path: Path) -> None:
+    session = _bench_session(tmp_path, 120_000)
+    state = tmp_path / "state"
+    preparer = Preparer(state)
+    preparer.start()
+    entries = _entries(session)
+    for i in range(0, len(entries), 3):
+        preparer.appended(str(session), entries[i : i + 3])
+    preparer.join(60)
+    preparer.stop()
+    shown = [m for e in entries if (m := e.get("message")) is not None]
+    loaded = load_prepared(state, str(session))
+    assert preparer.prepared == len(shown) == len(loaded)
+    assert (store_path(state, str(session)).stat().st_mode & 0o777) == 0o600
+    lookup = prepared_lookup(loaded)
+    assert all(lookup(m) is not None for m in llm_visible(shown))
+
+
+def test_a_store_of_another_version_path_or_format_is_not_used(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    state = tmp_path / "state"
+    message = user("look at /srv/app/main.py")
+    key = message_key(message)
+    assert key is not None
+    line = encode(key, prepare(message, {}))
+    store = store_path(state, str(session))
+    store.parent.mkdir(parents=True)
+    store.write_bytes(_header(str(session)) + line)
+    assert list(load_prepared(state, str(session))) == [key]
+    foreign = [
+        orjson.dumps({"format": STORE_FORMAT, "version": "0.0.0", "path": str(session)}) + b"\n",
+        orjson.dumps({"format": STORE_FORMAT + 1, "version": "x", "path": str(session)}) + b"\n",
+        _header(str(tmp_path / "other.jsonl")),
+        b"not json\n",
+    ]
+    for header in foreign:
+        store.write_bytes(header + line)
+        assert load_prepared(state, str(session)) == {}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'["k", null, ["/a", 9999, 1]]',  # a kind code past the kinds
+        b'["k", null, ["/a", 2]]',  # not three to a finding
+        b'["k", null, [7, 2, 1]]',  # an identifier that is not text
+        b'["k", null, ["/a", "2", 1]]',
+        b'["k", "copy", []]',  # a copy that is not a message
+        b'["k", null, ["/a", 2, 1]',  # torn
+        b"[1, null, []]",
+        b"{}",
+    ],
+)
+def test_a_damaged_line_is_skipped_and_the_rest_used(bad: bytes, tmp_path: Path) -> None:
+    session = str(tmp_path / "s.jsonl")
+    state = tmp_path / "state"
+    good = user("see /srv/app/main.py")
+    key = message_key(good)
+    assert key is not None
+    store = store_path(state, session)
+    store.parent.mkdir(parents=True)
+    store.write_bytes(_header(session) + bad + b"\n" + encode(key, prepare(good, {})) + bad)
+    assert list(load_prepared(state, session)) == [key]
+
+
+def test_a_symlinked_store_is_not_followed(tmp_path: Path) -> None:
+    session = str(tmp_path / "s.jsonl")
+    state = tmp_path / "state"
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    good = user("see /srv/app/main.py")
+    key = message_key(good)
+    assert key is not None
+    elsewhere.write_bytes(_header(session) + encode(key, prepare(good, {})))
+    preparer = Preparer(state)
+    preparer.start()
+    preparer.join(30)  # past the start's sweep (which would remove a link: it is not a store)
+    store = store_path(state, session)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.symlink_to(elsewhere)
+    assert load_prepared(state, session) == {}
+    preparer.appended(session, [{"type": "message", "id": "a1", "message": user("and /etc/x.conf")}])
+    preparer.join(30)
+    preparer.stop()
+    assert preparer.prepared == 0  # the append refused to write through it
+    assert store.is_symlink() and elsewhere.read_bytes().count(b"\n") == 2
+
+
+def test_a_store_that_outgrew_its_transcript_keeps_only_what_the_file_holds(tmp_path: Path) -> None:
+    """After compactd's own rotation the file holds the kept turns only: the store is cut to them."""
+    session = _bench_session(tmp_path, 1_500_000)  # a store well past the slack a small one is left with
+    state = tmp_path / "state"
+    preparer = Preparer(state)
+    preparer.start()
+    entries = _entries(session)
+    preparer.appended(str(session), entries)
+    preparer.join(60)
+    header = session.read_bytes().splitlines()[0]
+    kept = entries[-4:]
+    session.write_bytes(b"\n".join([header, *(orjson.dumps(e) for e in kept)]) + b"\n")
+    preparer.reloaded(str(session), session.stat().st_size)
+    preparer.join(60)
+    preparer.stop()
+    loaded = load_prepared(state, str(session))
+    wanted = {message_key(m) for m in llm_visible(e["message"] for e in kept if "message" in e)}
+    assert set(loaded) == wanted and loaded
+
+
+def test_stores_of_transcripts_that_are_gone_are_removed_at_start(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    here, gone = tmp_path / "here.jsonl", tmp_path / "gone.jsonl"
+    here.write_text("")
+    for path in (here, gone):
+        store = store_path(state, str(path))
+        store.parent.mkdir(parents=True, exist_ok=True)
+        store.write_bytes(_header(str(path)))
+    (state / "prepared" / "junk.jsonl").write_bytes(b"junk\n")
+    preparer = Preparer(state)
+    preparer.start()
+    preparer.join(30)
+    preparer.stop()
+    assert sorted(os.listdir(state / "prepared")) == [store_path(state, str(here)).name]
+
+
+# --- the daemon -------------------------------------------------------------------------------------------------
+def test_the_daemon_prepares_what_an_agent_appends_and_compact_merges_it(
+    tmp_path: Path,
+    daemon_factory: Any,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """The daemon (a subprocess, real watchers) follows a session an agent appends to; ``compactd compact`` with
+    its state directory then finds every message of the span prepared and writes the cold compaction's summary."""
+    from tests.test_service_e2e import wait_for
+
+    window = {"context_tokens": 10_000_000}  # never due: the daemon only follows it
+    d = daemon_factory(models={"providers": {"openai": {"models": {"gpt-5.1-codex": window}}}})
+    d.root.mkdir(parents=True)
+    data = session_bytes(300_000, 11)[0]
+    lines = data.splitlines(keepends=True)
+    path = d.root / "s.jsonl"
+    path.write_bytes(lines[0])  # the header: every message after it arrives as an append
+    d.start()
+    d.wait_notice("READY=1")
+    store = store_path(d.state, str(path))
+    shown = 0
+    for start in range(1, len(lines), 5):
+        with path.open("ab") as f:
+            f.write(b"".join(lines[start : start + 5]))
+        shown += sum(1 for line in lines[start : start + 5] if b'"type":"message"' in line)
+
+        def stored(at_least: int = shown) -> bool:
+            return store.exists() and store.read_bytes().count(b"\n") - 1 >= at_least
+
+        wait_for(stored, 60, f"{shown} messages prepared", d.proc)
+    assert d.stop() == 0
+    cold_dir = tmp_path / "cold"
+    cold_dir.mkdir()
+    cold = cold_dir / "s.jsonl"
+    shutil.copyfile(path, cold)
+    old = path.stat().st_mtime - 3600
+    for p in (path, cold):
+        os.utime(p, (old, old))
+    cold_config = tmp_path / "cold.yaml"
+    cold_config.write_text(json.dumps({**d.config, "state_dir": str(tmp_path / "cold-state")}))
+
+    def compact(file: Path, config: Path) -> dict[str, Any]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "compactd",
+                "compact",
+                str(file),
+                "--json",
+                "--force",
+                "--config",
+                str(config),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        return dict(json.loads(out.stdout))
+
+    warm_result = compact(path, d.config_path)
+    cold_result = compact(cold, cold_config)
+    assert warm_result["committed"] and cold_result["committed"]
+    assert warm_result["prepared"]["messages"] == warm_result["prepared"]["of"] > 0
+    assert cold_result["prepared"]["messages"] == 0
+    assert warm_result["summary"] == cold_result["summary"]
+    assert warm_result["identifiers_total"] == cold_result["identifiers_total"]
