@@ -18,6 +18,7 @@ from bench import (
     bench_compact,
     bench_costs,
     bench_extract,
+    bench_followed,
     bench_json5,
     bench_loop,
     bench_provider,
@@ -132,6 +133,16 @@ def test_bench_compact_baseline_smoke() -> None:
     for row in rows:
         assert row["ours"]["committed"] and row["baseline"]["committed"]
         assert row["cpu_ratio"] > 0 and row["rss_ratio"] > 0
+
+
+def test_bench_followed_smoke() -> None:
+    """A session prepared as appended (every message, none dropped), then compacted followed and cold: both
+    commit the same summary, the followed one with every span message prepared but the repair's."""
+    row = bench_followed.main(["--smoke", "--json"])
+    assert row["messages"] > 0 and row["dropped"] == 0 and row["prepare_cpu_s"] > 0
+    assert row["followed"]["committed"] and row["cold"]["committed"] and row["same_summary"]
+    found, of = row["followed"]["prepared"]
+    assert 0 < found <= of and tuple(row["cold"]["prepared"]) == (0, of)
 
 
 def test_bench_extract_smoke() -> None:

@@ -27,7 +27,7 @@ from compactd.sources.files.preparer import (
 )
 from compactd.summarize.engine import CompactionEngine, EngineSettings
 from compactd.summarize.identifiers import extract_identifiers, merge_findings
-from compactd.summarize.prepared import decode, encode, message_key, prepare, prepared_lookup
+from compactd.summarize.prepared import decode, encode, message_key, prepare
 from compactd.summarize.redact import SpanText, redact_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -67,8 +67,8 @@ def _cold_and_prepared(read: list[Msg]) -> tuple[Any, Any, list[Msg], list[Msg]]
     """Records and handed-on copies, cold (as the engine makes them) and from prepared shares."""
     handed_on = [redact_value(m) for m in read]
     cold = extract_identifiers(handed_on, SpanText.of(read, handed_on))
-    lookup = prepared_lookup(_stored(read))
-    shares = [lookup(m) for m in read]
+    store = _stored(read)
+    shares = [store.get(message_key(m) or "") for m in read]
     assert all(s is not None for s in shares)
     copies = [m if s.redacted is None else s.redacted for m, s in zip(read, shares, strict=True) if s]
     merged = merge_findings([s.findings for s in shares if s is not None])
@@ -143,7 +143,7 @@ def test_a_compaction_from_prepared_shares_is_the_cold_one(which: str, tmp_path:
     import anyio
 
     cold = anyio.run(run, None)
-    warm = anyio.run(run, prepared_lookup(store))
+    warm = anyio.run(run, lambda: store)
     assert cold is not None and warm is not None
     # Every message is found but the results the repair makes up for calls that have none.
     plan = CompactionEngine(settings_).plan(transcript)
@@ -185,8 +185,7 @@ def test_the_preparer_stores_appended_messages_and_a_compaction_loads_them(tmp_p
     loaded = load_prepared(state, str(session))
     assert preparer.prepared == len(shown) == len(loaded)
     assert (store_path(state, str(session)).stat().st_mode & 0o777) == 0o600
-    lookup = prepared_lookup(loaded)
-    assert all(lookup(m) is not None for m in llm_visible(shown))
+    assert all(message_key(m) in loaded for m in llm_visible(shown))
 
 
 def test_a_store_of_another_version_path_or_format_is_not_used(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -150,6 +150,18 @@ def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
+def _prepared_shares(
+    messages: Sequence[Message], load: Callable[[], Mapping[str, Prepared]]
+) -> list[Prepared | None]:
+    """Each message's stored share, or None; the store itself is dropped on return."""
+    from compactd.summarize.prepared import message_key
+
+    store = load()
+    if not store:
+        return []
+    return [None if (key := message_key(m)) is None else store.get(key) for m in messages]
+
+
 def new_entry_id(taken: set[str]) -> str:
     """pi's id shape: 8 lowercase hex characters, unique within the file (and added to ``taken``)."""
     return fresh_id(taken, reserve=True)
@@ -223,12 +235,13 @@ class CompactionEngine:
         workspace: Path | None = None,
         agents_md: str | None = None,
         now: datetime | None = None,
-        prepared: Callable[[Message], Prepared | None] | None = None,
+        prepared: Callable[[], Mapping[str, Prepared]] | None = None,
     ) -> EngineResult | None:
         """Summarize the span before the cut; None when there is nothing to compact.
 
-        ``prepared``: each message's redaction verdict and identifier findings made when it was read
-        (``compactd.summarize.prepared``); a message it does not know is done here, as all are without it."""
+        ``prepared``: loads each message's redacted copy and identifier findings made when it was read
+        (``compactd.summarize.prepared``), by key; a message it does not hold is done here, as all are without
+        it. Called here, so that the store lives only as long as the extraction needs it."""
         from compactd.summarize.facts import (
             STATE_MAX_CHARS,
             STATE_SHARE_OF_TARGET,
@@ -258,7 +271,7 @@ class CompactionEngine:
         previous = plan.previous_summary
         texts = SpanText()  # each message's joined text redacted once, for the extraction and the digest
         # Prepared shares are made with redaction on: without it they are not those of these messages.
-        made = [prepared(m) for m in [*span, *prefix]] if prepared is not None and s.redact else []
+        made = _prepared_shares([*span, *prefix], prepared) if prepared is not None and s.redact else []
         if s.redact:  # everything below reads these, so a cap or a cut can never leave half a secret
             read = [*span, *prefix]
             handed_on = [

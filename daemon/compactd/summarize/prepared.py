@@ -13,7 +13,6 @@ redacted text is kept, never a secret.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from compactd.core.messages import Message
 from compactd.summarize.identifiers import Findings, WordMemo, findings_valid, message_findings
 from compactd.summarize.redact import SpanText, redact_value
 
-__all__ = ["Prepared", "decode", "encode", "message_key", "prepare", "prepared_lookup"]
+__all__ = ["Prepared", "decode", "encode", "message_key", "prepare"]
 
 _KEY_BYTES = 16
 
@@ -75,15 +74,3 @@ def decode(line: bytes) -> tuple[str, Prepared] | None:
     ):
         return None
     return key, Prepared(redacted, findings)
-
-
-def prepared_lookup(store: Mapping[str, Prepared]) -> Callable[[Message], Prepared | None]:
-    """``message -> its prepared share or None``, over a session's loaded store."""
-
-    def lookup(message: Message) -> Prepared | None:
-        if not store:
-            return None
-        key = message_key(message)
-        return None if key is None else store.get(key)
-
-    return lookup

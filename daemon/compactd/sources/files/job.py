@@ -46,7 +46,7 @@ from compactd.core.timestamps import js_iso
 from compactd.core.tokens import estimate_tokens, js_len
 from compactd.core.turns import turn_of_branch
 from compactd.defaults import SAFETY_MARGIN
-from compactd.heap import release_free_memory
+from compactd.heap import frozen, release_free_memory
 from compactd.reading import read_transcript
 from compactd.roots import is_session_path
 from compactd.sources.openclaw import refusal as openclaw_refusal
@@ -310,6 +310,21 @@ async def compact_file(
     if not transcript.committable:
         reason = "; ".join(f"{p.kind} at line {p.line}: {p.message}" for p in transcript.blocking)
         return JobResult(path, "none", reason=f"not compacted: {reason}", status=refused)
+    with frozen():  # the transcript, read and parsed, is not traversed by the collector again
+        return await _run_job(path, config, transcript, client, dry_run, mode, force, plan, now)
+
+
+async def _run_job(
+    path: str,
+    config: Config,
+    transcript: Transcript,
+    client: Any,
+    dry_run: bool,
+    mode: str | None,
+    force: bool,
+    plan: Plan | None,
+    now: datetime | None,
+) -> JobResult:
     loop_client = offload.LoopClient(client) if client is not None else None
     # Everything from here to the commit is computation over the whole transcript (the checks, the engine's
     # redaction, identifiers and digest, the pruning plan): off the loop, which serves every other session.
@@ -445,11 +460,10 @@ async def _plan_job(
             progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         # Each message's redaction and identifiers as the daemon made them when it read the message.
         from compactd.sources.files.preparer import load_prepared
-        from compactd.summarize.prepared import prepared_lookup
 
-        prepared = prepared_lookup(load_prepared(config.state_dir, path)) if settings.redact else None
-        result.engine = await engine.compact(transcript, agents_md=rules, now=now, prepared=prepared)
-        del prepared
+        result.engine = await engine.compact(
+            transcript, agents_md=rules, now=now, prepared=lambda: load_prepared(config.state_dir, path)
+        )
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
             result.status = JobStatus.NOTHING_TO_COMPACT

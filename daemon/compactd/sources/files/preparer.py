@@ -101,20 +101,30 @@ def _headed(store: Path, path: str) -> bool:
 
 def load_prepared(state_dir: str | os.PathLike[str], path: str) -> dict[str, Prepared]:
     """``path``'s store as key -> share; empty when there is none, or it is of another format, compactd
-    version or path. A line that does not decode (the torn last one of an append under way) is skipped."""
-    data = _read(store_path(state_dir, path))
-    if not data:
+    version or path. A line that does not decode (the torn last one of an append under way) is skipped. Read a
+    line at a time, and each identifier's text kept once (a store repeats them): it is about half the size of
+    its transcript on disk, and a compaction holds it while it extracts."""
+    try:
+        fd = os.open(store_path(state_dir, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return {}
     from compactd.summarize.prepared import decode
 
-    head, _, body = data.partition(b"\n")
-    if head + b"\n" != _header(path):
-        return {}
     out: dict[str, Prepared] = {}
-    for line in body.split(b"\n"):
-        got = decode(line) if line else None
-        if got is not None:
-            out[got[0]] = got[1]
+    texts: dict[Any, Any] = {}
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if f.readline() != _header(path):
+                return {}
+            for line in f:
+                got = decode(line)
+                if got is None:
+                    continue
+                findings = got[1].findings
+                findings[::3] = [texts.setdefault(text, text) for text in findings[::3]]
+                out[got[0]] = got[1]
+    except OSError:
+        return {}
     return out
 
 
