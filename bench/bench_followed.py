@@ -74,7 +74,7 @@ def prepare_store(path: Path, state: Path) -> dict[str, Any]:
     preparer.join()  # past the start's sweep
     before = preparer.cpu_seconds
     for batch in batches:
-        preparer.appended(str(path), batch)
+        preparer.appended(str(path), batch, sum(len(orjson.dumps(e)) + 1 for e in batch))
     preparer.join()
     preparer.stop()
     cpu = preparer.cpu_seconds - before

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -171,6 +172,25 @@ def _entries(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()[1:] if line.strip()]
 
 
+def _size(entries: list[dict[str, Any]]) -> int:
+    return sum(len(orjson.dumps(e)) + 1 for e in entries)
+
+
+def test_a_batch_past_the_queue_bound_is_dropped_not_held(tmp_path: Path) -> None:
+    """The thread far behind (or a batch too big): the batch is counted as dropped, never queued."""
+    from compactd.sources.files.preparer import MAX_PENDING_BYTES
+
+    session = str(tmp_path / "s.jsonl")
+    preparer = Preparer(tmp_path / "state")
+    preparer.start()
+    big = [{"type": "message", "id": "a1", "message": user("see /srv/app/main.py")}]
+    preparer.appended(session, big, MAX_PENDING_BYTES + 1)
+    preparer.appended(session, big, _size(big))
+    preparer.join(30)
+    preparer.stop()
+    assert preparer.dropped == 1 and preparer.prepared == 1
+
+
 def test_the_preparer_stores_appended_messages_and_a_compaction_loads_them(tmp_path: Path) -> None:
     session = _bench_session(tmp_path, 120_000)
     state = tmp_path / "state"
@@ -178,7 +198,7 @@ def test_the_preparer_stores_appended_messages_and_a_compaction_loads_them(tmp_p
     preparer.start()
     entries = _entries(session)
     for i in range(0, len(entries), 3):
-        preparer.appended(str(session), entries[i : i + 3])
+        preparer.appended(str(session), entries[i : i + 3], _size(entries[i : i + 3]))
     preparer.join(60)
     preparer.stop()
     shown = [m for e in entries if (m := e.get("message")) is not None]
@@ -250,7 +270,8 @@ def test_a_symlinked_store_is_not_followed(tmp_path: Path) -> None:
     store.parent.mkdir(parents=True, exist_ok=True)
     store.symlink_to(elsewhere)
     assert load_prepared(state, session) == {}
-    preparer.appended(session, [{"type": "message", "id": "a1", "message": user("and /etc/x.conf")}])
+    appended = [{"type": "message", "id": "a1", "message": user("and /etc/x.conf")}]
+    preparer.appended(session, appended, _size(appended))
     preparer.join(30)
     preparer.stop()
     assert preparer.prepared == 0  # the append refused to write through it
@@ -264,7 +285,7 @@ def test_a_store_that_outgrew_its_transcript_keeps_only_what_the_file_holds(tmp_
     preparer = Preparer(state)
     preparer.start()
     entries = _entries(session)
-    preparer.appended(str(session), entries)
+    preparer.appended(str(session), entries, _size(entries))
     preparer.join(60)
     header = session.read_bytes().splitlines()[0]
     kept = entries[-4:]
@@ -322,6 +343,13 @@ def test_the_daemon_prepares_what_an_agent_appends_and_compact_merges_it(
             return store.exists() and store.read_bytes().count(b"\n") - 1 >= at_least
 
         wait_for(stored, 60, f"{shown} messages prepared", d.proc)
+
+    def counted() -> bool:
+        metrics = (d.state / "metrics.prom").read_text() if (d.state / "metrics.prom").exists() else ""
+        found = re.search(r"^compactd_prepared_messages_total (\S+)$", metrics, re.M)
+        return found is not None and float(found.group(1)) == shown
+
+    wait_for(counted, 60, "the metric to count them", d.proc)
     assert d.stop() == 0
     cold_dir = tmp_path / "cold"
     cold_dir.mkdir()

@@ -108,6 +108,13 @@ class Metrics:
         self.archives = 0  # archives our rotations made that still exist (the journal lists them)
         self.archive_bytes = 0  # their disk use, as du counts it
         self.digest_fallbacks = 0
+        # Appended messages redacted and scanned as read (issue 22), and how much of the compactions' spans they
+        # covered: what share of a compaction's work the daemon did ahead.
+        self.prepared_messages = 0
+        self.prepare_dropped = 0
+        self.prepare_cpu_seconds = 0.0
+        self.span_messages = 0
+        self.span_messages_prepared = 0
 
     # --- recording ------------------------------------------------------------------------------------
     def set_sessions(self, watched: int, near_threshold: int = 0) -> None:
@@ -143,6 +150,18 @@ class Metrics:
     def record_digest_fallback(self) -> None:
         """A digest committed because the model failed (``summarizer.fallback: digest``)."""
         self.digest_fallbacks += 1
+
+    def set_preparer(self, prepared: int, dropped: int, cpu_seconds: float) -> None:
+        self.prepared_messages, self.prepare_dropped, self.prepare_cpu_seconds = (
+            prepared,
+            dropped,
+            cpu_seconds,
+        )
+
+    def record_span(self, messages: int, prepared: int) -> None:
+        """A committed compaction's span: its messages, and how many of them were prepared as read."""
+        self.span_messages += messages
+        self.span_messages_prepared += prepared
 
     def record_hook(self, status: str) -> None:
         key = (("status", status),)

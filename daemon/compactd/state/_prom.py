@@ -189,6 +189,31 @@ def _families(metrics: Metrics, now: float) -> Iterator[Metric]:
         {(): metrics.identifiers_in_summary},
     )
     yield _counter(
+        "compactd_prepared_messages_total",
+        "Appended messages redacted and scanned for identifiers as they were read (compaction.prepare_as_read).",
+        {(): metrics.prepared_messages},
+    )
+    yield _counter(
+        "compactd_prepare_dropped_total",
+        "Appended messages left to their compaction because the preparing thread was too far behind.",
+        {(): metrics.prepare_dropped},
+    )
+    yield _counter(
+        "compactd_prepare_cpu_seconds_total",
+        "CPU time of the thread that prepares appended messages.",
+        {(): metrics.prepare_cpu_seconds},
+    )
+    yield _counter(
+        "compactd_compaction_span_messages_total",
+        "Messages summarized by committed compactions.",
+        {(): metrics.span_messages},
+    )
+    yield _counter(
+        "compactd_compaction_span_messages_prepared_total",
+        "Of those, the messages whose redaction and identifiers were made as they were read.",
+        {(): metrics.span_messages_prepared},
+    )
+    yield _counter(
         "compactd_digest_fallbacks_total",
         "Digests committed because the summarizer model failed (summarizer.fallback: digest).",
         {(): metrics.digest_fallbacks},

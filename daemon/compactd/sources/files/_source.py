@@ -211,9 +211,10 @@ class FileSource:
             session = self.sessions[path] = FileSession(
                 SessionTracker(path, resume=self.resume.take(path), cap_for=route_cap(self.config))
             )
+        offset = session.tracker.cursor.offset
         update = session.tracker.refresh(info)
         if update.change is Change.APPENDED:
-            self.preparer.appended(path, update.entries)
+            self.preparer.appended(path, update.entries, session.tracker.cursor.offset - offset)
         elif update.change is Change.RELOADED:
             self.preparer.reloaded(path, session.tracker.cursor.offset)
         if update.change is Change.UNCHANGED and path in self.state and not seeded:
@@ -657,6 +658,8 @@ class FileSource:
             )
             if engine is not None and engine.model_error is not None:
                 self.metrics.record_digest_fallback()
+            if engine is not None:
+                self.metrics.record_span(engine.span_messages, engine.prepared)
             if ids is not None:
                 self.metrics.record_retention(
                     path,
@@ -940,6 +943,8 @@ class FileSource:
         """sessions.json and the resume snapshots (cursors and ledgers) for the next start."""
         self.store.save_sessions(self.state)
         self.resume.save(self.sessions)
+        p = self.preparer
+        self.metrics.set_preparer(p.prepared, p.dropped, p.cpu_seconds)
 
     def stop(self) -> None:
         self.stopping = True

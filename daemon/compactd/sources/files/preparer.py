@@ -51,9 +51,10 @@ PREPARED_DIR = "prepared"
 # Bumped when a line's layout or what a message's share holds changes; compactd's version is checked too (an
 # upgraded extractor must not merge an older one's findings).
 STORE_FORMAT = 1
-# Messages queued and not yet prepared beyond which a batch is dropped (prepared later at compaction instead):
+# Appended bytes queued and not yet prepared beyond which a batch is dropped (its messages are done at compaction
+# instead): however far behind the thread is (a start after a long stop reads all that was appended meanwhile),
 # the queue never holds more of the transcripts than this.
-MAX_PENDING_MESSAGES = 20_000
+MAX_PENDING_BYTES = 64 << 20
 # Words whose findings the thread remembers (about 6 MB): the same words recur across a session's messages.
 MEMO_MAX_WORDS = 50_000
 # A store past this share of its transcript's size (plus the slack) is rewritten when the file is read in full.
@@ -136,13 +137,13 @@ class Preparer:
         self.state_dir = state_dir
         self._queue: queue.SimpleQueue[tuple[str, str, Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._pending = 0  # messages queued, not yet prepared (an estimate: entries, counted on the loop)
+        self._pending = 0  # appended bytes queued, not yet prepared
         self._lock = threading.Lock()
         self._memo: WordMemo = {}
         self._checked: set[Path] = set()  # stores whose header this thread has seen (or written)
         self.prepared = 0  # messages prepared and stored (for tests and the log)
         self.dropped = 0
-        self.cpu_seconds = 0.0  # the thread's CPU time so far (its own clock, read after each item)
+        self.cpu_seconds = 0.0  # the threads' CPU time (each one's own clock, added up after each item)
 
     @property
     def running(self) -> bool:
@@ -168,15 +169,19 @@ class Preparer:
         self._queue.put(("flush", "", done))
         done.wait(timeout)
 
-    def appended(self, path: str, entries: list[dict[str, Any]]) -> None:
+    def appended(self, path: str, entries: list[dict[str, Any]], size: int) -> None:
+        """``entries`` were appended to ``path`` (``size`` bytes of it): queued for the thread."""
         if self._thread is None or not entries:
             return
         with self._lock:
-            if self._pending + len(entries) > MAX_PENDING_MESSAGES:
+            if self._pending + size > MAX_PENDING_BYTES:
                 self.dropped += len(entries)
+                log.debug(
+                    "session=%s %d appended entries not prepared: the queue is full", path, len(entries)
+                )
                 return
-            self._pending += len(entries)
-        self._queue.put(("append", path, entries))
+            self._pending += size
+        self._queue.put(("append", path, (entries, size)))
 
     def reloaded(self, path: str, size: int) -> None:
         """``path`` was read in full (``size`` bytes): its store is rewritten if it outgrew the file."""
@@ -187,27 +192,31 @@ class Preparer:
     def _run(self, items: queue.SimpleQueue[tuple[str, str, Any] | None]) -> None:
         with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's niceness is its own
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+        clock = time.thread_time()
         self._sweep()
         while True:
+            now = time.thread_time()
+            self.cpu_seconds += now - clock
+            clock = now
             item = items.get()
             if item is None:
                 return
             what, path, arg = item
             try:
                 if what == "append":
-                    self._append(path, arg)
+                    self._append(path, arg[0])
                 elif what == "retain":
                     self._retain(path, arg)
                 else:
-                    self.cpu_seconds = time.thread_time()
+                    self.cpu_seconds += time.thread_time() - clock
+                    clock = time.thread_time()
                     arg.set()
             except Exception as exc:  # one session's store never stops the others'
                 log.warning("session=%s prepared store not updated: %r", path, exc)
             finally:
                 if what == "append":
                     with self._lock:
-                        self._pending -= len(arg)
-                self.cpu_seconds = time.thread_time()
+                        self._pending -= arg[1]
 
     def _lines(self, entries: Iterable[dict[str, Any]]) -> list[bytes]:
         from compactd.summarize.prepared import encode, message_key, prepare
