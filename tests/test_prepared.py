@@ -387,3 +387,27 @@ def test_the_daemon_prepares_what_an_agent_appends_and_compact_merges_it(
     assert cold_result["prepared"]["messages"] == 0
     assert warm_result["summary"] == cold_result["summary"]
     assert warm_result["identifiers_total"] == cold_result["identifiers_total"]
+
+
+def test_the_word_memo_is_forgotten_when_no_append_comes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The words remembered while an agent writes (up to ~20 MB) are not kept by an idle daemon."""
+    import time
+
+    from compactd.sources.files import preparer as module
+
+    monkeypatch.setattr(module, "MEMO_IDLE_SECONDS", 3600.0)
+    preparer = Preparer(tmp_path / "state")
+    preparer.start()
+    appended = [{"type": "message", "id": "a1", "message": user("see /srv/app/main.py and deadbee1")}]
+    preparer.appended(str(tmp_path / "s.jsonl"), appended, _size(appended))
+    preparer.join(30)
+    assert preparer.prepared == 1 and preparer._memo  # the thread now waits an hour for the next append
+    monkeypatch.setattr(module, "MEMO_IDLE_SECONDS", 0.05)
+    preparer.join(30)  # its next wait is the short one
+    deadline = time.monotonic() + 30
+    while preparer._memo and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling an observable condition, bounded by the deadline
+    preparer.stop()
+    assert not preparer._memo

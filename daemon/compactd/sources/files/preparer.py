@@ -55,8 +55,10 @@ STORE_FORMAT = 1
 # instead): however far behind the thread is (a start after a long stop reads all that was appended meanwhile),
 # the queue never holds more of the transcripts than this.
 MAX_PENDING_BYTES = 64 << 20
-# Words whose findings the thread remembers (about 6 MB): the same words recur across a session's messages.
-MEMO_MAX_WORDS = 50_000
+# Words whose findings the thread remembers (about 20 MB at most: a quarter less CPU than 50,000 words on the
+# bench session), forgotten after this long without an append, so an idle daemon does not keep them.
+MEMO_MAX_WORDS = 200_000
+MEMO_IDLE_SECONDS = 300.0
 # A store past this share of its transcript's size (plus the slack) is rewritten when the file is read in full.
 RETAIN_SHARE = 0.5
 RETAIN_SLACK_BYTES = 64 * 1024
@@ -198,7 +200,11 @@ class Preparer:
             now = time.thread_time()
             self.cpu_seconds += now - clock
             clock = now
-            item = items.get()
+            try:
+                item = items.get(timeout=MEMO_IDLE_SECONDS if self._memo else None)
+            except queue.Empty:
+                self._memo.clear()
+                continue
             if item is None:
                 return
             what, path, arg = item
