@@ -265,7 +265,6 @@ def test_a_symlinked_store_is_not_followed(tmp_path: Path) -> None:
     elsewhere.write_bytes(_header(session) + encode(key, prepare(good, {})))
     preparer = Preparer(state)
     preparer.start()
-    preparer.join(30)  # past the start's sweep (which would remove a link: it is not a store)
     store = store_path(state, session)
     store.parent.mkdir(parents=True, exist_ok=True)
     store.symlink_to(elsewhere)
@@ -298,7 +297,7 @@ def test_a_store_that_outgrew_its_transcript_keeps_only_what_the_file_holds(tmp_
     assert set(loaded) == wanted and loaded
 
 
-def test_stores_of_transcripts_that_are_gone_are_removed_at_start(tmp_path: Path) -> None:
+def test_stores_of_transcripts_that_are_gone_are_removed_by_the_sweep(tmp_path: Path) -> None:
     state = tmp_path / "state"
     here, gone = tmp_path / "here.jsonl", tmp_path / "gone.jsonl"
     here.write_text("")
@@ -309,6 +308,9 @@ def test_stores_of_transcripts_that_are_gone_are_removed_at_start(tmp_path: Path
     (state / "prepared" / "junk.jsonl").write_bytes(b"junk\n")
     preparer = Preparer(state)
     preparer.start()
+    preparer.join(30)
+    assert len(os.listdir(state / "prepared")) == 3  # not at once: a start-up has its own work
+    preparer.sweep()
     preparer.join(30)
     preparer.stop()
     assert sorted(os.listdir(state / "prepared")) == [store_path(state, str(here)).name]
@@ -400,6 +402,7 @@ def test_the_word_memo_is_forgotten_when_no_append_comes(
     monkeypatch.setattr(module, "MEMO_IDLE_SECONDS", 3600.0)
     preparer = Preparer(tmp_path / "state")
     preparer.start()
+    preparer.sweep()  # its first sweep done: a quiet spell now forgets the words
     appended = [{"type": "message", "id": "a1", "message": user("see /srv/app/main.py and deadbee1")}]
     preparer.appended(str(tmp_path / "s.jsonl"), appended, _size(appended))
     preparer.join(30)

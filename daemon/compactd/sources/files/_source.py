@@ -1006,6 +1006,7 @@ class FileSource:
         )
         if removed:
             log.info("action=retention removed=%d archive(s)", len(removed))
+        self.preparer.sweep()  # and the prepared stores of transcripts that are gone
 
 
 def committed_size(path: str, successor: Successor | None) -> int | None:

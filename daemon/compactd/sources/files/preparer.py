@@ -12,7 +12,7 @@ A store is a cache: losing it, or any line of it, costs only time. It is written
 (appends; a torn last line is skipped by the reader), never read back on the append path, and bounded by its
 transcript: when the file is read in full again (after compactd's own rotation, say) and the store is more than
 half the file's size, it is rewritten with only the messages the file still holds. Stores whose transcript is
-gone are removed when the thread starts.
+gone are removed after the thread's first quiet minute and with the hourly archive retention.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ MAX_PENDING_BYTES = 64 << 20
 # bench session), forgotten after this long without an append, so an idle daemon does not keep them.
 MEMO_MAX_WORDS = 200_000
 MEMO_IDLE_SECONDS = 300.0
+# The thread's first sweep of stores whose transcript is gone waits for this long without an append.
+SWEEP_AFTER_SECONDS = 60.0
 # A store past this share of its transcript's size (plus the slack) is rewritten when the file is read in full.
 RETAIN_SHARE = 0.5
 RETAIN_SLACK_BYTES = 64 * 1024
@@ -185,6 +187,11 @@ class Preparer:
             self._pending += size
         self._queue.put(("append", path, (entries, size)))
 
+    def sweep(self) -> None:
+        """Remove the stores whose transcript is gone (also done after the thread's first quiet minute)."""
+        if self._thread is not None:
+            self._queue.put(("sweep", "", None))
+
     def reloaded(self, path: str, size: int) -> None:
         """``path`` was read in full (``size`` bytes): its store is rewritten if it outgrew the file."""
         if self._thread is not None:
@@ -195,15 +202,20 @@ class Preparer:
         with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's niceness is its own
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
         clock = time.thread_time()
-        self._sweep()
+        swept = False  # the first sweep waits for a quiet minute: a start-up has its own work to do
         while True:
             now = time.thread_time()
             self.cpu_seconds += now - clock
             clock = now
+            wait = SWEEP_AFTER_SECONDS if not swept else MEMO_IDLE_SECONDS if self._memo else None
             try:
-                item = items.get(timeout=MEMO_IDLE_SECONDS if self._memo else None)
+                item = items.get(timeout=wait)
             except queue.Empty:
-                self._memo.clear()
+                if swept:
+                    self._memo.clear()
+                else:
+                    swept = True
+                    self._sweep()
                 continue
             if item is None:
                 return
@@ -213,6 +225,9 @@ class Preparer:
                     self._append(path, arg[0])
                 elif what == "retain":
                     self._retain(path, arg)
+                elif what == "sweep":
+                    swept = True
+                    self._sweep()
                 else:
                     self.cpu_seconds += time.thread_time() - clock
                     clock = time.thread_time()
