@@ -325,8 +325,7 @@ def test_the_daemon_prepares_what_an_agent_appends_and_compact_merges_it(
     its state directory then finds every message of the span prepared and writes the cold compaction's summary."""
     from tests.test_service_e2e import wait_for
 
-    window = {"context_tokens": 10_000_000}  # never due: the daemon only follows it
-    d = daemon_factory(models={"providers": {"openai": {"models": {"gpt-5.1-codex": window}}}})
+    d = daemon_factory()  # the session's model gets the default window: never due, the daemon only follows it
     d.root.mkdir(parents=True)
     data = session_bytes(300_000, 11)[0]
     lines = data.splitlines(keepends=True)
@@ -414,3 +413,50 @@ def test_the_word_memo_is_forgotten_when_no_append_comes(
         time.sleep(0.01)  # polling an observable condition, bounded by the deadline
     preparer.stop()
     assert not preparer._memo
+
+
+def test_the_daemon_compacts_a_session_it_followed_from_what_it_prepared(
+    daemon_factory: Any,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """Followed while it grew, then over its threshold (a reload lowers the window): the daemon's own compaction
+    finds every message of its span prepared (its log line and its metrics say so)."""
+    import signal
+
+    from tests.test_service_e2e import has_compaction, wait_for
+
+    d = daemon_factory()  # the session's model gets the default window: far from its threshold
+    d.root.mkdir(parents=True)
+    lines = session_bytes(300_000, 12)[0].splitlines(keepends=True)
+    last_turn = max(i for i, line in enumerate(lines) if b'"role":"user"' in line)
+    path = d.root / "s.jsonl"
+    path.write_bytes(lines[0])
+    d.start()
+    ready = d.wait_notice("READY=1")
+    with path.open("ab") as f:
+        f.write(b"".join(lines[1:last_turn]))
+    shown = sum(1 for line in lines[1:last_turn] if b'"type":"message"' in line)
+    store = store_path(d.state, str(path))
+    wait_for(lambda: store.exists() and store.read_bytes().count(b"\n") - 1 >= shown, 60, "prepared", d.proc)
+    d.config["agents"] = {"defaults": {"context_tokens": 40_000}}  # a cap on every window
+    d.write_config(d.config)
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_notice("READY=1", start=d.wait_notice("RELOADING=1", start=ready))
+    with path.open("ab") as f:  # the agent's next turn, on the new window: over the threshold
+        f.write(b"".join(lines[last_turn:]))
+    wait_for(lambda: has_compaction(path), 60, "the compaction", d.proc)
+    found = wait_for(
+        lambda: re.search(r"compacted path=.* prepared=(\d+)/(\d+)", d.log()), 30, "its log", d.proc
+    )
+    assert int(found.group(1)) == int(found.group(2)) > 0
+
+    def metric(name: str) -> float | None:
+        text = (d.state / "metrics.prom").read_text() if (d.state / "metrics.prom").exists() else ""
+        got = re.search(rf"^{name} (\S+)$", text, re.M)
+        return float(got.group(1)) if got else None
+
+    wait_for(lambda: metric("compactd_compaction_span_messages_total"), 30, "the span metric", d.proc)
+    assert metric("compactd_compaction_span_messages_prepared_total") == metric(
+        "compactd_compaction_span_messages_total"
+    )
+    assert d.stop() == 0
