@@ -917,32 +917,8 @@ def _reference_extract(
         return extract_identifiers(messages, Reference())
 
 
-_TEXTS = st.lists(
-    st.tuples(
-        st.sampled_from(_SHAPES + _PHRASE_SHAPES + _SECRET_PARTS),
-        st.sampled_from(["", " ", "\n", "\t", "  "]),
-    ),
-    max_size=12,
-).map(lambda parts: "".join(a + b for a, b in parts))
-
-
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["user", "assistant", "toolResult", "custom", "bashExecution"]), _TEXTS, _TEXTS
-        ),
-        min_size=1,
-        max_size=8,
-    )
-)
-@settings(max_examples=200, deadline=None)
-def test_records_equal_the_reference_extractor_on_generated_messages(
-    specs: list[tuple[str, str, str]],
-) -> None:
-    """Every field of every record (text, kind, count, first and last index, flags) is what the reference
-    extractor gives, on messages of every role whose texts repeat shapes across and within messages."""
-    from compactd.summarize.redact import SpanText, redact_value
-
+def messages_of(specs: list[tuple[str, str, str]]) -> list[Msg]:
+    """A message of each role from two generated texts (a tool call's command and path, two text blocks)."""
     read: list[Msg] = []
     for role, first, second in specs:
         if role == "bashExecution":
@@ -957,6 +933,38 @@ def test_records_equal_the_reference_extractor_on_generated_messages(
             read.append(
                 {"role": role, "content": [{"type": "text", "text": first}, {"type": "text", "text": second}]}
             )
+    return read
+
+
+_TEXTS = st.lists(
+    st.tuples(
+        st.sampled_from(_SHAPES + _PHRASE_SHAPES + _SECRET_PARTS),
+        st.sampled_from(["", " ", "\n", "\t", "  "]),
+    ),
+    max_size=12,
+).map(lambda parts: "".join(a + b for a, b in parts))
+
+
+# Messages of every role, each from two generated texts (see ``messages_of``).
+MESSAGE_SPECS = st.lists(
+    st.tuples(
+        st.sampled_from(["user", "assistant", "toolResult", "custom", "bashExecution"]), _TEXTS, _TEXTS
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(MESSAGE_SPECS)
+@settings(max_examples=200, deadline=None)
+def test_records_equal_the_reference_extractor_on_generated_messages(
+    specs: list[tuple[str, str, str]],
+) -> None:
+    """Every field of every record (text, kind, count, first and last index, flags) is what the reference
+    extractor gives, on messages of every role whose texts repeat shapes across and within messages."""
+    from compactd.summarize.redact import SpanText, redact_value
+
+    read = messages_of(specs)
     handed_on = [redact_value(m) for m in read]
     fast = extract_identifiers(handed_on, SpanText.of(read, handed_on))
     with pytest.MonkeyPatch.context() as monkeypatch:

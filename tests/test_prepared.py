@@ -31,19 +31,9 @@ from compactd.summarize.identifiers import extract_identifiers, merge_findings
 from compactd.summarize.prepared import decode, encode, message_key, prepare
 from compactd.summarize.redact import SpanText, redact_value
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from bench.corpus import session_bytes
-from tests.test_identifiers import (
-    _PHRASE_SHAPES,
-    _SECRET_PARTS,
-    _SHAPES,
-    _real_dir,
-    assistant,
-    call,
-    result,
-    user,
-)
+from tests.test_identifiers import MESSAGE_SPECS, _real_dir, messages_of, result, user
 from tests.test_service_e2e import daemon_factory  # noqa: F401 (the fixture)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,42 +66,12 @@ def _cold_and_prepared(read: list[Msg]) -> tuple[Any, Any, list[Msg], list[Msg]]
     return cold, merged, handed_on, copies
 
 
-_TEXTS = st.lists(
-    st.tuples(
-        st.sampled_from(_SHAPES + _PHRASE_SHAPES + _SECRET_PARTS),
-        st.sampled_from(["", " ", "\n", "\t", "  "]),
-    ),
-    max_size=12,
-).map(lambda parts: "".join(a + b for a, b in parts))
-
-
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["user", "assistant", "toolResult", "custom", "bashExecution"]), _TEXTS, _TEXTS
-        ),
-        min_size=1,
-        max_size=8,
-    )
-)
+@given(MESSAGE_SPECS)
 @settings(max_examples=200, deadline=None)
 def test_merged_findings_and_stored_copies_equal_the_cold_ones(specs: list[tuple[str, str, str]]) -> None:
     """Every field of every record, and every redacted copy, from stored shares is what the engine makes cold,
     on messages of every role whose texts hold identifiers, phrases and secrets, repeated across messages."""
-    read: list[Msg] = []
-    for role, first, second in specs:
-        if role == "bashExecution":
-            read.append({"role": role, "command": first, "output": second})
-        elif role == "assistant":
-            read.append(assistant(first, call("bash", command=second, path=first.strip())))
-        elif role == "user":
-            read.append(user(first + second))
-        elif role == "toolResult":
-            read.append(result(first + "\n" + second))
-        else:
-            read.append(
-                {"role": role, "content": [{"type": "text", "text": first}, {"type": "text", "text": second}]}
-            )
+    read = messages_of(specs)
     cold, merged, handed_on, copies = _cold_and_prepared(read)
     assert merged == cold
     assert copies == handed_on

@@ -310,39 +310,26 @@ async def compact_file(
     if not transcript.committable:
         reason = "; ".join(f"{p.kind} at line {p.line}: {p.message}" for p in transcript.blocking)
         return JobResult(path, "none", reason=f"not compacted: {reason}", status=refused)
-    with frozen():  # the transcript, read and parsed, is not traversed by the collector again
-        return await _run_job(path, config, transcript, client, dry_run, mode, force, plan, now)
-
-
-async def _run_job(
-    path: str,
-    config: Config,
-    transcript: Transcript,
-    client: Any,
-    dry_run: bool,
-    mode: str | None,
-    force: bool,
-    plan: Plan | None,
-    now: datetime | None,
-) -> JobResult:
     loop_client = offload.LoopClient(client) if client is not None else None
     # Everything from here to the commit is computation over the whole transcript (the checks, the engine's
     # redaction, identifiers and digest, the pruning plan): off the loop, which serves every other session.
-    planned = await offload.run_async(
-        lambda: _plan_job(
-            path,
-            config,
-            transcript,
+    # The transcript, read and parsed, is not traversed by the cyclic collector again meanwhile.
+    with frozen():
+        planned = await offload.run_async(
+            lambda: _plan_job(
+                path,
+                config,
+                transcript,
+                client=loop_client,
+                dry_run=dry_run,
+                mode=mode,
+                force=force,
+                plan=plan,
+                now=now,
+            ),
             client=loop_client,
-            dry_run=dry_run,
-            mode=mode,
-            force=force,
-            plan=plan,
-            now=now,
-        ),
-        client=loop_client,
-        name="compactd-job",
-    )
+            name="compactd-job",
+        )
     if isinstance(planned, JobResult):
         return planned
     result, replacements = planned
@@ -350,9 +337,10 @@ async def _run_job(
     # The commit writes: it runs in anyio's pool, whose thread a cancellation waits for (never abandoned
     # half way), and the commit is atomic and journalled anyway.
     progress.stage("committing", f"{result.route}, mode {commit_mode}")
-    done = await anyio.to_thread.run_sync(
-        lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
-    )
+    with frozen():
+        done = await anyio.to_thread.run_sync(
+            lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
+        )
     if done.committed and result.fill is not None:
         e = result.engine
         log.info(
