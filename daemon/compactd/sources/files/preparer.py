@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 PREPARED_DIR = "prepared"
 # Bumped when a line's layout or what a message's share holds changes; compactd's version is checked too (an
 # upgraded extractor must not merge an older one's findings).
-STORE_FORMAT = 1
+STORE_FORMAT = 2
 # Appended bytes queued and not yet prepared beyond which a batch is dropped (its messages are done at compaction
 # instead): however far behind the thread is (a start after a long stop reads all that was appended meanwhile),
 # the queue never holds more of the transcripts than this.
@@ -126,7 +126,8 @@ def load_prepared(state_dir: str | os.PathLike[str], path: str) -> dict[str, Pre
                 if got is None:
                     continue
                 findings = got[1].findings
-                findings[::3] = [texts.setdefault(text, text) for text in findings[::3]]
+                idents = findings[::3]
+                findings[::3] = map(texts.setdefault, idents, idents)
                 out[got[0]] = got[1]
     except OSError:
         return {}
