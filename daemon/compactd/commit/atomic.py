@@ -295,8 +295,11 @@ def current_transcript(
     if same_reading(planned, snap.data, (snap.st.st_dev, snap.st.st_ino)):
         assert planned is not None
         transcript = planned
+        held = planned.file_bytes()
+        if held is not None and held == snap.data:
+            snap.data = held  # one copy of the file's bytes at the commit's peak, not two
     else:
-        transcript = parse_transcript(snap.data)
+        transcript = parse_transcript(snap.data, lean=True)
     reason = check(transcript) if check is not None else None
     if reason is not None:
         raise Abandon(reason, busy="turn")
