@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from compactd.commit.atomic import os_reason
-from compactd.commit.durable import TEMP_NAME, write_atomic
+from compactd.commit.durable import TEMP_NAME, os_reason, write_atomic
 from compactd.commit.locks import pid_alive
 from compactd.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS, BUSY_RETRY_SECONDS
 
