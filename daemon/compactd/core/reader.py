@@ -652,6 +652,9 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
     last_kept: Hashable | None = None
     empty_id: int | None = None
     count = data.count
+    # The loop runs once per line: bound methods, and a string id's link key (itself) without a call.
+    add_id, add_parent, add_type, add_line = ids.append, parents.append, types.append, lines.append
+    add_span = spans._flat.append
     for value, begin, end, line_no, _ in scan.entries():
         if not ids and scan.version < CURRENT_VERSION:
             return None
@@ -659,20 +662,20 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
         entry_id = value.get("id")
         parent = value.get("parentId")
         kind = value.get("type")
-        if isinstance(kind, str):
+        if type(kind) is str:
             kind = interned.setdefault(kind, kind)
-        ids.append(entry_id)
-        parents.append(parent)
-        types.append(kind)
-        lines.append(line_no)
-        spans.append((begin, end))
-        message = value.get("message")
-        if kind == "message" and message is not None and not isinstance(message, dict):
-            early.append((index, _message_not_object(message, line_no)))
-        key = link_key(entry_id)
-        if not isinstance(entry_id, str):
-            early.append((index, _id_problem(entry_id, line_no)))
-        else:
+        add_id(entry_id)
+        add_parent(parent)
+        add_type(kind)
+        add_line(line_no)
+        add_span(begin)
+        add_span(end)
+        if kind == "message":
+            message = value.get("message")
+            if message is not None and not isinstance(message, dict):
+                early.append((index, _message_not_object(message, line_no)))
+        if type(entry_id) is str:
+            key: Hashable | None = entry_id or None
             earlier = links.get(entry_id) if entry_id else empty_id
             if not entry_id:
                 empty_id = index  # "" is an id ``validate`` compares, though it links nothing
@@ -685,11 +688,16 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
                         ),
                     )
                 )
+        else:
+            key = link_key(entry_id)
+            early.append((index, _id_problem(entry_id, line_no)))
         if count(b"{", begin, end) + count(b"[", begin, end) > MAX_DEPTH:
             depth = nesting(value)
             if depth > MAX_DEPTH:
                 deep.append((line_no, depth))
-        if index == 0 or (last_kept is not None and link_key(parent) == last_kept):
+        if index == 0 or (
+            last_kept is not None and (parent if type(parent) is str else link_key(parent)) == last_kept
+        ):
             kept[index] = value
             last_kept = key
         if key is not None:
