@@ -261,3 +261,44 @@ def test_a_successor_built_on_a_lean_reading_is_byte_identical(seed: int) -> Non
         except PlanError as exc:
             outcomes.append((exc.reason,))
     assert outcomes[0] == outcomes[1]
+
+
+def _mostly_branch(seed: int) -> bytes:
+    """A long branch with a few lines off it (orphans, a fork, a label on a forked entry): the lean reading
+    keeps a copy of just those lines, not the file's bytes."""
+    rng = random.Random(seed)
+    lines = [orjson.dumps(HEADER)]
+    ids: list[str] = []
+    for n in range(80):
+        parent = ids[-1] if ids else None
+        roll = rng.random()
+        if roll < 0.05:
+            lines.append(orjson.dumps(_message(f"o{n}", f"gone{n}", "user", "orphan")))
+        elif roll < 0.08 and ids:
+            fork = f"f{n}"
+            lines.append(orjson.dumps(_message(fork, rng.choice(ids), "user", "fork")))
+            lines.append(orjson.dumps({"type": "label", "id": f"l{n}", "parentId": fork, "targetId": fork}))
+        entry_id = f"e{n}"
+        lines.append(
+            orjson.dumps(_message(entry_id, parent, rng.choice(["user", "assistant"]), f"turn {n} " * 20))
+        )
+        ids.append(entry_id)
+    return b"\n".join(lines) + b"\n"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_few_lines_off_the_branch_are_kept_as_a_copy(seed: int) -> None:
+    data = _mostly_branch(seed)
+    lean = parse_transcript(data, lean=True)
+    off = [i for i in range(lean.count) if not str(lean.id_at(i)).startswith("e")]
+    if not off:
+        pytest.skip("nothing off the branch in this one")
+    assert lean.lean and lean.file_bytes() is None
+    assert [lean.entry(i) for i in off] == [parse_transcript(data).entries[i] for i in off]
+    assert_same_reading(data)
+    ids = [e["id"] for e in parse_transcript(data).branch()]
+    plans = [
+        build_successor(data, parse_transcript(data, lean=lean_), _compaction(ids[len(ids) // 2]), None, {})
+        for lean_ in (False, True)
+    ]
+    assert plans[0].data == plans[1].data and plans[0].expected == plans[1].expected
