@@ -29,6 +29,7 @@ the kept turns' usage, measured before the compaction, is no longer pi's anchor.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections import Counter
@@ -588,12 +589,15 @@ def build_successor(
     spans = transcript.spans
     reserialize_all = transcript.version < 3
     # One buffer, not a list of lines: orjson's result keeps its ~4 KB working buffer, so holding one per
-    # re-parented entry (every orphan) cost ~20x the file; each is copied in here and freed at once.
-    out_data = bytearray()
+    # re-parented entry (every orphan) cost ~20x the file; each is copied in here and freed at once. A BytesIO
+    # hands its buffer over as the result's bytes (``getvalue`` shares it), where a bytearray was copied once
+    # more at the commit's peak.
+    out_data = io.BytesIO()
+    write = out_data.write
 
     def emit(line: bytes) -> None:
-        out_data.extend(line)
-        out_data.extend(b"\n")
+        write(line)
+        write(b"\n")
 
     if reserialize_all:
         emit(dumps_entry({**header, "version": 3}))
@@ -624,8 +628,8 @@ def build_successor(
         replacement = fix_replacements.get(entry_id) if entry_id is not None else None
         if replacement is None and parent == transcript.parent_at(at) and not reserialize_all:
             start, end = spans[at]
-            out_data.extend(view[start:end])
-            out_data.extend(b"\n")
+            write(view[start:end])
+            write(b"\n")
             if at in kept_at:
                 kept_out[at] = transcript.entry(at)
             continue
@@ -661,7 +665,7 @@ def build_successor(
     new_ids = [i for i in (_entry_id(new_compaction or {}), _entry_id(new_post or {})) if i is not None]
     new_ids += [i for e in edits if (i := _entry_id(e)) is not None]
     return Plan(
-        data=bytes(out_data),
+        data=out_data.getvalue(),
         leaf_id=leaf_id,
         expected=expected,
         thinking_level=original.thinking_level,
