@@ -235,9 +235,11 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 def _compact(args: argparse.Namespace, out: TextIO) -> int:
     import anyio
 
+    from compactd.heap import fix_mmap_threshold
     from compactd.sources.files.job import EXIT_CODES, compact_file
     from compactd.summarize.settings import make_client
 
+    fix_mmap_threshold()  # as the service: a compaction's peak not raised by the reads before it
     config = _load_config(args)
 
     async def go() -> Any:
