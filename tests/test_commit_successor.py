@@ -381,16 +381,23 @@ def test_rewriting_many_orphans_holds_no_per_line_copies() -> None:
 
 
 def test_the_check_of_a_successor_shares_the_planned_entries() -> None:
-    """The successor ``verify`` loads holds the planned transcript's entries (or, for an orphan whose dangling
-    ``parentId`` the successor clears, its message) instead of a second parsed copy of each."""
+    """The successor ``verify`` loads holds the planned transcript's branch entries (or, for one the successor
+    re-parents, their values) instead of a second parsed copy of each, and the lines off its branch (every
+    orphan, a root in the successor) as bytes, not dicts."""
     data = _orphans_then_branch(50)
     transcript = parse_transcript(data)
     planned = transcript.by_id()
     plan = build_successor(data, transcript, compaction_for("b0000004"), None, {})
     loaded = verify(plan.data, plan, strict_structure=True)
-    orphans = [e for e in loaded.entries if e["id"].startswith("o")]
-    assert len(orphans) == 50 and all(e["parentId"] is None for e in orphans)
-    assert all(e["message"] is planned[e["id"]]["message"] for e in orphans)
-    assert loaded.by_id()["b0000005"] is planned["b0000005"]  # unchanged: the entry itself
-    assert loaded.by_id()["b0000004"] is not planned["b0000004"]  # re-parented under the compaction
-    assert loaded.by_id()["b0000004"]["parentId"] != planned["b0000004"]["parentId"]
+    orphans = [i for i in range(loaded.count) if str(loaded.id_at(i)).startswith("o")]
+    assert len(orphans) == 50 and all(loaded.parent_at(i) is None for i in orphans)
+    held = loaded.retained_by_id()
+    assert loaded.lean and not any(entry_id.startswith("o") for entry_id in held)
+    assert held["b0000005"] is planned["b0000005"]  # unchanged: the entry itself
+    assert held["b0000004"] is not planned["b0000004"]  # re-parented under the compaction
+    assert held["b0000004"]["parentId"] != planned["b0000004"]["parentId"]
+    assert held["b0000004"]["message"] is planned["b0000004"]["message"]
+    # Asked for, the orphans are there as parsed, equal to the planned ones but for their parent.
+    assert [{**e, "parentId": "x"} for e in loaded.entries if e["id"].startswith("o")] == [
+        {**e, "parentId": "x"} for e in transcript.entries if e["id"].startswith("o")
+    ]

@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "daemon" / "compactd"
 # What the core may import from outside itself: pure standard-library modules, orjson, and the defaults.
 CORE_ALLOWED = {
     "__future__",
+    "array",  # flat spans of a lean reading (reader.Spans); no file is read or written through it
     "collections",
     "collections.abc",
     "dataclasses",

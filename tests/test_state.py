@@ -3,6 +3,7 @@ metrics files, the Prometheus text format, and the ``compactd status`` table."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -85,6 +86,21 @@ def test_sessions_round_trip_through_a_new_store(tmp_path: Path) -> None:
     assert loaded == sessions
     assert temp_files(state_dir) == []
     assert (state_dir / SESSIONS_FILE).stat().st_mode & 0o777 == 0o600
+
+
+def test_sessions_json_leaves_out_what_is_none_by_default_and_reads_both_forms(tmp_path: Path) -> None:
+    """A field that is None by default and still None is not written (most of them, for most sessions);
+    a record written with every field (before) reads the same."""
+    full, fresh = full_state(), SessionState(path="/tmp/other.jsonl", tokens=5)
+    record = fresh.to_json()
+    assert record["tokens"] == 5 and "last_error" not in record and "backoff_until" not in record
+    assert record["failures"] == 0  # not None by default: always written
+    assert SessionState.from_json(fresh.path, record) == fresh
+    assert SessionState.from_json(full.path, full.to_json()) == full
+    every_field = {
+        f.name: getattr(fresh, f.name) for f in dataclasses.fields(SessionState) if f.name != "path"
+    }
+    assert SessionState.from_json(fresh.path, every_field) == fresh
 
 
 def test_ensure_creates_an_owner_only_directory(tmp_path: Path) -> None:

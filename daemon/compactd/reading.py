@@ -14,10 +14,13 @@ def _open_nofollow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW)
 
 
-def read_transcript(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> Transcript:
+def read_transcript(
+    path: str | os.PathLike[str], *, follow_symlinks: bool = True, lean: bool = False
+) -> Transcript:
     """Read and parse a file; an unreadable file is a Transcript with an ``unreadable`` problem, not an error.
 
-    ``follow_symlinks=False`` (the daemon's reads) refuses a file swapped for a symlink since it was found."""
+    ``follow_symlinks=False`` (the daemon's reads) refuses a file swapped for a symlink since it was found.
+    ``lean``: hold only the current branch's entries as dicts (``parse_transcript``), as a compaction needs."""
     try:
         with open(path, "rb", opener=None if follow_symlinks else _open_nofollow) as handle:
             st = os.fstat(handle.fileno())
@@ -26,6 +29,6 @@ def read_transcript(path: str | os.PathLike[str], *, follow_symlinks: bool = Tru
         return Transcript(
             None, CURRENT_VERSION, [], [Problem("unreadable", None, f"{exc.strerror}: {path}")], None
         )
-    transcript = parse_transcript(data)
+    transcript = parse_transcript(data, lean=lean)
     transcript.identity = (st.st_dev, st.st_ino)
     return transcript

@@ -24,7 +24,7 @@ from compactd import __version__
 from compactd.commit.locks import AlreadyRunning, InstanceLock
 from compactd.config import Config, ConfigError, load_config
 from compactd.core.timestamps import iso_seconds
-from compactd.heap import limit_malloc_arenas, release_free_memory
+from compactd.heap import fix_mmap_threshold, limit_malloc_arenas, release_free_memory
 from compactd.logs import apply_config_level
 from compactd.progress import ActivityHandler
 from compactd.sources import Host, Outcome, Source, build_sources, one_pass, work
@@ -418,6 +418,7 @@ class Service:
     async def serve(self, shutdown_trigger: ShutdownTrigger | None = None) -> int:
         """Run until SIGTERM/SIGINT or ``shutdown_trigger`` returns; 0 on a clean stop, 3 if another runs."""
         limit_malloc_arenas()
+        fix_mmap_threshold()
         while True:
             try:
                 lock = self.lock_instance()

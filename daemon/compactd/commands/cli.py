@@ -140,7 +140,8 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     config = _load_config(args)
     if _missing("inspect", args.file):
         return 2
-    transcript = read_transcript(args.file)
+    # Lean: a report needs the branch, the links and the problems, not every line off the branch as a dict.
+    transcript = read_transcript(args.file, lean=True)
     context = build_context(transcript)  # once, for the report and the figures
     report = inspect_transcript(args.file, transcript, context=context)
     if transcript.usable:
@@ -206,7 +207,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.reading import read_transcript
 
     with _collector_paused():
-        transcript = read_transcript(args.file)
+        transcript = read_transcript(args.file, lean=True)  # the problems are the same, in the same order
     code = validation_exit_code(transcript)
     if args.json:
         _print_json(
@@ -234,9 +235,11 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 def _compact(args: argparse.Namespace, out: TextIO) -> int:
     import anyio
 
+    from compactd.heap import fix_mmap_threshold
     from compactd.sources.files.job import EXIT_CODES, compact_file
     from compactd.summarize.settings import make_client
 
+    fix_mmap_threshold()  # as the service: a compaction's peak not raised by the reads before it
     config = _load_config(args)
 
     async def go() -> Any:

@@ -44,7 +44,7 @@ def inspect_transcript(
         "path": os.fspath(path),
         "session_id": transcript.session_id,
         "version": transcript.version,
-        "entries": len(transcript.entries),
+        "entries": transcript.count,
         "leaf_id": transcript.leaf_id,
         "rules": ("pi 1.x" if pi1 else "pi 0.73") + ": " + rules_reason(transcript.branch())[1],
         "context_messages": count,

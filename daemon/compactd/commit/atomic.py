@@ -40,6 +40,7 @@ from typing import Literal
 
 import orjson
 
+from compactd.commit.durable import fsync_dir, os_reason, write_all
 from compactd.commit.successor import dumps_entry, fresh_id, leaf_pointer_entry, misplaced_leaf
 from compactd.core.reader import Transcript, parse_line, parse_transcript, same_reading
 from compactd.core.timestamps import archive_stamp
@@ -132,12 +133,6 @@ class Abandon(Exception):
         self.busy = busy
 
 
-def os_reason(exc: OSError) -> str:
-    """``ENOSPC: No space left on device`` — the errno's name first, for logs and JSON."""
-    name = errno.errorcode.get(exc.errno or 0, "OSError")
-    return f"{name}: {exc.strerror or exc}"
-
-
 # --- paths --------------------------------------------------------------------------------------------------
 
 
@@ -193,20 +188,6 @@ def tmp_pid(name: str) -> int | None:
         return None
     middle = name[: -len(TMP_SUFFIX)].rsplit(TMP_MARK, 1)[-1]
     return int(middle) if middle.isdigit() else None
-
-
-def fsync_dir(directory: str | os.PathLike[str]) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def pread_all(fd: int, offset: int, length: int) -> bytes:
@@ -295,8 +276,11 @@ def current_transcript(
     if same_reading(planned, snap.data, (snap.st.st_dev, snap.st.st_ino)):
         assert planned is not None
         transcript = planned
+        held = planned.file_bytes()
+        if held is not None and held == snap.data:
+            snap.data = held  # one copy of the file's bytes at the commit's peak, not two
     else:
-        transcript = parse_transcript(snap.data)
+        transcript = parse_transcript(snap.data, lean=True)
     reason = check(transcript) if check is not None else None
     if reason is not None:
         raise Abandon(reason, busy="turn")

@@ -9,14 +9,34 @@ validated rotation of :mod:`compactd.commit.atomic`, which carries over lines ap
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
 from pathlib import Path
 
-from compactd.commit.atomic import fsync_dir, write_all
+__all__ = ["TEMP_NAME", "fsync_dir", "os_reason", "write_all", "write_atomic"]
 
-__all__ = ["TEMP_NAME", "write_atomic"]
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def os_reason(exc: OSError) -> str:
+    """``ENOSPC: No space left on device`` — the errno's name first, for logs and JSON."""
+    name = errno.errorcode.get(exc.errno or 0, "OSError")
+    return f"{name}: {exc.strerror or exc}"
+
 
 # ``.<target name>.<pid>.<random>.tmp``: the pid tells a live writer's from a dead one's, and the name does
 # not end in the target's suffix, so node_exporter (``*.prom``) never reads a half-written one.

@@ -29,6 +29,7 @@ the kept turns' usage, measured before the compaction, is no longer pi's anchor.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections import Counter
@@ -479,25 +480,29 @@ def build_successor(
     if compaction is not None and not isinstance(first_kept, str):
         raise PlanError("compaction has no firstKeptEntryId")
     branch = current_branch(transcript, [first_kept, snapshot_leaf_id])
+    # Entries are named by their index in the file here, not by object: a lean reading (see
+    # ``Transcript``) holds only the branch's entries as dicts and parses another line only to rewrite it.
+    branch_at = transcript.branch_indices()
     original = context_from_path(branch)
     pi1 = original.rules == PI_1
-    index = transcript.by_id()
+    index = transcript.id_index()
     positions = {_entry_id(e): i for i, e in enumerate(branch)}
     cut = positions[first_kept] if first_kept is not None else 0
     summarized = branch[:cut]
     kept = branch[cut:]
-    summarized_objs = {id(e) for e in summarized}
+    summarized_at = set(branch_at[:cut])
     # pi 1.x: a pruned result's original stays in the file (an edit rewrites nothing), so the note names it.
     fix_replacements = _prepare_replacements(replacements, entry_note if pi1 else note_for)
     edit_replacements: dict[str, Entry] = {}
     moved: list[Entry] = []  # pi 1.x: the branch's system messages, chained before the compaction
+    moved_at: set[int] = set()
     if pi1:
         edit_replacements, fix_replacements = fix_replacements, {}
         if compaction is not None:
             if branch and is_system_message(branch[-1]):
                 raise PlanError("the branch ends with a system message: a request is being prepared")
             moved = [e for e in branch if is_system_message(e)]
-    moved_objs = {id(e) for e in moved}
+            moved_at = {at for at, e in zip(branch_at, branch, strict=True) if is_system_message(e)}
 
     taken = set(index)
     new_compaction: Entry | None = None
@@ -508,46 +513,47 @@ def build_successor(
     # The chain that follows the compaction: what of the summarized part is state, not conversation.
     latest = {e.get("type"): e for e in summarized if e.get("type") in SETTINGS_TYPES}
     chain_candidates = [
-        e
-        for e in summarized
+        (at, e)
+        for at, e in zip(branch_at, summarized, strict=False)
         if (e.get("type") in SETTINGS_TYPES and latest.get(e.get("type")) is e)
         or (e.get("type") not in SETTINGS_TYPES and e.get("type") not in SUMMARIZED_TYPES)
     ]
 
-    def canonical(entry: Entry) -> bool:
-        entry_id = _entry_id(entry)
-        return entry_id is None or index.get(entry_id) is entry
+    def id_of(at: int) -> str | None:
+        value = transcript.id_at(at)
+        return value if isinstance(value, str) else None
+
+    def canonical(at: int) -> bool:
+        entry_id = id_of(at)
+        return entry_id is None or index.get(entry_id) == at
 
     rest = [
-        e
-        for e in transcript.entries
-        if id(e) not in summarized_objs and id(e) not in moved_objs and canonical(e)
+        at
+        for at in range(transcript.count)
+        if at not in summarized_at and at not in moved_at and canonical(at)
     ]
-    present = {_entry_id(e) for e in rest if e.get("type") != "label"}
-    present |= {_entry_id(e) for e in chain_candidates if e.get("type") != "label"}
+    present = {id_of(at) for at in rest if transcript.type_at(at) != "label"}
+    present |= {_entry_id(e) for _, e in chain_candidates if e.get("type") != "label"}
     if new_compaction is not None:
         present.add(new_compaction["id"])
     present.discard(None)
 
-    kept_objs = {id(e) for e in kept}
+    kept_at = set(branch_at[cut:])
     # Labels survive when their target does (a label may target a label: decide in file order). A label on
     # the kept branch stays whatever it targets: an agent may hold its id as its leaf.
-    candidate_objs = {id(e) for e in rest} | {id(e) for e in chain_candidates}
+    candidates = set(rest) | {at for at, _ in chain_candidates}
     dropped: set[int] = set()
-    for entry in transcript.entries:
-        if entry.get("type") != "label" or id(entry) not in candidate_objs:
+    for at in range(transcript.count):
+        if transcript.type_at(at) != "label" or at not in candidates:
             continue
-        if id(entry) in kept_objs or entry.get("targetId") in present:
-            present.add(_entry_id(entry))
+        if at in kept_at or transcript.entry(at).get("targetId") in present:
+            present.add(id_of(at))
         else:
-            dropped.add(id(entry))
+            dropped.add(at)
 
-    def survives(entry: Entry) -> bool:
-        return id(entry) not in dropped
-
-    chain = [e for e in chain_candidates if survives(e)]
-    rest = [e for e in rest if survives(e)]
-    surviving = {id(e) for e in rest}
+    chain = [e for at, e in chain_candidates if at not in dropped]
+    rest = [at for at in rest if at not in dropped]
+    surviving = set(rest)
 
     anchor: str | None = None
     chain_parent: dict[int, str | None] = {}
@@ -573,22 +579,25 @@ def build_successor(
             target = index.get(parent)
             if target is None:
                 return None
-            if id(target) in summarized_objs:
+            if target in summarized_at:
                 return anchor
-            if id(target) in surviving:
+            if target in surviving:
                 return parent
-            parent = target.get("parentId")
+            parent = transcript.parent_at(target)
         return None
 
-    spans = {id(e): span for e, span in zip(transcript.entries, transcript.spans, strict=True)}
+    spans = transcript.spans
     reserialize_all = transcript.version < 3
     # One buffer, not a list of lines: orjson's result keeps its ~4 KB working buffer, so holding one per
-    # re-parented entry (every orphan) cost ~20x the file; each is copied in here and freed at once.
-    out_data = bytearray()
+    # re-parented entry (every orphan) cost ~20x the file; each is copied in here and freed at once. A BytesIO
+    # hands its buffer over as the result's bytes (``getvalue`` shares it), where a bytearray was copied once
+    # more at the commit's peak.
+    out_data = io.BytesIO()
+    write = out_data.write
 
     def emit(line: bytes) -> None:
-        out_data.extend(line)
-        out_data.extend(b"\n")
+        write(line)
+        write(b"\n")
 
     if reserialize_all:
         emit(dumps_entry({**header, "version": 3}))
@@ -610,27 +619,30 @@ def build_successor(
             reserialized += 1
         if new_post is not None:
             emit(dumps_entry(new_post))
-    first_kept_obj = kept[0] if kept and compaction is not None else None
+    first_kept_at = branch_at[cut] if kept and compaction is not None else None
     kept_out: dict[int, Entry] = {}
-    for entry in rest:
-        entry_id = _entry_id(entry)
-        parent = anchor if entry is first_kept_obj else resolve(entry.get("parentId"))
+    view = memoryview(data)
+    for at in rest:
+        entry_id = id_of(at)
+        parent = anchor if at == first_kept_at else resolve(transcript.parent_at(at))
         replacement = fix_replacements.get(entry_id) if entry_id is not None else None
-        if replacement is None and parent == entry.get("parentId") and not reserialize_all:
-            start, end = spans[id(entry)]
-            out_data.extend(memoryview(data)[start:end])
-            out_data.extend(b"\n")
-            out = entry
-        else:
-            out = dict(replacement) if replacement is not None else dict(entry)
-            out["id"] = entry_id if entry_id is not None else out.get("id")
-            out["parentId"] = parent
-            emit(dumps_entry(out))
-            reserialized += 1
-        if id(entry) in kept_objs:
-            kept_out[id(entry)] = out
+        if replacement is None and parent == transcript.parent_at(at) and not reserialize_all:
+            start, end = spans[at]
+            write(view[start:end])
+            write(b"\n")
+            if at in kept_at:
+                kept_out[at] = transcript.entry(at)
+            continue
+        out = dict(replacement) if replacement is not None else dict(transcript.entry(at))
+        out["id"] = entry_id if entry_id is not None else out.get("id")
+        out["parentId"] = parent
+        emit(dumps_entry(out))
+        reserialized += 1
+        if at in kept_at:
+            kept_out[at] = out
+    del view
 
-    new_kept = [kept_out[id(e)] for e in kept if id(e) in kept_out]
+    new_kept = [kept_out[at] for at in branch_at[cut:] if at in kept_out]
     leaf_id = _entry_id(branch[-1])
     edits: list[Entry] = []
     if pi1 and (new_compaction is not None or edit_replacements):
@@ -653,13 +665,13 @@ def build_successor(
     new_ids = [i for i in (_entry_id(new_compaction or {}), _entry_id(new_post or {})) if i is not None]
     new_ids += [i for e in edits if (i := _entry_id(e)) is not None]
     return Plan(
-        data=bytes(out_data),
+        data=out_data.getvalue(),
         leaf_id=leaf_id,
         expected=expected,
         thinking_level=original.thinking_level,
         allowed_pairing=_pairing(transcript),
         session_id=transcript.session_id,
-        reuse=transcript.by_id(),
+        reuse=transcript.retained_by_id(),
         new_ids=new_ids,
         summarized=len(summarized),
         kept=len(new_kept),
@@ -807,7 +819,8 @@ def verify(candidate: bytes, plan: Plan, *, strict_structure: bool) -> Transcrip
     ``strict_structure``: the candidate is entirely ours (a successor), so it must parse without any problem a
     loader would stumble on; an append candidate keeps whatever the agent's earlier lines had.
     """
-    loaded = parse_transcript(candidate, reuse=plan.reuse)  # one copy of each kept entry, not two
+    # One copy of each kept entry, not two; the lines off the branch stay bytes (``lean``).
+    loaded = parse_transcript(candidate, reuse=plan.reuse, lean=True)
     if not loaded.usable or loaded.session_id != plan.session_id:
         raise PlanError("check failed: the result has no valid session header")
     if strict_structure:

@@ -124,7 +124,7 @@ class SessionLedger:
         ledger = cls(
             session_id=transcript.session_id,
             version=transcript.version,
-            entries=len(transcript.entries),
+            entries=transcript.count,
             usable=transcript.usable,
             leaf_id=transcript.leaf_id,
             reload_on_append=_trims_tail(transcript.problems),

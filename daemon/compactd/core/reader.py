@@ -10,7 +10,8 @@ from __future__ import annotations
 import gc
 import hashlib
 import math
-from collections.abc import Hashable, Iterator, Mapping
+from array import array
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,18 +102,75 @@ def parse_line(line: bytes) -> tuple[Any, str | None]:
         return None, first_error
 
 
+class Spans(Sequence[tuple[int, int]]):
+    """(start, end) byte spans in one flat ``array('q')``: 16 bytes per entry instead of a tuple and two ints
+    (about 110), for a lean reading of a file with many entries."""
+
+    __slots__ = ("_flat",)
+
+    def __init__(self, flat: array[int] | None = None) -> None:
+        self._flat = flat if flat is not None else array("q")
+
+    def append(self, span: tuple[int, int]) -> None:
+        self._flat.extend(span)
+
+    def __len__(self) -> int:
+        return len(self._flat) // 2
+
+    def __getitem__(self, index: int) -> tuple[int, int]:  # type: ignore[override]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._flat[2 * index], self._flat[2 * index + 1]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        flat = iter(self._flat)
+        return zip(flat, flat, strict=True)
+
+
+class _Lean:
+    """What a lean reading keeps of its entries (see ``parse_transcript``): every entry's links, the branch's
+    entries (and the last one) parsed, and the other lines as bytes, parsed again only when asked for."""
+
+    __slots__ = ("ids", "kept", "null_leaf", "parents", "raw", "raw_spans", "types")
+
+    def __init__(self) -> None:
+        self.ids: list[Any] = []
+        self.parents: list[Any] = []
+        self.types: list[Any] = []
+        self.kept: dict[int, Entry] = {}
+        self.raw: bytes = b""
+        self.raw_spans: Sequence[tuple[int, int]] = ()
+        self.null_leaf = False
+
+    def parse(self, index: int) -> Entry:
+        """The entry at ``index``, parsed from its line (a new dict each time, unless it is kept)."""
+        kept = self.kept.get(index)
+        if kept is not None:
+            return kept
+        start, end = self.raw_spans[index]
+        value, _ = parse_line(self.raw[start:end])
+        return value  # type: ignore[no-any-return]
+
+
 @dataclass
 class Transcript:
-    """A parsed transcript: header, migrated entries in file order, and what a loader would stumble on."""
+    """A parsed transcript: header, migrated entries in file order, and what a loader would stumble on.
+
+    A lean reading (``parse_transcript(..., lean=True)``) holds parsed dicts only for the current branch:
+    ``entries`` (every entry as a dict) then parses the others on first use and keeps them, so a caller that
+    needs only the branch, the links (``id_at``, ``parent_at``, ``type_at``, ``id_index``) or one entry
+    (``entry``, ``get``) never holds them all."""
 
     header: Entry | None
     version: int
-    entries: list[Entry]
+    _entries: list[Entry] | None
     problems: list[Problem]
     leaf_id: str | None
     # 1-based line number and (start, end) byte span of each entry, parallel to ``entries``.
-    lines: list[int] = field(default_factory=list)
-    spans: list[tuple[int, int]] = field(default_factory=list)
+    lines: Sequence[int] = field(default_factory=list)
+    spans: Sequence[tuple[int, int]] = field(default_factory=list)
     header_span: tuple[int, int] | None = None
     header_line: int | None = None
     size: int = 0
@@ -126,6 +184,82 @@ class Transcript:
     _links: dict[Hashable, Entry] | None = field(default=None, repr=False)
     # The current branch and whether its walk ended at a cycle: computed once, as the indexes above.
     _branch: tuple[list[Entry], bool] | None = field(default=None, repr=False)
+    _lean: _Lean | None = field(default=None, repr=False)
+    _id_index: dict[str, int] | None = field(default=None, repr=False)
+    _branch_at: list[int] | None = field(default=None, repr=False)
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Every entry, in file order (a lean reading parses the lines off its branch now, once)."""
+        if self._entries is None:
+            lean = self._lean
+            assert lean is not None
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                self._entries = [lean.parse(i) for i in range(len(lean.ids))]
+            finally:
+                if paused:
+                    gc.enable()
+            self._lean = None
+        return self._entries
+
+    @property
+    def lean(self) -> bool:
+        """Entries off the branch are not held as dicts (yet)."""
+        return self._lean is not None
+
+    @property
+    def count(self) -> int:
+        """How many entries (as ``len(entries)``, without parsing a lean reading's)."""
+        return len(self._lean.ids) if self._lean is not None else len(self.entries)
+
+    def entry(self, index: int) -> Entry:
+        """The entry at ``index``: from a lean reading, parsed from its line unless it is on the branch (a new
+        dict each call then: compare entries by index, not identity)."""
+        return self._lean.parse(index) if self._lean is not None else self.entries[index]
+
+    def id_at(self, index: int) -> Any:
+        """The entry's ``id`` (None when it has none)."""
+        return self._lean.ids[index] if self._lean is not None else self.entries[index].get("id")
+
+    def parent_at(self, index: int) -> Any:
+        return self._lean.parents[index] if self._lean is not None else self.entries[index].get("parentId")
+
+    def type_at(self, index: int) -> Any:
+        return self._lean.types[index] if self._lean is not None else self.entries[index].get("type")
+
+    def id_index(self) -> dict[str, int]:
+        """String id → index of its last occurrence (the entry ``by_id`` maps it to)."""
+        if self._id_index is None:
+            if self._lean is not None:
+                ids = self._lean.ids
+                self._id_index = {v: i for i, v in enumerate(ids) if isinstance(v, str)}
+            else:
+                self._id_index = {
+                    v: i for i, e in enumerate(self.entries) if isinstance(v := e.get("id"), str)
+                }
+        return self._id_index
+
+    def get(self, entry_id: str) -> Entry | None:
+        """``by_id().get(entry_id)`` without parsing every entry of a lean reading."""
+        if self._lean is None:
+            return self.by_id().get(entry_id)
+        index = self.id_index().get(entry_id)
+        return None if index is None else self._lean.parse(index)
+
+    def file_bytes(self) -> bytes | None:
+        """The bytes this reading was parsed from, when a lean reading holds them whole (its lines off the
+        branch are most of the file), else None."""
+        lean = self._lean
+        return lean.raw if lean is not None and len(lean.raw) == self.size else None
+
+    def retained_by_id(self) -> Mapping[str, Entry]:
+        """The entries held as dicts by id: all of them (``by_id``), or a lean reading's branch."""
+        if self._lean is None:
+            return self.by_id()
+        ids = self._lean.ids
+        return {ids[i]: e for i, e in self._lean.kept.items() if isinstance(ids[i], str)}
 
     @property
     def usable(self) -> bool:
@@ -165,11 +299,16 @@ class Transcript:
     @property
     def null_leaf(self) -> bool:
         """The last entry's id is ``null``: pi's leaf is then "before the first entry", an empty context."""
+        if self._lean is not None:
+            return self._lean.null_leaf
         return bool(self.entries) and "id" in self.entries[-1] and self.entries[-1]["id"] is None
 
     def leaf(self, leaf_id: str | None = None) -> Entry | None:
         if leaf_id is None and (self.junk_leaf or self.null_leaf):
             return None
+        if leaf_id is None and self._lean is not None:
+            branch = self.branch()
+            return branch[-1] if branch else None
         target = leaf_id if leaf_id is not None else self.leaf_id
         entry = self.by_id().get(target) if target is not None else None
         if entry is None and self.entries:
@@ -188,6 +327,13 @@ class Transcript:
                 self._branch = (path, self._ends_at_cycle(path))
             return list(self._branch[0])
         return self._walk(leaf_id)
+
+    def branch_indices(self) -> list[int]:
+        """The index in ``entries`` of each entry of the current branch (``branch()``), root first."""
+        if self._branch_at is None:
+            at = {id(e): i for i, e in enumerate(self.entries)}
+            self._branch_at = [at[id(e)] for e in self.branch()]
+        return list(self._branch_at)
 
     def has_cycle(self) -> bool:
         """The current branch's parent links loop back on themselves (pi would hang on load)."""
@@ -235,7 +381,7 @@ def iter_lines(data: bytes, start: int = 0) -> Iterator[tuple[int, int, memoryvi
 
 
 def parse_transcript(
-    data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None = None
+    data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None = None, lean: bool = False
 ) -> Transcript:
     """Parse a whole file's bytes. Never raises on any input (see ``_parse``).
 
@@ -243,12 +389,21 @@ def parse_transcript(
     entry (or field of it) equal to that of its id there is replaced by that one as it is read, so the check
     of a successor does not hold a second copy of every kept entry (entries are never changed once parsed).
 
+    ``lean`` (a version 3 file, checked): keep as dicts only the current branch's entries and the last one;
+    of the others keep their links and their lines' bytes (see ``Transcript``). A compaction needs nothing
+    more, and 100,000 entries off the branch (about 1.1 KB each as dicts) then cost their bytes and links.
+    The reading is the same: the same problems in the same order, the same branch, the same ``entries``.
+
     The cyclic garbage collector is paused meanwhile: parsed entries are acyclic dicts, and letting it scan
     every one of them again at each allocation threshold costs more than the parsing itself on large files.
     """
     paused = gc.isenabled()
     gc.disable()
     try:
+        if lean and check:
+            transcript = _parse_lean(data, reuse)
+            if transcript is not None:
+                return transcript
         return _parse(data, check=check, reuse=reuse)
     finally:
         if paused:
@@ -446,7 +601,7 @@ def _parse(data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None
     transcript = Transcript(
         header=header,
         version=version,
-        entries=entries,
+        _entries=entries,
         problems=problems,
         leaf_id=leaf if isinstance(leaf, str) else None,
         lines=lines,
@@ -469,6 +624,240 @@ def _parse(data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None
     if check:
         transcript.problems.extend(validate(transcript, data))
     return transcript
+
+
+# A lean reading keeps the lines off its branch as the file's own bytes when they are at least this share of
+# them (no copy), else as a copy of just those lines.
+_RAW_SHARE = 0.5
+
+
+def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | None:
+    """``_parse`` and ``validate`` in one pass that keeps only the branch's entries as dicts; None for a file
+    pi migrates (older than version 3: every entry changes), which ``_parse`` reads.
+
+    An entry is kept while it is read when it continues the chain kept so far (its parent is the last kept
+    entry): the branch of an ordinary session, read once. Whatever else the branch holds (a fork's entries, a
+    root under a missing parent) is parsed again from its line after the walk; kept entries off the branch
+    are dropped then. Every per-entry check of ``validate`` runs on the parsed line as it is read.
+    """
+    scan = Scan(data)
+    lean = _Lean()
+    ids, parents, types, kept = lean.ids, lean.parents, lean.types, lean.kept
+    lines: array[int] = array("q")
+    spans = Spans()
+    links: dict[Hashable, int] = {}
+    early: list[tuple[int, Problem]] = []  # validate's problems of each entry but dangling parents
+    deep: list[tuple[int, int]] = []  # (line, depth) of entries nested too deep
+    interned: dict[Any, Any] = {}
+    last_kept: Hashable | None = None
+    empty_id: int | None = None
+    count = data.count
+    # The loop runs once per line: bound methods, and a string id's link key (itself) without a call.
+    add_id, add_parent, add_type, add_line = ids.append, parents.append, types.append, lines.append
+    add_span = spans._flat.append
+    for value, begin, end, line_no, _ in scan.entries():
+        if not ids and scan.version < CURRENT_VERSION:
+            return None
+        index = len(ids)
+        entry_id = value.get("id")
+        parent = value.get("parentId")
+        kind = value.get("type")
+        if type(kind) is str:
+            kind = interned.setdefault(kind, kind)
+        add_id(entry_id)
+        add_parent(parent)
+        add_type(kind)
+        add_line(line_no)
+        add_span(begin)
+        add_span(end)
+        if kind == "message":
+            message = value.get("message")
+            if message is not None and not isinstance(message, dict):
+                early.append((index, _message_not_object(message, line_no)))
+        if type(entry_id) is str:
+            key: Hashable | None = entry_id or None
+            earlier = links.get(entry_id) if entry_id else empty_id
+            if not entry_id:
+                empty_id = index  # "" is an id ``validate`` compares, though it links nothing
+            if earlier is not None and _differs_from(lean, data, spans, earlier, value, begin, end):
+                early.append(
+                    (
+                        index,
+                        Problem(
+                            "conflicting_duplicate_id", line_no, f"id {entry_id!r} repeats with other content"
+                        ),
+                    )
+                )
+        else:
+            key = link_key(entry_id)
+            early.append((index, _id_problem(entry_id, line_no)))
+        if count(b"{", begin, end) + count(b"[", begin, end) > MAX_DEPTH:
+            depth = nesting(value)
+            if depth > MAX_DEPTH:
+                deep.append((line_no, depth))
+        if index == 0 or (
+            last_kept is not None and (parent if type(parent) is str else link_key(parent)) == last_kept
+        ):
+            kept[index] = value
+            last_kept = key
+        if key is not None:
+            links[key] = index
+    scan.finish()
+    problems, header = scan.problems, scan.header
+    if scan.no_header or header is None:
+        return Transcript(None, CURRENT_VERSION, [], problems, None, size=len(data))
+    if scan.version < CURRENT_VERSION:
+        return None
+    n = len(ids)
+    junk_leaf = scan.junk_leaf
+    if n:
+        last = kept.get(n - 1)
+        if last is None:
+            last = kept[n - 1] = _reparse(data, spans, n - 1)
+        lean.null_leaf = "id" in last and last["id"] is None
+    leaf = ids[-1] if n else None
+    # The branch, walked as ``Transcript._walk`` walks it, by index.
+    path: list[int] = []
+    if n and not junk_leaf and not lean.null_leaf:
+        seen: set[int] = set()
+        current: int | None = n - 1
+        while current is not None and current not in seen:
+            seen.add(current)
+            path.append(current)
+            parent_key = link_key(parents[current])
+            current = links.get(parent_key) if parent_key is not None else None
+        path.reverse()
+    cycle = bool(path) and (root_key := link_key(parents[path[0]])) is not None and root_key in links
+    on_branch = set(path)
+    on_branch.add(n - 1)
+    for index in [i for i in kept if i not in on_branch]:
+        del kept[index]
+    shared = reuse is not None and bool(reuse)
+    for index in path:
+        entry = kept.get(index)
+        if entry is None:
+            entry = kept[index] = _reparse(data, spans, index)
+        if shared and isinstance(key := ids[index], str):
+            assert reuse is not None
+            known = reuse.get(key)
+            if known is not None:
+                kept[index] = _shared(entry, known)
+    # The other lines' bytes: the file's own when they are most of it, else a copy of just them.
+    off = [i for i in range(n) if i not in kept]
+    off_bytes = sum(spans[i][1] - spans[i][0] for i in off)
+    if off_bytes >= _RAW_SHARE * len(data):
+        lean.raw, lean.raw_spans = data, spans
+    elif off:
+        raw = bytearray()
+        raw_spans = Spans(array("q", bytes(16 * n)))
+        flat = raw_spans._flat
+        view = memoryview(data)
+        for i in off:
+            start, end = spans[i]
+            flat[2 * i] = len(raw)
+            raw.extend(view[start:end])
+            flat[2 * i + 1] = len(raw)
+        lean.raw, lean.raw_spans = bytes(raw), raw_spans
+    complete = data.rfind(b"\n") + 1
+    transcript = Transcript(
+        header=header,
+        version=scan.version,
+        _entries=None,
+        problems=problems,
+        leaf_id=leaf if isinstance(leaf, str) else None,
+        lines=lines,
+        spans=spans,
+        header_span=scan.header_span,
+        header_line=scan.header_line,
+        size=len(data),
+        junk_leaf=junk_leaf,
+        complete=complete,
+        edge=data[max(0, complete - EDGE_BYTES) : complete],
+        _lean=lean,
+    )
+    branch = [kept[i] for i in path]
+    transcript._branch = (branch, cycle)
+    transcript._branch_at = path
+    if junk_leaf:
+        problems.append(
+            Problem(
+                "junk_leaf",
+                None,
+                "the last parsed line is not an object: pi takes it as the leaf, empty context",
+            )
+        )
+    # validate's problems, in its order: each entry's, the cycle, the branch's, the nesting.
+    at = 0
+    for index in range(n):
+        while at < len(early) and early[at][0] == index:
+            problems.append(early[at][1])
+            at += 1
+        parent = parents[index]
+        if parent is not None and isinstance(ids[index], str) and link_key(parent) not in links:
+            problems.append(_dangling(parent, lines[index]))
+    if cycle:
+        problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
+    line_of = {id(kept[i]): lines[i] for i in path}
+    branch_ids = {e["id"] for e in branch if isinstance(e.get("id"), str)}
+    problems.extend(_branch_problems(branch, branch_ids, line_of))
+    header_span = scan.header_span
+    if header_span is not None and count(b"{", *header_span) + count(b"[", *header_span) > MAX_DEPTH:
+        depth = nesting(header)
+        if depth > MAX_DEPTH:
+            problems.append(_too_deep(scan.header_line, depth))
+    problems.extend(_too_deep(line, depth) for line, depth in deep)
+    return transcript
+
+
+def _reparse(data: bytes, spans: Sequence[tuple[int, int]], index: int) -> Entry:
+    start, end = spans[index]
+    value, _ = parse_line(data[start:end])
+    return value  # type: ignore[no-any-return]
+
+
+def _differs_from(
+    lean: _Lean, data: bytes, spans: Spans, earlier: int, value: Entry, begin: int, end: int
+) -> bool:
+    """Whether the entry at ``earlier`` differs from ``value`` (read from ``data[begin:end]``): the same bytes
+    are the same entry; else both compared as parsed."""
+    start, stop = spans[earlier]
+    if data[start:stop] == data[begin:end]:
+        return False
+    known = lean.kept.get(earlier)
+    return _differ(known if known is not None else _reparse(data, spans, earlier), value)
+
+
+def _message_not_object(message: Any, line: int | None) -> Problem:
+    return Problem(
+        "message_not_object",
+        line,
+        f"message is {_js_type(message)}, not an object: pi puts it in the context as is, we "
+        "cannot; this session is never compacted",
+    )
+
+
+def _id_problem(entry_id: Any, line: int | None) -> Problem:
+    if link_key(entry_id) is not None:
+        return Problem(
+            "non_string_id",
+            line,
+            f"id {entry_id!r} is not a string: pi links entries by it, compactd only writes "
+            "string ids; this session is never compacted",
+        )
+    return Problem("missing_id", line, "entry has no string id; it cannot be anyone's parent")
+
+
+def _dangling(parent: Any, line: int | None) -> Problem:
+    return Problem("dangling_parent", line, f"parentId {parent!r} points nowhere: the branch is cut here")
+
+
+def _too_deep(line: int | None, depth: int) -> Problem:
+    return Problem(
+        "too_deep",
+        line,
+        f"nested {depth} levels deep: pi loads it, compactd carries at most {MAX_DEPTH} levels; "
+        "this session is never compacted",
+    )
 
 
 def _shared(parsed: Entry, known: Entry) -> Entry:
@@ -526,28 +915,9 @@ def validate(transcript: Transcript, data: bytes | None = None) -> list[Problem]
         entry_id = entry.get("id")
         message = entry.get("message")
         if entry.get("type") == "message" and message is not None and not isinstance(message, dict):
-            problems.append(
-                Problem(
-                    "message_not_object",
-                    line,
-                    f"message is {_js_type(message)}, not an object: pi puts it in the context as is, we "
-                    "cannot; this session is never compacted",
-                )
-            )
+            problems.append(_message_not_object(message, line))
         if not isinstance(entry_id, str):
-            if link_key(entry_id) is not None:
-                problems.append(
-                    Problem(
-                        "non_string_id",
-                        line,
-                        f"id {entry_id!r} is not a string: pi links entries by it, compactd only writes "
-                        "string ids; this session is never compacted",
-                    )
-                )
-            else:
-                problems.append(
-                    Problem("missing_id", line, "entry has no string id; it cannot be anyone's parent")
-                )
+            problems.append(_id_problem(entry_id, line))
             continue
         earlier = seen_ids.get(entry_id)
         if earlier is not None and _differ(earlier, entry):
@@ -557,11 +927,7 @@ def validate(transcript: Transcript, data: bytes | None = None) -> list[Problem]
         seen_ids[entry_id] = entry
         parent = entry.get("parentId")
         if parent is not None and link_key(parent) not in index:
-            problems.append(
-                Problem(
-                    "dangling_parent", line, f"parentId {parent!r} points nowhere: the branch is cut here"
-                )
-            )
+            problems.append(_dangling(parent, line))
     branch = transcript.branch()
     if transcript.has_cycle():
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
@@ -611,14 +977,7 @@ def _depth_problems(transcript: Transcript, data: bytes | None = None) -> list[P
                 continue
         depth = nesting(value)
         if depth > MAX_DEPTH:
-            problems.append(
-                Problem(
-                    "too_deep",
-                    line,
-                    f"nested {depth} levels deep: pi loads it, compactd carries at most {MAX_DEPTH} levels; "
-                    "this session is never compacted",
-                )
-            )
+            problems.append(_too_deep(line, depth))
     return problems
 
 

@@ -334,7 +334,7 @@ class CompactionEngine:
         body = _fit_body(body.rstrip(), max(0, s.summary_max_chars - len(suffix)))
         summary = augment.cap_summary(body, suffix, s.summary_max_chars)
 
-        taken = set(transcript.by_id())
+        taken = set(transcript.id_index())
         stamp = js_iso(now)
         context = build_context(transcript)
         tokens_before = context_estimate(context).tokens

@@ -500,7 +500,7 @@ class FileSource:
         refused = self._refused(session)
         if refused is not None:
             return refused
-        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False, lean=True))
         blocked = blocked_reason(transcript)
         if blocked is not None:
             session.due = False

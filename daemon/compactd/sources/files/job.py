@@ -303,7 +303,7 @@ async def compact_file(
         return JobResult(path, "none", reason=f"refusing: {sqlite_refusal}", status=refused)
     if transcript is None:
         progress.stage("reading", path)
-        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False))
+        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False, lean=True))
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)
         return JobResult(path, "none", reason=f"unusable transcript: {reason}", status=JobStatus.UNUSABLE)
@@ -702,10 +702,9 @@ def _prune_entries(
     transcript: Transcript, replacements: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
     """Entry id → the whole replacement entry (the message swapped for its truncated copy)."""
-    index = transcript.by_id()
     out: dict[str, dict[str, Any]] = {}
     for entry_id, message in replacements.items():
-        entry = index.get(entry_id)
+        entry = transcript.get(entry_id)
         if entry is not None:
             out[entry_id] = {**entry, "message": message}
     return out

@@ -1,0 +1,304 @@
+"""A lean reading (``parse_transcript(..., lean=True)``) is the same reading as the full one.
+
+It keeps only the current branch's entries as dicts (issue 22 item 3: 100,000 orphans cost their bytes, not
+1.1 KB of dicts each), so everything else it says (problems in order, branch, leaf, links, every entry when
+asked) must equal what the full reading says, and a successor built on it must be byte for byte the one built
+on the full reading. Generated transcripts: forks, orphans under missing parents, repeated ids with the same
+or other content, ids that are not strings, labels, junk and malformed lines, deep nesting, cycles.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+import pytest
+from compactd.commit.successor import PlanError, build_successor, verify
+from compactd.core.reader import MAX_DEPTH, Transcript, parse_transcript
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_differential import REAL_DIR, REAL_NAMES
+
+HEADER = {
+    "type": "session",
+    "version": 3,
+    "id": "s-lean",
+    "timestamp": "2026-01-01T00:00:00.000Z",
+    "cwd": "/x",
+}
+
+
+def _message(entry_id: Any, parent: Any, role: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": entry_id,
+        "parentId": parent,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 1},
+    }
+
+
+def generated(seed: int, size: int, *, blocking: bool = True) -> bytes:
+    """A transcript of ``size`` lines drawn from every shape a lean reading must read as the full one does
+    (``blocking=False``: none of those that forbid a compaction)."""
+    rng = random.Random(seed)
+    lines: list[bytes] = [orjson.dumps(HEADER)]
+    ids: list[str] = []
+    for n in range(size):
+        roll = rng.random()
+        parent: Any = ids[-1] if ids else None
+        if roll < 0.15 and ids:
+            parent = rng.choice(ids)  # a fork
+        elif roll < 0.25:
+            parent = f"gone{n}"  # an orphan
+        elif roll < 0.28 and blocking:
+            parent = rng.choice([None, "", 5, True, ["x"], {"a": 1}])
+        entry_id: Any = f"e{n}"
+        if roll > 0.95 and ids:
+            entry_id = rng.choice(ids)  # a repeated id, same or other content
+        elif 0.93 < roll <= 0.95 and blocking:
+            entry_id = rng.choice([None, 7, True, "", ["l"]])
+        kind = rng.random()
+        if kind < 0.05 and ids:
+            entry: dict[str, Any] = {
+                "type": "label",
+                "id": entry_id,
+                "parentId": parent,
+                "targetId": rng.choice(ids),
+            }
+        elif kind < 0.08:
+            entry = {
+                "type": "model_change",
+                "id": entry_id,
+                "parentId": parent,
+                "provider": "p",
+                "modelId": "m",
+            }
+        elif kind < 0.10 and blocking:
+            entry = {"type": "message", "id": entry_id, "parentId": parent, "message": "not an object"}
+        elif kind < 0.11 and blocking:
+            deep: Any = "x"
+            for _ in range(MAX_DEPTH + 2):
+                deep = [deep]
+            entry = {"type": "custom", "id": entry_id, "parentId": parent, "data": deep}
+        else:
+            role = rng.choice(["user", "assistant"])
+            entry = _message(entry_id, parent, role, f"text {n} " * rng.randint(1, 5))
+        if isinstance(entry_id, str) and entry_id in ids and rng.random() < 0.5:
+            # the same line again, byte for byte
+            lines.append(
+                lines[1 + ids.index(entry_id)]
+                if 1 + ids.index(entry_id) < len(lines)
+                else orjson.dumps(entry)
+            )
+        else:
+            lines.append(orjson.dumps(entry))
+        if isinstance(entry_id, str):
+            ids.append(entry_id)
+        extra = rng.random()
+        if extra < 0.02:
+            lines.append(b"{not json")
+        elif extra < 0.03:
+            lines.append(b"[1, 2]")  # JSON, not an object
+        elif extra < 0.04:
+            lines.append(b"")
+    if rng.random() < 0.2 and blocking:
+        lines.append(b"42")  # a junk leaf
+    end = b"\n" if rng.random() < 0.9 else b""
+    return b"\n".join(lines) + end
+
+
+def signature(t: Transcript) -> tuple[Any, ...]:
+    return (
+        t.header,
+        t.version,
+        [p.as_json() for p in t.problems],
+        t.leaf_id,
+        list(t.lines),
+        list(t.spans),
+        t.header_span,
+        t.header_line,
+        t.size,
+        t.junk_leaf,
+        t.complete,
+        t.edge,
+        t.null_leaf,
+        t.branch(),
+        t.branch_indices(),
+        t.has_cycle(),
+        t.leaf(),
+        t.count,
+        [t.id_at(i) for i in range(t.count)],
+        [t.parent_at(i) for i in range(t.count)],
+        [t.type_at(i) for i in range(t.count)],
+        t.id_index(),
+        [t.entry(i) for i in range(t.count)],
+        t.committable,
+    )
+
+
+def assert_same_reading(data: bytes) -> Transcript:
+    full = parse_transcript(data)
+    lean = parse_transcript(data, lean=True)
+    assert signature(lean) == signature(full)
+    branch = lean.branch()
+    entries = lean.entries  # every entry, parsed now: the branch's are the very objects the branch holds
+    assert not lean.lean
+    assert entries == full.entries
+    assert all(entries[i] is e for i, e in zip(lean.branch_indices(), branch, strict=True))
+    assert signature(lean) == signature(full)
+    # Reusing a planned reading's entries (a commit's check) changes nothing either.
+    reuse = full.by_id()
+    assert signature(parse_transcript(data, reuse=reuse, lean=True)) == signature(
+        parse_transcript(data, reuse=reuse)
+    )
+    return lean
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_lean_reading_is_the_full_reading(seed: int) -> None:
+    assert_same_reading(generated(seed, 10 + seed * 5))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.integers(1, 60))
+def test_a_lean_reading_is_the_full_reading_generated(seed: int, size: int) -> None:
+    assert_same_reading(generated(seed, size))
+
+
+@pytest.mark.parametrize("name", REAL_NAMES)
+def test_a_lean_reading_of_a_real_session_is_the_full_reading(name: str) -> None:
+    path = REAL_DIR / name
+    if not path.exists():
+        pytest.skip("real fixtures not present")
+    assert_same_reading(path.read_bytes())
+
+
+def test_an_older_version_is_read_in_full() -> None:
+    data = (
+        orjson.dumps({**HEADER, "version": 2})
+        + b"\n"
+        + orjson.dumps(_message("a", None, "user", "hi"))
+        + b"\n"
+    )
+    lean = parse_transcript(data, lean=True)
+    assert not lean.lean and signature(lean) == signature(parse_transcript(data))
+
+
+def test_orphans_are_held_as_bytes_not_dicts() -> None:
+    lines = [orjson.dumps(HEADER)]
+    lines += [orjson.dumps(_message(f"o{n}", f"gone{n}", "user", "x")) for n in range(200)]
+    lines += [
+        orjson.dumps(_message("b0", None, "user", "q")),
+        orjson.dumps(_message("b1", "b0", "assistant", "a")),
+    ]
+    data = b"\n".join(lines) + b"\n"
+    lean = assert_same_reading(data)
+    again = parse_transcript(data, lean=True)
+    assert again.lean and set(again.retained_by_id()) == {"b0", "b1"}
+    assert again.file_bytes() is data  # the orphans are most of the file: its own bytes, no copy
+    assert again.get("o7") == _message("o7", "gone7", "user", "x")
+    assert lean.count == 202
+
+
+def _compaction(first_kept: str) -> dict[str, Any]:
+    return {
+        "type": "compaction",
+        "id": "c-new",
+        "parentId": None,
+        "timestamp": "2026-01-02T00:00:00.000Z",
+        "summary": "s",
+        "firstKeptEntryId": first_kept,
+        "tokensBefore": 1,
+    }
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_successor_built_on_a_lean_reading_is_byte_identical(seed: int) -> None:
+    """The successor (bytes, expected context, leaf) of a lean reading is the full reading's, whatever the
+    cut, with and without a pruning's replacement; the check loads it the same way."""
+    rng = random.Random(seed)
+    data = generated(seed, 20 + seed, blocking=False)
+    data = data[: data.rfind(b"\n") + 1]
+    full = parse_transcript(data)
+    branch = full.branch()
+    ids = [e["id"] for e in branch if isinstance(e.get("id"), str)]
+    if not full.committable or len(ids) < 2:
+        pytest.skip("nothing to compact on this one")
+    first_kept = rng.choice(ids[1:])
+    replacements: dict[str, Any] = {}
+    target = rng.choice(ids)
+    if rng.random() < 0.5:
+        entry = full.by_id()[target]
+        replacements[target] = {**entry, "message": {"role": "user", "content": "pruned", "timestamp": 2}}
+    plans = []
+    for lean in (False, True):
+        transcript = parse_transcript(data, lean=lean)
+        try:
+            plans.append(build_successor(data, transcript, _compaction(first_kept), None, replacements))
+        except PlanError as exc:
+            plans.append(exc.reason)  # type: ignore[arg-type]
+    a, b = plans
+    if isinstance(a, str):
+        assert a == b
+        return
+    assert not isinstance(b, str)
+    assert (a.data, a.leaf_id, a.expected, a.thinking_level, a.allowed_pairing, a.new_ids) == (
+        b.data,
+        b.leaf_id,
+        b.expected,
+        b.thinking_level,
+        b.allowed_pairing,
+        b.new_ids,
+    )
+    assert (a.summarized, a.kept, a.reserialized) == (b.summarized, b.kept, b.reserialized)
+    outcomes = []
+    for plan in (a, b):
+        try:
+            outcomes.append(signature(verify(plan.data, plan, strict_structure=False)))
+        except PlanError as exc:
+            outcomes.append((exc.reason,))
+    assert outcomes[0] == outcomes[1]
+
+
+def _mostly_branch(seed: int) -> bytes:
+    """A long branch with a few lines off it (orphans, a fork, a label on a forked entry): the lean reading
+    keeps a copy of just those lines, not the file's bytes."""
+    rng = random.Random(seed)
+    lines = [orjson.dumps(HEADER)]
+    ids: list[str] = []
+    for n in range(80):
+        parent = ids[-1] if ids else None
+        roll = rng.random()
+        if roll < 0.05:
+            lines.append(orjson.dumps(_message(f"o{n}", f"gone{n}", "user", "orphan")))
+        elif roll < 0.08 and ids:
+            fork = f"f{n}"
+            lines.append(orjson.dumps(_message(fork, rng.choice(ids), "user", "fork")))
+            lines.append(orjson.dumps({"type": "label", "id": f"l{n}", "parentId": fork, "targetId": fork}))
+        entry_id = f"e{n}"
+        lines.append(
+            orjson.dumps(_message(entry_id, parent, rng.choice(["user", "assistant"]), f"turn {n} " * 20))
+        )
+        ids.append(entry_id)
+    return b"\n".join(lines) + b"\n"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_few_lines_off_the_branch_are_kept_as_a_copy(seed: int) -> None:
+    data = _mostly_branch(seed)
+    lean = parse_transcript(data, lean=True)
+    off = [i for i in range(lean.count) if not str(lean.id_at(i)).startswith("e")]
+    if not off:
+        pytest.skip("nothing off the branch in this one")
+    assert lean.lean and lean.file_bytes() is None
+    assert [lean.entry(i) for i in off] == [parse_transcript(data).entries[i] for i in off]
+    assert_same_reading(data)
+    ids = [e["id"] for e in parse_transcript(data).branch()]
+    plans = [
+        build_successor(data, parse_transcript(data, lean=lean_), _compaction(ids[len(ids) // 2]), None, {})
+        for lean_ in (False, True)
+    ]
+    assert plans[0].data == plans[1].data and plans[0].expected == plans[1].expected
