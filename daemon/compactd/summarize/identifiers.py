@@ -1002,13 +1002,17 @@ def _scan(text: str, memo: WordMemo | None) -> list[tuple[str, str]]:
             tail = ""
         new = list(set(lines).difference(words))
         if new:
-            words.update(zip(new, _scan_lines(new, words), strict=True))
-        entries.extend(itertools.chain.from_iterable(map(words.__getitem__, lines)))
+            words.update(
+                (line, got or ())
+                for line, got in zip(new, _scan_lines(new, words), strict=True)
+                if got is not None or len(line) <= _BARE_LINE_MEMO_MAX_CHARS
+            )
+        entries.extend(itertools.chain.from_iterable(filter(None, map(words.get, lines))))
         for line in new:
             if len(line) > _LINE_MEMO_MAX_CHARS:  # not kept: a memo of long lines would hold much of the text
-                del words[line]
+                words.pop(line, None)
         if tail:
-            entries.extend(_scan_lines([tail], words)[0])
+            entries.extend(_scan_lines([tail], words)[0] or ())
     # Stable: each phrase pattern's findings, then stage by stage, in text order within each (a line's entries
     # are its phrases' in pattern order, then its words' in text order), as one pass of each over the text.
     entries.sort(key=_STAGE_OF)
@@ -1041,8 +1045,11 @@ _CANDIDATE_AFTER_SPACE = re.compile(r"\s([^\s0-9/\\.:@]*+[0-9/\\.:@]\S*+)")
 _CANDIDATE_FIRST = re.compile(r"[^\s0-9/\\.:@]*+[0-9/\\.:@]\S*+")
 # What ``str.splitlines`` ends a line at: every one of them is whitespace, which no identifier holds.
 _LINE_ENDS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
-# Lines longer than this are scanned each time they occur, not kept in the memo.
+# Lines longer than this are scanned each time they occur, not kept in the memo; and a line with neither a
+# candidate word nor a phrase (prose, mostly: it rarely repeats) longer than the second. Kept lines cost memory
+# at the compaction's peak (at 50 MB: 16 MB with every line kept, 9 MB with these limits).
 _LINE_MEMO_MAX_CHARS = 512
+_BARE_LINE_MEMO_MAX_CHARS = 64
 
 
 def _line_slices(text: str) -> Iterator[list[str]]:
@@ -1057,7 +1064,7 @@ def _line_slices(text: str) -> Iterator[list[str]]:
         start = end
 
 
-def _scan_lines(lines: list[str], words: WordMemo) -> list[tuple[tuple[int, str, str], ...]]:
+def _scan_lines(lines: list[str], words: WordMemo) -> list[tuple[tuple[int, str, str], ...] | None]:
     """The entries of each of ``lines`` (each with at most one line end, its last character): its phrases'
     (``_PHRASE_ORDER`` + the pattern's index, identifier, kind), pattern by pattern, then its candidate words'
     findings in text order. The phrases are looked for in all the lines at once (their gates are one pass over
@@ -1084,10 +1091,13 @@ def _scan_lines(lines: list[str], words: WordMemo) -> list[tuple[tuple[int, str,
     if new:
         words.update(zip(new, _scan_words(new), strict=True))
     get = words.get
-    out: list[tuple[tuple[int, str, str], ...]] = []
+    out: list[tuple[tuple[int, str, str], ...] | None] = []
     for index, found in enumerate(candidates):
-        staged = tuple(itertools.chain.from_iterable(filter(None, map(get, found))))
         head = per_line.get(index)
+        if not found and not head:
+            out.append(None)
+            continue
+        staged = tuple(itertools.chain.from_iterable(filter(None, map(get, found))))
         out.append((*head, *staged) if head else staged)
     return out
 
