@@ -1023,7 +1023,14 @@ def _scan(text: str, memo: WordMemo | None) -> list[tuple[str, str]]:
 def _head(text: str) -> tuple[list[tuple[str, str]], str]:
     """The quoted paths of ``text``, and the text with them blanked out. Their gate is a whole text's (a quoted
     path it lets through in one line may be in a text that holds the gate's characters in another)."""
-    if " /" in text or "'/" in text or '"/' in text or ":\\" in text:
+    # A quote or a backslash first: a character absent from the text is one ``memchr``, much faster than the pass a
+    # two-character needle takes (half the gate's time over a session's text).
+    if (
+        " /" in text
+        or ("'" in text and "'/" in text)
+        or ('"' in text and '"/' in text)
+        or ("\\" in text and ":\\" in text)
+    ):
         quoted, text = _quoted_paths(text)
         return [(path, PATH) for path in quoted], text
     return [], text
