@@ -850,6 +850,24 @@ _NEEDLE_CHARS = frozenset(c for _, needles, _, _ in _STAGES for n in needles for
 _PLANS: dict[frozenset[str], tuple[int, ...]] = {}
 
 
+# What every match of a stage holds, tested on the new words of a message before the stage's pass over them: its
+# needles, or a stricter pattern where the needle is in most texts (":" and "." are) and the stage's pattern is
+# tried at every position (it starts with a lookbehind): a port's two digits after a colon, four numbers joined
+# by dots, a UUID's first group, six hex digits in a row for hashes and long numbers (which have no needle).
+_BATCH_GATE: tuple[re.Pattern[str], ...] = tuple(
+    {
+        _UUID: re.compile(r"[0-9a-fA-F]{8}-"),
+        _HOST_PORT: re.compile(r":\d\d"),
+        _IPV4_RE: re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d"),
+        _HEX: _HEX_RUN,
+        _NUMBER: _HEX_RUN,
+    }.get(pattern)
+    or needle
+    or _HEX_RUN
+    for (pattern, _, _, _), needle in zip(_STAGES, _STAGE_NEEDLE, strict=True)
+)
+
+
 def candidate_text(text: str) -> str:
     """The whitespace-separated words of ``text`` that could hold an identifier, joined by spaces."""
     return " ".join([word for word in text.split() if _CANDIDATE_CHAR.search(word)])
@@ -1141,10 +1159,10 @@ def _scan_words(words: Sequence[str]) -> list[tuple[tuple[int, str, str], ...]]:
     text = " ".join(words)
     starts = list(itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0))
     found: list[list[tuple[int, str, str]]] = [[] for _ in words]
-    for stage, ((pattern, _, accept, mask_rejected), needle) in enumerate(
-        zip(_STAGES, _STAGE_NEEDLE, strict=True)
+    for stage, ((pattern, _, accept, mask_rejected), gate) in enumerate(
+        zip(_STAGES, _BATCH_GATE, strict=True)
     ):
-        if needle is not None and needle.search(text) is None:
+        if gate.search(text) is None:
             continue
         spans: list[tuple[int, int]] = []
         for m in pattern.finditer(text):
