@@ -233,7 +233,11 @@ _RULES: tuple[_Rule, ...] = (
     ),
     *_URL_RULES,
     _Rule(
-        ("--",),
+        # Not "--", which is in most command output ("-rw-r--r--", "--verbose"): the whole option's name.
+        tuple(
+            "--" + name
+            for name in ("password", "passwd", "token", "api-key", "apikey", "secret", "client-secret")
+        ),
         re.compile(
             r"(?P<prefix>--(?:password|passwd|token|api-key|apikey|secret|client-secret)\s+)"
             r"(?P<cred>(?!-)(?!\[REDACTED)[^\s\"']{4,}|\"[^\"\n]{4,}\"|'[^'\n]{4,}')"
@@ -363,7 +367,7 @@ def _groups_of(rules: tuple[_Rule, ...]) -> _Groups:
 
 # Needles in most texts (command output, code): left out of the one pass below, which lists every occurrence of
 # its needles, and tested with ``in`` (each stops at the first occurrence).
-_COMMON_NEEDLES = frozenset({"--", "?", "&", "pass", "secret", "key", "token", "credential"})
+_COMMON_NEEDLES = frozenset({"?", "&", "pass", "secret", "key", "token", "credential"})
 _Rare = tuple[tuple[bool, ...], Any]
 _RARE: dict[int, tuple[tuple[_Rule, ...], _Rare]] = {}
 
