@@ -277,7 +277,22 @@ _ANY_URL_NEEDLE = _any_needle(_URL_RULES)
 
 def redact_secrets_counted(text: str) -> tuple[str, dict[str, int]]:
     """The redacted text and how many secrets of each kind were replaced (for logs and metrics)."""
-    return _redact(text, _RULES, _ANY_NEEDLE)
+    if len(text) <= _CLEAN_MAX_CHARS and text in _CLEAN:
+        return text, {}
+    out, counts = _redact(text, _RULES, _ANY_NEEDLE)
+    if out is text and len(text) <= _CLEAN_MAX_CHARS:
+        if len(_CLEAN) >= _CLEAN_MAX:
+            _CLEAN.clear()
+        _CLEAN.add(text)
+    return out, counts
+
+
+# Short strings that the rules leave as they are: a message's roles, block types, tool, model and provider
+# names, stop reasons repeat in every message (64,000 short strings of 2,500 distinct ones at 50 MB), and each
+# was lower-cased and searched again.
+_CLEAN_MAX_CHARS = 32
+_CLEAN_MAX = 4096
+_CLEAN: set[str] = set()
 
 
 def _redact(text: str, rules: tuple[_Rule, ...], any_needle: re.Pattern[str]) -> tuple[str, dict[str, int]]:
