@@ -97,6 +97,7 @@ _SECRET_SHAPES = [
     "refresh_token =",
     "client_secret = 'q1w2e3r4'",
     "credentials:",
+    "credential=password",
     "passphrase",
     "Key",
     "=",
@@ -213,7 +214,8 @@ def _assert_equal_to_the_reference(read: list[Msg]) -> list[Any]:
     found = identifiers.extract_identifiers(handed_on, redact.SpanText.of(read, handed_on))
     expected = ref_identifiers.extract_identifiers(ref_handed_on, ref_redact.SpanText.of(read, ref_handed_on))
     assert _records(found) == _records(expected)
-    assert identifiers.extract_identifiers(handed_on) == found  # without the job's texts too
+    without = identifiers.extract_identifiers(handed_on)  # without the job's texts: each text redacted again
+    assert _records(without) == _records(ref_identifiers.extract_identifiers(ref_handed_on))
     return found
 
 

@@ -431,14 +431,15 @@ def _substitute(rule: _Rule, text: str, replace: Replacer, lowered: str | None =
 
 
 def _gate_word(gate: re.Pattern[str]) -> str:
-    """The letters a gate starts with (its key word: every match holds it)."""
+    """The letters a gate starts with, but one a quantifier makes optional (``credentials?``): its key word,
+    which every match holds."""
     word = _GATE_WORDS.get(gate)
     if word is None:
-        word = _GATE_WORDS[gate] = _LETTERS.match(gate.pattern).group()  # type: ignore[union-attr]
+        word = _GATE_WORDS[gate] = _LETTERS.match(gate.pattern).group(1)  # type: ignore[union-attr]
     return word
 
 
-_LETTERS = re.compile("[a-z]*")
+_LETTERS = re.compile(r"([a-z]*?)(?:[a-z][?*{]|(?![a-z]))")
 _GATE_WORDS: dict[re.Pattern[str], str] = {}
 
 
