@@ -839,6 +839,24 @@ _NEEDLE_CHARS = frozenset(c for _, needles, _, _ in _STAGES for n in needles for
 _PLANS: dict[frozenset[str], tuple[int, ...]] = {}
 
 
+# What every match of a stage holds, tested on the new words of a message before the stage's pass over them: its
+# needles, or a stricter pattern where the needle is in most texts (":" and "." are) and the stage's pattern is
+# tried at every position (it starts with a lookbehind): a port's two digits after a colon, four numbers joined
+# by dots, a UUID's first group, six hex digits in a row for hashes and long numbers (which have no needle).
+_BATCH_GATE: tuple[re.Pattern[str], ...] = tuple(
+    {
+        _UUID: re.compile(r"[0-9a-fA-F]{8}-"),
+        _HOST_PORT: re.compile(r":\d\d"),
+        _IPV4_RE: re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d"),
+        _HEX: _HEX_RUN,
+        _NUMBER: _HEX_RUN,
+    }.get(pattern)
+    or needle
+    or _HEX_RUN
+    for (pattern, _, _, _), needle in zip(_STAGES, _STAGE_NEEDLE, strict=True)
+)
+
+
 def candidate_text(text: str) -> str:
     """The whitespace-separated words of ``text`` that could hold an identifier, joined by spaces."""
     return " ".join([word for word in text.split() if _CANDIDATE_CHAR.search(word)])
@@ -931,12 +949,13 @@ def _gate_open(text: str, gates: _Gates) -> bool:
     )
 
 
-def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
-    """The phrase-shaped identifiers of ``text``, and the text with them blanked out."""
-    found: list[tuple[str, str]] = []
+def _phrases(text: str) -> tuple[list[tuple[int, int, str, str]], str]:
+    """The phrase-shaped identifiers of ``text`` with their phrase pattern (its index) and start: (index, start,
+    identifier, kind), pattern by pattern and in text order within each; and the text with them blanked out."""
+    found: list[tuple[int, int, str, str]] = []
     spans: list[tuple[int, int]] = []
     present: dict[int, bool] = {}  # the two date patterns share their gates: looked for once
-    for (pattern, _, accept), gates in zip(_PHRASES, _PHRASE_GATES, strict=True):
+    for order, ((pattern, _, accept), gates) in enumerate(zip(_PHRASES, _PHRASE_GATES, strict=True)):
         seen = present.get(id(gates[0]))
         if seen is None:
             seen = present[id(gates[0])] = _gate_open(text, gates)
@@ -945,7 +964,7 @@ def _phrases(text: str) -> tuple[list[tuple[str, str]], str]:
         for m in pattern.finditer(text):
             got = accept(m)
             if got is not None:
-                found.append(got)
+                found.append((order, m.start(), got[0], got[1]))
                 spans.append(m.span())
     if not spans:
         return found, text
@@ -965,7 +984,8 @@ def scan_text(text: str, memo: WordMemo | None = None) -> Iterator[tuple[str, st
     The stages run on the distinct words (``memo``: a word's findings, reused for every later occurrence; the
     words met for the first time scanned together, see ``_scan_words``), which finds what one pass of each
     stage over :func:`candidate_text` would, in the same order: no stage's match holds whitespace or a
-    needle-less word, and every lookaround treats a word's edge as it treats the space there.
+    needle-less word, and every lookaround treats a word's edge as it treats the space there. Phrases and
+    candidate words are found line by line in the same way (``_scan_lines``): a line seen before is one look-up.
     """
     return iter(_scan(text, memo))
 
@@ -974,33 +994,59 @@ def _scan(text: str, memo: WordMemo | None) -> list[tuple[str, str]]:
     """``scan_text`` as a list."""
     found, text = _head(text)
     words = memo if memo is not None else {}
-    get = words.get
-    staged: list[tuple[int, str, str]] = []
-    for chunk in _candidate_slices(text):
-        # Each word's findings from the memo, in C; the words met for the first time are scanned together
-        # (in any order: a word's findings do not depend on its neighbours, see ``_scan_words``).
-        new = list(set(chunk).difference(words))
+    entries: list[tuple[int, str, str]] = []
+    for lines in _line_slices(text):
+        # Each line's findings from the memo, in C; the lines met for the first time are scanned together (in
+        # any order: no finding spans lines, and a line's findings do not depend on its neighbours).
+        tail = lines[-1]
+        if tail[-1] not in _LINE_ENDS:  # the text's last line: no line end to keep it apart from a word
+            if len(tail) > _LINE_MEMO_MAX_CHARS:
+                lines.pop()
+            else:
+                lines[-1] = tail + "\n"  # no identifier holds one: the findings are the same
+                tail = ""
+        else:
+            tail = ""
+        new = list(set(lines).difference(words))
         if new:
-            words.update(zip(new, _scan_words(new), strict=True))
-        staged.extend(itertools.chain.from_iterable(filter(None, map(get, chunk))))
-    staged.sort(key=_STAGE_OF)  # stable: stage by stage, in text order within each, as one pass per stage
-    found += map(_FOUND_OF, staged)
+            words.update(
+                (line, got or ())
+                for line, got in zip(new, _scan_lines(new, words), strict=True)
+                if got is not None or len(line) <= _BARE_LINE_MEMO_MAX_CHARS
+            )
+        entries.extend(itertools.chain.from_iterable(filter(None, map(words.get, lines))))
+        for line in new:
+            if len(line) > _LINE_MEMO_MAX_CHARS:  # not kept: a memo of long lines would hold much of the text
+                words.pop(line, None)
+        if tail:
+            entries.extend(_scan_lines([tail], words)[0] or ())
+    # Stable: each phrase pattern's findings, then stage by stage, in text order within each (a line's entries
+    # are its phrases' in pattern order, then its words' in text order), as one pass of each over the text.
+    entries.sort(key=_STAGE_OF)
+    found += map(_FOUND_OF, entries)
     return found
 
 
 def _head(text: str) -> tuple[list[tuple[str, str]], str]:
-    """The quoted paths and the phrases of ``text``, and the text with them blanked out."""
-    found: list[tuple[str, str]] = []
-    if " /" in text or "'/" in text or '"/' in text or ":\\" in text:
+    """The quoted paths of ``text``, and the text with them blanked out. Their gate is a whole text's (a quoted
+    path it lets through in one line may be in a text that holds the gate's characters in another)."""
+    # A quote or a backslash first: a character absent from the text is one ``memchr``, much faster than the pass a
+    # two-character needle takes (half the gate's time over a session's text).
+    if (
+        " /" in text
+        or ("'" in text and "'/" in text)
+        or ('"' in text and '"/' in text)
+        or ("\\" in text and ":\\" in text)
+    ):
         quoted, text = _quoted_paths(text)
-        found += [(path, PATH) for path in quoted]
-    phrases, text = _phrases(text)
-    found += phrases
-    return found, text
+        return [(path, PATH) for path in quoted], text
+    return [], text
 
 
 _STAGE_OF = operator.itemgetter(0)
 _FOUND_OF = operator.itemgetter(1, 2)
+# The entries of a line sort before its stages' findings: phrase pattern i is ``_PHRASE_ORDER + i`` (< 0).
+_PHRASE_ORDER = -len(_PHRASES)
 
 # Texts longer than this are split a slice at a time: str.split() of 19 MB of prose is 2.5 million strings at
 # once (160 MB), where the loop above needs one word at a time.
@@ -1011,6 +1057,63 @@ _SPACE = re.compile(r"\s")  # what str.split() splits on (str.isspace)
 # text has whitespace (a quarter less time over a session's text).
 _CANDIDATE_AFTER_SPACE = re.compile(r"\s([^\s0-9/\\.:@]*+[0-9/\\.:@]\S*+)")
 _CANDIDATE_FIRST = re.compile(r"[^\s0-9/\\.:@]*+[0-9/\\.:@]\S*+")
+# What ``str.splitlines`` ends a line at: every one of them is whitespace, which no identifier holds.
+_LINE_ENDS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+# Lines longer than this are scanned each time they occur, not kept in the memo; and a line with neither a
+# candidate word nor a phrase (prose, mostly: it rarely repeats) longer than the second. Kept lines cost memory
+# at the compaction's peak (at 50 MB: 16 MB with every line kept, 9 MB with these limits).
+_LINE_MEMO_MAX_CHARS = 512
+_BARE_LINE_MEMO_MAX_CHARS = 64
+
+
+def _line_slices(text: str) -> Iterator[list[str]]:
+    """The lines of ``text`` (``splitlines``), each with its line end, which also keeps it apart from every word
+    in the memo (a word has no whitespace), found a slice of about ``_SPLIT_SLICE_CHARS`` at a time, each cut
+    after a newline."""
+    start, size = 0, len(text)
+    while start < size:
+        cut = text.find("\n", min(size, start + _SPLIT_SLICE_CHARS))
+        end = size if cut < 0 else cut + 1
+        yield (text[start:end] if start or end < size else text).splitlines(keepends=True)
+        start = end
+
+
+def _scan_lines(lines: list[str], words: WordMemo) -> list[tuple[tuple[int, str, str], ...] | None]:
+    """The entries of each of ``lines`` (each with at most one line end, its last character): its phrases'
+    (``_PHRASE_ORDER`` + the pattern's index, identifier, kind), pattern by pattern, then its candidate words'
+    findings in text order. The phrases are looked for in all the lines at once (their gates are one pass over
+    the lot), and the words new to ``words`` scanned together and put there."""
+    joined = "".join(lines)
+    starts = list(itertools.accumulate(map(len, lines), initial=0))
+    phrases, masked = _phrases(joined)
+    per_line: dict[int, list[tuple[int, str, str]]] = {}
+    for order, start, ident, kind in phrases:
+        per_line.setdefault(bisect.bisect_right(starts, start) - 1, []).append(
+            (_PHRASE_ORDER + order, ident, kind)
+        )
+    if masked is joined:
+        texts: Iterable[str] = lines
+    else:
+        texts = [masked[a:b] for a, b in itertools.pairwise(starts)]
+    candidates = [
+        _candidates(line, 0, len(line))
+        if len(line) <= _SPLIT_SLICE_CHARS
+        else list(itertools.chain.from_iterable(_candidate_slices(line)))
+        for line in texts
+    ]
+    new = list(set(itertools.chain.from_iterable(candidates)).difference(words))
+    if new:
+        words.update(zip(new, _scan_words(new), strict=True))
+    get = words.get
+    out: list[tuple[tuple[int, str, str], ...] | None] = []
+    for index, found in enumerate(candidates):
+        head = per_line.get(index)
+        if not found and not head:
+            out.append(None)
+            continue
+        staged = tuple(itertools.chain.from_iterable(filter(None, map(get, found))))
+        out.append((*head, *staged) if head else staged)
+    return out
 
 
 def _candidates(text: str, start: int, end: int) -> list[str]:
@@ -1045,10 +1148,10 @@ def _scan_words(words: Sequence[str]) -> list[tuple[tuple[int, str, str], ...]]:
     text = " ".join(words)
     starts = list(itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0))
     found: list[list[tuple[int, str, str]]] = [[] for _ in words]
-    for stage, ((pattern, _, accept, mask_rejected), needle) in enumerate(
-        zip(_STAGES, _STAGE_NEEDLE, strict=True)
+    for stage, ((pattern, _, accept, mask_rejected), gate) in enumerate(
+        zip(_STAGES, _BATCH_GATE, strict=True)
     ):
-        if needle is not None and needle.search(text) is None:
+        if gate.search(text) is None:
             continue
         spans: list[tuple[int, int]] = []
         for m in pattern.finditer(text):
