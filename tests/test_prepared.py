@@ -420,3 +420,23 @@ def test_the_daemon_compacts_a_session_it_followed_from_what_it_prepared(
         "compactd_compaction_span_messages_total"
     )
     assert d.stop() == 0
+
+
+def test_the_word_memo_is_bounded_in_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages full of distinct words: the memo starts over once it holds about ``MEMO_MAX_BYTES``."""
+    from compactd.sources.files import preparer as module
+
+    monkeypatch.setattr(module, "MEMO_MAX_BYTES", 1 << 20)
+    preparer = Preparer(tmp_path / "state")
+    preparer.start()
+    sizes = []
+    for batch in range(4):
+        words = " ".join(f"/srv/app{batch}/module{i}.py" for i in range(12_000))
+        appended = [{"type": "message", "id": f"a{batch}", "message": result(words)}]
+        preparer.appended(str(tmp_path / "s.jsonl"), appended, _size(appended))
+        preparer.join(60)
+        sizes.append(len(preparer._memo))
+    preparer.stop()
+    assert preparer.prepared == 4
+    assert max(sizes) >= 12_000  # each message's words are remembered ...
+    assert min(sizes[1:]) < 24_000  # ... but never two messages' worth: 24,000 of them are past 1 MiB

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import queue
@@ -55,9 +56,14 @@ STORE_FORMAT = 2
 # instead): however far behind the thread is (a start after a long stop reads all that was appended meanwhile),
 # the queue never holds more of the transcripts than this.
 MAX_PENDING_BYTES = 64 << 20
-# Words whose findings the thread remembers (about 20 MB at most: a quarter less CPU than 50,000 words on the
-# bench session), forgotten after this long without an append, so an idle daemon does not keep them.
+# Words and lines whose findings the thread remembers: at most this many, and about this many bytes (lines of
+# up to 512 characters are remembered too); 200,000 words took a quarter less CPU than 50,000 on the bench session
+# (about 20 MB for its 120,000). Forgotten after this long without an append, so an idle daemon does not keep them.
 MEMO_MAX_WORDS = 200_000
+MEMO_MAX_BYTES = 48 << 20
+_MEMO_ENTRY_BYTES = (
+    100  # a remembered entry's own cost beyond its text: the str header, the slot, the findings
+)
 MEMO_IDLE_SECONDS = 300.0
 # The thread's first sweep of stores whose transcript is gone waits for this long without an append.
 SWEEP_AFTER_SECONDS = 60.0
@@ -145,6 +151,7 @@ class Preparer:
         self._pending = 0  # appended bytes queued, not yet prepared
         self._lock = threading.Lock()
         self._memo: WordMemo = {}
+        self._memo_check = 10_000  # the memo's size at which its bytes are estimated next
         self._checked: set[Path] = set()  # stores whose header this thread has seen (or written)
         self.prepared = 0  # messages prepared and stored (for tests and the log)
         self.dropped = 0
@@ -251,10 +258,25 @@ class Preparer:
             key = message_key(message)
             if key is None:
                 continue
-            if len(self._memo) > MEMO_MAX_WORDS:
-                self._memo.clear()
+            self._bound_memo()
             lines.append(encode(key, prepare(message, self._memo)))
         return lines
+
+    def _bound_memo(self) -> None:
+        """Start the memo over past ``MEMO_MAX_WORDS`` entries or (estimated from its newest 256, each time it
+        has grown by 10,000) ``MEMO_MAX_BYTES``."""
+        memo = self._memo
+        if len(memo) > MEMO_MAX_WORDS:
+            memo.clear()
+        if len(memo) < self._memo_check:
+            if not memo:
+                self._memo_check = 10_000
+            return
+        self._memo_check = len(memo) + 10_000
+        sample = [len(text) for text in itertools.islice(reversed(memo), 256)]
+        if len(memo) * (sum(sample) / len(sample) + _MEMO_ENTRY_BYTES) > MEMO_MAX_BYTES:
+            memo.clear()
+            self._memo_check = 10_000
 
     def _append(self, path: str, entries: list[dict[str, Any]]) -> None:
         lines = self._lines(entries)
