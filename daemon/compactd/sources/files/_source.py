@@ -854,6 +854,7 @@ class FileSource:
         seen: set[str] = set()
         now = time.time()
         self._agent_dirs = {}
+        self._dirs.begin_pass()
         try:
             for root in self.root_paths():
                 for path in scan_root(root):
@@ -867,6 +868,7 @@ class FileSource:
                             self.fail(path, "seal", exc)
         finally:
             self._agent_dirs = None
+            self._dirs.end_pass()
         return seen
 
     # --- the Source protocol ------------------------------------------------------------------------------
