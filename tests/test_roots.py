@@ -319,3 +319,37 @@ def test_a_directory_swapped_for_a_symlink_after_its_check_is_refused(tmp_path: 
     root.symlink_to(elsewhere)
     assert not dirs.is_session_path(path, os.lstat(path))
     assert not dirs.is_session_path(str(root), os.lstat(root))  # the symlink itself
+
+
+def test_intact_dirs_pass_remembers_until_it_ends(tmp_path: Path) -> None:
+    """Within one pass (a start-up's read of every file) a directory found intact is not checked again; once
+    the pass ends, a directory swapped for a symlink leading elsewhere is caught at the next file."""
+    from compactd.roots import IntactDirs
+
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    for d in (root, elsewhere):
+        (d / "a.jsonl").write_text("{}\n")
+    dirs, path = IntactDirs(), str(root / "a.jsonl")
+    dirs.begin_pass()
+    assert dirs.is_session_path(path, os.lstat(path))
+    root.rename(tmp_path / "moved")
+    root.symlink_to(elsewhere)
+    assert dirs.is_session_path(path, os.lstat(path))  # remembered for this pass
+    dirs.end_pass()
+    assert not dirs.is_session_path(path, os.lstat(path))
+
+
+def test_intact_dirs_pass_does_not_remember_a_broken_directory(tmp_path: Path) -> None:
+    from compactd.roots import IntactDirs
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.jsonl").write_text("{}\n")
+    (tmp_path / "link").symlink_to(real)
+    dirs, path = IntactDirs(), str(tmp_path / "link" / "a.jsonl")
+    dirs.begin_pass()
+    assert not dirs.is_session_path(path, os.lstat(path))
+    assert not dirs.is_session_path(path, os.lstat(path))
+    dirs.end_pass()

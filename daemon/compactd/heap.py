@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["fix_mmap_threshold", "frozen", "limit_malloc_arenas", "release_free_memory"]
+__all__ = ["collector_paused", "fix_mmap_threshold", "frozen", "limit_malloc_arenas", "release_free_memory"]
 
 # Buffers from this size up are mapped on their own (``fix_mmap_threshold``).
 MMAP_THRESHOLD = 1 << 20
@@ -42,6 +42,22 @@ def frozen() -> Iterator[None]:
             _frozen_depth -= 1
             if _frozen_depth == 0:
                 gc.unfreeze()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector off for the block (``gc.disable``), then as it was.
+
+    For a pass that builds a few small acyclic objects per session for thousands of sessions (the start-up's
+    load and read of every session): the allocations alone would trigger a collection every few hundred
+    sessions, each traversing all that the earlier ones built. Refcounting frees as before."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def limit_malloc_arenas() -> None:

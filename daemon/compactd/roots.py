@@ -143,23 +143,36 @@ class IntactDirs:
     a symlink that leads elsewhere). A symlink swapped in that leads back to the very same directory changes
     nothing of what is reached through it."""
 
-    __slots__ = ("_known",)
+    __slots__ = ("_known", "_this_pass")
 
     def __init__(self) -> None:
         self._known: dict[str, tuple[int, int]] = {}
+        # Directories found intact during one pass over many files (``begin_pass``): not ``stat``-ed again for
+        # each of their files until the pass ends (a start-up reads 10,000 files of one directory).
+        self._this_pass: set[str] | None = None
+
+    def begin_pass(self) -> None:
+        self._this_pass = set()
+
+    def end_pass(self) -> None:
+        self._this_pass = None
 
     def intact(self, directory: str) -> bool:
+        this_pass = self._this_pass
+        if this_pass is not None and directory in this_pass:
+            return True
         try:
             st = os.stat(directory)
         except OSError:
             return False
         identity = (st.st_dev, st.st_ino)
-        if self._known.get(directory) == identity:
-            return True
-        if os.path.realpath(directory) != directory:
-            self._known.pop(directory, None)
-            return False
-        self._known[directory] = identity
+        if self._known.get(directory) != identity:
+            if os.path.realpath(directory) != directory:
+                self._known.pop(directory, None)
+                return False
+            self._known[directory] = identity
+        if this_pass is not None:
+            this_pass.add(directory)
         return True
 
     def is_session_path(self, path: str, info: os.stat_result) -> bool:

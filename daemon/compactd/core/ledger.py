@@ -210,6 +210,42 @@ class SessionLedger:
             raise ValueError("not a ledger snapshot of this version")
         _, session_id, version, leaf, anchor, seen, anchor_ts, trailing, compaction_ts, stale = fields[:10]
         provider, model, entries, usable, reload_on_append, turn, reducible, rules = fields[10:]
+        # The common snapshot (every value already of its type, no turn nor reducible pair) without a check
+        # call per field: a restart builds one ledger per unchanged session. Anything else: the checks below.
+        if (
+            type(version) is type(anchor) is type(trailing) is type(entries) is int
+            and type(seen) is type(usable) is type(reload_on_append) is bool
+            and (stale is None or type(stale) is int)
+            and (anchor_ts is None or type(anchor_ts) is float)
+            and (compaction_ts is None or type(compaction_ts) is float)
+            and (leaf is None or type(leaf) is str)
+            and (provider is None or type(provider) is str)
+            and (model is None or type(model) is str)
+            and (turn is None or (type(turn) is list and len(turn) == 2 and type(turn[0]) is float))
+            and (turn is None or type(turn[1]) is int)
+            and (reducible is None or (type(reducible) is list and len(reducible) == 2))
+            and (reducible is None or type(reducible[0]) is type(reducible[1]) is int)
+            and rules in (PI_0_73, PI_1)
+        ):
+            return cls(
+                session_id,
+                version,
+                None if leaf is None else sys.intern(leaf),
+                anchor,
+                seen,
+                anchor_ts,
+                trailing,
+                compaction_ts,
+                stale,
+                None if provider is None else sys.intern(provider),
+                None if model is None else sys.intern(model),
+                entries,
+                usable,
+                reload_on_append,
+                None if turn is None else Turn(turn[0], turn[1]),
+                None if reducible is None else (reducible[0], reducible[1]),
+                rules,
+            )
         if rules not in (PI_0_73, PI_1):
             raise ValueError(f"unknown rules: {rules!r}")
         reducible_value = None
@@ -311,7 +347,10 @@ class SessionLedger:
 
     @property
     def tokens(self) -> int:
-        return self.estimate.tokens
+        # ``estimate.tokens`` without building the estimate: read once per session at every start-up.
+        if self.anchor_seen:
+            return self.anchor_tokens + self.trailing_tokens
+        return self.trailing_tokens
 
     @property
     def planning_tokens(self) -> int:

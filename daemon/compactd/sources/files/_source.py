@@ -24,6 +24,7 @@ from compactd.config import Config, file_kind
 from compactd.core.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.core.ledger import SessionLedger
 from compactd.core.planning import figures_of, route_cap, tool_result_cap
+from compactd.heap import collector_paused
 from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
 from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
@@ -854,19 +855,22 @@ class FileSource:
         seen: set[str] = set()
         now = time.time()
         self._agent_dirs = {}
+        self._dirs.begin_pass()
         try:
-            for root in self.root_paths():
-                for path in scan_root(root):
-                    seen.add(path)
-                    self.refresh(path)
-                    session = self.sessions.get(path)
-                    if seal and session is not None and session.tracker.cursor.partial:
-                        try:
-                            self.seal(session, now)
-                        except Exception as exc:
-                            self.fail(path, "seal", exc)
+            with collector_paused():  # a few objects per session, for every session
+                for root in self.root_paths():
+                    for path in scan_root(root):
+                        seen.add(path)
+                        self.refresh(path)
+                        session = self.sessions.get(path)
+                        if seal and session is not None and session.tracker.cursor.partial:
+                            try:
+                                self.seal(session, now)
+                            except Exception as exc:
+                                self.fail(path, "seal", exc)
         finally:
             self._agent_dirs = None
+            self._dirs.end_pass()
         return seen
 
     # --- the Source protocol ------------------------------------------------------------------------------
@@ -875,9 +879,10 @@ class FileSource:
         left (its late lines belong in the files read next), sweep the archives, and load what the state
         directory recorded of every session."""
         self.recover()
-        self.state = self.store.load_sessions()
-        self.resume.fingerprint = config_fingerprint(self.config)
-        self.resume.load()
+        with collector_paused():  # a record per session, and a snapshot
+            self.state = self.store.load_sessions()
+            self.resume.fingerprint = config_fingerprint(self.config)
+            self.resume.load()
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Watch every root, then read and decide every transcript under them: a file changed during the read

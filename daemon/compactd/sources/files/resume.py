@@ -89,12 +89,21 @@ class Snapshot:
         """ValueError for anything that is not a record ``to_record`` wrote (the ledger is checked on use)."""
         if not isinstance(record, list) or len(record) != 8:
             raise ValueError("not a snapshot record")
-        *numbers, digest, ledger = record
-        if not all(type(n) is int and n >= 0 for n in numbers) or not isinstance(ledger, list):
+        dev, ino, offset, size, mtime_ns, ctime_ns, digest, ledger = record
+        # One test per field, not a generator: a restart takes one snapshot per unchanged session.
+        if not (
+            type(dev) is type(ino) is type(offset) is type(size) is type(mtime_ns) is type(ctime_ns) is int
+            and dev >= 0
+            and ino >= 0
+            and offset >= 0
+            and size >= 0
+            and mtime_ns >= 0
+            and ctime_ns >= 0
+            and isinstance(ledger, list)
+        ):
             raise ValueError("malformed snapshot record")
         if not isinstance(digest, str) or len(digest) != 2 * _HASH_BYTES:
             raise ValueError("malformed tail hash")
-        dev, ino, offset, size, mtime_ns, ctime_ns = numbers
         return cls(dev, ino, offset, size, mtime_ns, ctime_ns, tuple(ledger), bytes.fromhex(digest))
 
 

@@ -29,14 +29,18 @@ def sqlite_agent_of(path: str, known: dict[str, str | None] | None = None) -> st
     None for every OpenClaw install before 2026.9 (no database beside ``sessions/``) and for pi's files.
     ``known``: the answers of one pass over many files, by directory (one ``lstat`` per directory, not per file).
     """
+    raw_dir = os.path.dirname(path)
+    if known is not None and raw_dir in known:  # the pass's common case: no ``abspath`` per file
+        return known[raw_dir]
     sessions_dir = os.path.dirname(os.path.abspath(path))
     if known is not None and sessions_dir in known:
+        known[raw_dir] = known[sessions_dir]
         return known[sessions_dir]
     agent_dir: str | None = os.path.dirname(sessions_dir)
     if os.path.basename(sessions_dir) != "sessions" or not agent_dir or not is_sqlite_agent(agent_dir):
         agent_dir = None
     if known is not None:
-        known[sessions_dir] = agent_dir
+        known[sessions_dir] = known[raw_dir] = agent_dir
     return agent_dir
 
 
