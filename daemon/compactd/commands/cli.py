@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import logging
 import os
 import sys
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import orjson
 
 from compactd import __version__
+from compactd.heap import collector_paused
 
 if TYPE_CHECKING:
     from compactd.config import Config
@@ -76,20 +76,6 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
-    """For commands that read transcripts, print and exit: the parsed entries are acyclic and live until the
-    end, and the cyclic collector would only traverse them again at every threshold (on a 200 MB transcript,
-    more time than all of ``inspect``'s figures). Restored after, as ``main`` also runs inside tests."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
-
-
-@contextmanager
 def _reporting(args: argparse.Namespace) -> Iterator[None]:
     """Logs at ``--log-level`` (default: warnings) and, unless ``-q``, the progress of long work on stderr:
     each stage and model call as it happens, one live line on a terminal, plain lines otherwise."""
@@ -118,7 +104,7 @@ def _reporting(args: argparse.Namespace) -> Iterator[None]:
 
 
 def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
-    with _collector_paused():
+    with collector_paused():
         return _inspect(args, out)
 
 
@@ -206,7 +192,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.commands.inspection import validation_exit_code
     from compactd.reading import read_transcript
 
-    with _collector_paused():
+    with collector_paused():
         transcript = read_transcript(args.file, lean=True)  # the problems are the same, in the same order
     code = validation_exit_code(transcript)
     if args.json:
@@ -326,7 +312,7 @@ def _list_archives(path: str, state_dir: str, as_json: bool, out: TextIO) -> int
     from compactd.reading import read_transcript
 
     rows: list[dict[str, Any]] = []
-    with _collector_paused():
+    with collector_paused():
         for archive, ours in _archives_of(path, state_dir):
             transcript = read_transcript(archive, follow_symlinks=False)
             when = archive_time(archive)
@@ -429,7 +415,7 @@ def _once(args: argparse.Namespace, out: TextIO) -> int:
 
     config = _load_config(args)
     # A dry run only reads and decides: like inspect, it keeps nothing cyclic worth collecting.
-    with _collector_paused() if args.dry_run else nullcontext():
+    with collector_paused() if args.dry_run else nullcontext():
         return run_once(
             config, dry_run=args.dry_run, as_json=args.json, force=args.force, sessions=args.sessions, out=out
         )
