@@ -16,11 +16,6 @@ from typing import Any
 
 from compactd.core.messages import Message, role_of, text_of
 
-try:
-    import ahocorasick_rs
-except ImportError:  # no wheel for this platform: each needle is a pass of its own, with the same result
-    ahocorasick_rs = None  # type: ignore[assignment]
-
 __all__ = ["SpanText", "redact_secrets", "redact_secrets_counted", "redact_url_secrets", "redact_value"]
 
 Replacer = Callable[[re.Match[str]], str]
@@ -309,23 +304,18 @@ def _redact(text: str, rules: tuple[_Rule, ...], any_needle: re.Pattern[str]) ->
     aligned = len(lowered) == len(text)
     groups, group_of = _groups_of(rules)
     seen: dict[int, bool] = {}  # per group: whether one of its needles occurs
-    rare, occurring = _rare_present(rules, lowered)
-    for rule, group, rule_is_rare in zip(rules, group_of, rare, strict=True):
-        if occurring is not None and rule_is_rare:
-            if occurring.isdisjoint(rule.needles):
+    for rule, group in zip(rules, group_of, strict=True):
+        if group is not None:
+            present = seen.get(group)
+            if present is None:
+                present = seen[group] = groups[group].search(lowered) is not None
+            if not present:
                 continue
-        else:
-            if group is not None:
-                present = seen.get(group)
-                if present is None:
-                    present = seen[group] = groups[group].search(lowered) is not None
-                if not present:
-                    continue
-            # A gated rule's gates each hold one of its needles: when the lower-cased text lines up with the
-            # text, a text without a needle has no gate's match (nor has any redaction of it: each ends in "]"),
-            # and each gate's word is looked for anyway.
-            if not (rule.folded_gates and aligned) and not any(map(lowered.__contains__, rule.needles)):
-                continue
+        # A gated rule's gates each hold one of its needles: when the lower-cased text lines up with the
+        # text, a text without a needle has no gate's match (nor has any redaction of it: each ends in "]"),
+        # and each gate's word is looked for anyway.
+        if not (rule.folded_gates and aligned) and not any(map(lowered.__contains__, rule.needles)):
+            continue
 
         def counting(m: re.Match[str], rule: _Rule = rule) -> str:
             out = rule.apply(m)
@@ -378,31 +368,6 @@ def _groups_of(rules: tuple[_Rule, ...]) -> _Groups:
     made = (tuple(patterns), tuple(group_of))
     _GROUPS[id(rules)] = (rules, made)
     return made
-
-
-# Needles in most texts (command output, code): left out of the one pass below, which lists every occurrence of
-# its needles, and tested with ``in`` (each stops at the first occurrence).
-_COMMON_NEEDLES = frozenset({"?", "&", "pass", "secret", "key", "token", "credential"})
-_Rare = tuple[tuple[bool, ...], Any]
-_RARE: dict[int, tuple[tuple[_Rule, ...], _Rare]] = {}
-
-
-def _rare_present(rules: tuple[_Rule, ...], lowered: str) -> tuple[tuple[bool, ...], set[str] | None]:
-    """Per rule, whether all its needles are rare (none of ``_COMMON_NEEDLES``); and the rare needles that occur
-    in ``lowered``, found in one pass of an Aho-Corasick automaton (every occurrence of each, overlapping: the
-    set is exactly the needles ``in`` would find), or None without it (``ahocorasick_rs`` not installed) or for a
-    short text, where one call costs more than the passes it saves. A pass of ``in`` per needle was 21 passes
-    of each long text (0.67 s over the 45 MB of the bench session's long strings, against 0.17 s)."""
-    got = _RARE.get(id(rules))
-    if got is None or got[0] is not rules:
-        flags = tuple(bool(r.needles) and not _COMMON_NEEDLES.intersection(r.needles) for r in rules)
-        needles = sorted({n for r, rare in zip(rules, flags, strict=True) if rare for n in r.needles})
-        automaton = ahocorasick_rs.AhoCorasick(needles) if ahocorasick_rs is not None and needles else None
-        got = _RARE[id(rules)] = (rules, (flags, (automaton, needles)))
-    flags, (automaton, needles) = got[1]
-    if automaton is None or len(lowered) <= _ANY_NEEDLE_MAX_CHARS:
-        return flags, None
-    return flags, {needles[i] for i, _, _ in automaton.find_matches_as_indexes(lowered, overlapping=True)}
 
 
 def _substitute(rule: _Rule, text: str, replace: Replacer, lowered: str | None = None) -> str:
