@@ -35,7 +35,7 @@ TARGET_OVER_BARE = 10.0
 
 # The child: everything a daemon has imported already, then the job timed alone (all threads' CPU).
 _CHILD = """
-import hashlib, resource, sys, time
+import hashlib, sys, time
 import anyio
 from compactd.config import load_config
 from compactd.sources.files.job import compact_file
@@ -43,6 +43,8 @@ import compactd.summarize.augment, compactd.summarize.digest, compactd.summarize
 import compactd.summarize.identifiers, compactd.summarize.prepared, compactd.summarize.quality
 import compactd.summarize.redact, compactd.summarize.sanitize, compactd.summarize.stages
 import compactd.sources.files.preparer, compactd.commit.commit
+from compactd.heap import fix_mmap_threshold
+fix_mmap_threshold()  # as the service does at its start
 config = load_config(sys.argv[2])
 start = time.process_time()
 result = anyio.run(lambda: compact_file(sys.argv[1], config))
@@ -50,7 +52,8 @@ cpu = time.process_time() - start
 e = result.engine
 summary = hashlib.sha256(e.summary.encode()).hexdigest() if e is not None else None
 prepared = (e.prepared, e.span_messages) if e is not None else None
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, the peak of this process's own memory (ru_maxrss would report the bench's, a larger parent's)
+rss = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 sys.stdout.write(repr((cpu, rss, result.committed, summary, prepared)))
 """
 
