@@ -250,7 +250,8 @@ def test_system_unit_hardening() -> None:
     ):
         assert d[f"Service.{key}"] == ["yes"], key
     assert d["Service.CapabilityBoundingSet"] == [""]
-    assert d["Service.SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
+    # Lowering a thread's own priority (the preparing thread's niceness) is allowed back after @resources.
+    assert d["Service.SystemCallFilter"] == ["@system-service", "~@privileged @resources", "setpriority"]
     # What `systemd-analyze security` listed and compactd works with (issue 23; tests/test_unit_hardening.py).
     assert d["Service.ProtectProc"] == ["invisible"] and d["Service.ProcSubset"] == ["pid"]
     for key in ("MemoryDenyWriteExecute", "PrivateMounts", "RemoveIPC"):
@@ -287,7 +288,8 @@ def test_user_unit_avoids_the_systemd_252_trap() -> None:
     assert not used or d.get("Service.PrivateUsers") == ["yes"], used
     assert "Service.User" not in d
     # The seccomp-based ones a user manager can install (issue 23).
-    assert d["Service.SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
+    # Lowering a thread's own priority (the preparing thread's niceness) is allowed back after @resources.
+    assert d["Service.SystemCallFilter"] == ["@system-service", "~@privileged @resources", "setpriority"]
     assert d["Service.MemoryDenyWriteExecute"] == ["yes"]
     assert d["Install.WantedBy"] == ["default.target"]
     assert any("%h" in value for value in d["Service.Environment"])
