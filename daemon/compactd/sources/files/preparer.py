@@ -157,10 +157,6 @@ class Preparer:
         self.dropped = 0
         self.cpu_seconds = 0.0  # the threads' CPU time (each one's own clock, added up after each item)
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None
-
     def start(self) -> None:
         if self._thread is None:
             self._queue = queue.SimpleQueue()  # its own: a stopped thread still finishes what it was given
@@ -236,9 +232,7 @@ class Preparer:
                 elif what == "sweep":
                     swept = True
                     self._sweep()
-                else:
-                    self.cpu_seconds += time.thread_time() - clock
-                    clock = time.thread_time()
+                else:  # a flush: what came before it was counted at the top of the loop
                     arg.set()
             except Exception as exc:  # one session's store never stops the others'
                 log.warning("session=%s prepared store not updated: %r", path, exc)
