@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from compactd.core.messages import text_of
 from compactd.summarize import augment, digest, facts
+from compactd.summarize.derived import DerivedOf
 from compactd.summarize.gates import folded
+from compactd.summarize.prepared import decode, encode, prepare
 from compactd.summarize.redact import SpanText, redact_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -285,6 +287,43 @@ def _assert_same(read: list[Msg], previous: str | None = None) -> None:
         )
         assert new == old
     assert augment.collect_tool_failures(read) == ref_augment.collect_tool_failures(read)
+    _assert_same_from_prepared(read, handed_on, texts, previous)
+
+
+def _assert_same_from_prepared(
+    read: list[Msg], handed_on: list[Msg], texts: SpanText, previous: str | None
+) -> None:
+    """The sections a followed session's compaction builds from each message's stored derived share (made
+    when the message was prepared, written to a store line and read back) are the reference's too."""
+    memo: dict[str, Any] = {}
+    shares = [decode(encode("key", prepare(m, memo))) for m in read]
+    derived = DerivedOf(handed_on, [got[1].derived if got is not None else None for got in shares])
+    assert len(derived) == len(read)
+    assert digest._decisions(handed_on, texts, derived) == ref_digest._decisions(handed_on, texts)
+    assert digest._todos(handed_on, texts, derived) == ref_digest._todos(handed_on, texts)
+    assert digest._rules(handed_on, texts, derived) == ref_digest._rules(handed_on, texts)
+    assert _statement_fields(facts.statements(handed_on, texts, derived)) == _statement_fields(
+        ref_facts.statements(handed_on, texts)
+    )
+    new_state = facts.working_state(handed_on, previous, texts, derived)
+    old_state = ref_facts.working_state(handed_on, previous, texts)
+    assert _statement_fields(new_state.tasks) == _statement_fields(old_state.tasks)
+    assert _statement_fields(new_state.facts) == _statement_fields(old_state.facts)
+    assert new_state.results == old_state.results
+    assert new_state.render() == old_state.render()
+    for failures, files in ((True, True), (False, False)):
+        new = digest.build_digest(
+            handed_on,
+            previous_summary=previous,
+            include_failures=failures,
+            include_files=files,
+            texts=texts,
+            derived=derived,
+        )
+        old = ref_digest.build_digest(
+            handed_on, previous_summary=previous, include_failures=failures, include_files=files, texts=texts
+        )
+        assert new == old
 
 
 @given(_transcript(), st.booleans())

@@ -26,6 +26,7 @@ from compactd.core.messages import (
     tool_calls,
 )
 from compactd.summarize.augment import TOOL_FAILURES_HEADING, exit_code_of, is_tool_failure
+from compactd.summarize.derived import Lookup, nothing_derived
 from compactd.summarize.facts import collapse, newest_that_fit
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.gates import folded, holds_any
@@ -270,81 +271,110 @@ def _text(message: Message) -> str:
 
 
 # --- extraction -------------------------------------------------------------------------------------------
-def _decisions(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
+def message_decisions(message: Message, read: TextOf = _text) -> list[str]:
+    """The decisions an assistant message states, as items (none for any other role)."""
+    items: list[str] = []
+    if role_of(message) != "assistant":
+        return items
+    text = read(message)
+    if not holds_any(folded(text), _DECISION_NEEDLES):  # no sentence of it can state a decision
+        return items
+    for sentence in _sentences(text):
+        # "Now let's build:" announces a tool call, and a question decides nothing.
+        if (
+            not sentence.endswith(("?", ":", "？", "："))
+            and holds_any(folded(sentence), _DECISION_NEEDLES)
+            and _long_enough(sentence)
+            and _DECISION.search(sentence)
+        ):
+            items.append("- " + collapse(sentence, ITEM_MAX_CHARS))
+    return items
+
+
+def _decisions(
+    messages: Sequence[Message], read: TextOf = _text, derived: Lookup = nothing_derived
+) -> list[str]:
     items: list[str] = []
     for message in messages:
-        if role_of(message) != "assistant":
-            continue
-        text = read(message)
-        if not holds_any(folded(text), _DECISION_NEEDLES):  # no sentence of it can state a decision
-            continue
-        for sentence in _sentences(text):
-            # "Now let's build:" announces a tool call, and a question decides nothing.
-            if (
-                not sentence.endswith(("?", ":", "？", "："))
-                and holds_any(folded(sentence), _DECISION_NEEDLES)
-                and _long_enough(sentence)
-                and _DECISION.search(sentence)
-            ):
-                items.append("- " + collapse(sentence, ITEM_MAX_CHARS))
+        got = derived(message)
+        items.extend(message_decisions(message, read) if got is None else got.decisions)
     return _dedupe(items)
 
 
-def _todos(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
+# A message's effect on the open to-dos, in order: an item set, dropped (checked off) or added if not there.
+TodoOp = tuple[str, str, str]
+_SET, _DROP, _ADD = "=", "-", "?"
+
+
+def message_todos(message: Message, read: TextOf = _text) -> list[TodoOp]:
+    """What a user's or the agent's message does to the open to-dos (see ``_todos``), as (op, key, item)."""
+    ops: list[TodoOp] = []
+    role = role_of(message)
+    if role not in ("user", "assistant"):
+        return ops
+    # Which patterns can match anywhere in the text (gates): a text none of them can match adds nothing,
+    # and a pattern that cannot is not tried on its lines. A list header needs a next-step phrase, so
+    # without one none of the assistant's lines below is an item.
+    text = read(message)
+    boxes = holds_any(text, _CHECKBOX_NEEDLES)
+    todo_lines = holds_any(text, _TODO_NEEDLES)
+    next_steps = role == "assistant" and holds_any(folded(text), _NEXT_STEP_NEEDLES)
+    if not (boxes or todo_lines or next_steps):
+        return ops
+    in_fence = False
+    list_header = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        box = _CHECKBOX.match(line) if boxes and "[" in line else None
+        if box:
+            key = collapse(box.group("item"), ITEM_MAX_CHARS).lower()
+            if box.group("mark") == " ":
+                ops.append((_SET, key, "- [ ] " + collapse(box.group("item"), ITEM_MAX_CHARS)))
+            else:
+                ops.append((_DROP, key, ""))  # checked off later
+            continue
+        todo = _TODO_LINE.search(line) if todo_lines and holds_any(line, _TODO_NEEDLES) else None
+        if todo:
+            rest = todo.group("rest") or todo.group("cn") or ""
+            ops.append((_ADD, rest.lower(), "- TODO: " + collapse(rest, ITEM_MAX_CHARS)))
+            continue
+        if not next_steps:  # a user's line, or no next-step phrase in the text (so no list header either)
+            continue
+        if list_header and _BULLET.match(line):
+            item = "- " + collapse(_BULLET.sub("", line), ITEM_MAX_CHARS)
+            ops.append((_ADD, item.lower(), item))
+            continue
+        list_header = False
+        if not holds_any(folded(line), _NEXT_STEP_NEEDLES):  # neither a header nor a next-step sentence
+            continue
+        stripped = _BULLET.sub("", line).strip().strip("*#").strip()
+        if _NEXT_STEP.search(stripped) and stripped.rstrip("*").endswith((":", "：")):
+            list_header = True
+            continue
+        for sentence in _SENTENCE_END.split(stripped):
+            if _NEXT_STEP.search(sentence) and len(sentence) >= 15 and not sentence.endswith((":", "：")):
+                item = "- " + collapse(sentence, ITEM_MAX_CHARS)
+                ops.append((_ADD, item.lower(), item))
+    return ops
+
+
+def _todos(messages: Sequence[Message], read: TextOf = _text, derived: Lookup = nothing_derived) -> list[str]:
     """Unchecked checkboxes (dropped when checked off later), TODO/FIXME lines, and the assistant's "next
     steps" — a sentence, or the list under a line such as "Remaining from the plan:"."""
     open_items: dict[str, str] = {}
     for message in messages:
-        role = role_of(message)
-        if role not in ("user", "assistant"):
-            continue
-        # Which patterns can match anywhere in the text (gates): a text none of them can match adds nothing,
-        # and a pattern that cannot is not tried on its lines. A list header needs a next-step phrase, so
-        # without one none of the assistant's lines below is an item.
-        text = read(message)
-        boxes = holds_any(text, _CHECKBOX_NEEDLES)
-        todo_lines = holds_any(text, _TODO_NEEDLES)
-        next_steps = role == "assistant" and holds_any(folded(text), _NEXT_STEP_NEEDLES)
-        if not (boxes or todo_lines or next_steps):
-            continue
-        in_fence = False
-        list_header = False
-        for line in text.splitlines():
-            if _FENCE.match(line):
-                in_fence = not in_fence
-                continue
-            if in_fence:
-                continue
-            box = _CHECKBOX.match(line) if boxes and "[" in line else None
-            if box:
-                key = collapse(box.group("item"), ITEM_MAX_CHARS).lower()
-                if box.group("mark") == " ":
-                    open_items[key] = "- [ ] " + collapse(box.group("item"), ITEM_MAX_CHARS)
-                else:
-                    open_items.pop(key, None)  # checked off later
-                continue
-            todo = _TODO_LINE.search(line) if todo_lines and holds_any(line, _TODO_NEEDLES) else None
-            if todo:
-                rest = todo.group("rest") or todo.group("cn") or ""
-                open_items.setdefault(rest.lower(), "- TODO: " + collapse(rest, ITEM_MAX_CHARS))
-                continue
-            if not next_steps:  # a user's line, or no next-step phrase in the text (so no list header either)
-                continue
-            if list_header and _BULLET.match(line):
-                item = "- " + collapse(_BULLET.sub("", line), ITEM_MAX_CHARS)
-                open_items.setdefault(item.lower(), item)
-                continue
-            list_header = False
-            if not holds_any(folded(line), _NEXT_STEP_NEEDLES):  # neither a header nor a next-step sentence
-                continue
-            stripped = _BULLET.sub("", line).strip().strip("*#").strip()
-            if _NEXT_STEP.search(stripped) and stripped.rstrip("*").endswith((":", "：")):
-                list_header = True
-                continue
-            for sentence in _SENTENCE_END.split(stripped):
-                if _NEXT_STEP.search(sentence) and len(sentence) >= 15 and not sentence.endswith((":", "：")):
-                    item = "- " + collapse(sentence, ITEM_MAX_CHARS)
-                    open_items.setdefault(item.lower(), item)
+        got = derived(message)
+        for op, key, item in message_todos(message, read) if got is None else got.todos:
+            if op == _SET:
+                open_items[key] = item
+            elif op == _DROP:
+                open_items.pop(key, None)
+            else:
+                open_items.setdefault(key, item)
     return _dedupe(open_items.values())
 
 
@@ -427,22 +457,30 @@ def _rule_clauses(sentence: str) -> list[str]:
     return clauses
 
 
-def _rules(messages: Sequence[Message], read: TextOf = _text) -> list[str]:
+def message_rules(message: Message, read: TextOf = _text) -> list[str]:
+    """A user message's rule clauses, as items (none for any other role)."""
+    items: list[str] = []
+    if role_of(message) != "user":
+        return items
+    text = read(message)
+    if not holds_any(folded(text), _RULE_NEEDLES):  # no rule keyword: no clause
+        return items
+    for sentence in _sentences(text):
+        if len(sentence) > 3 * ITEM_MAX_CHARS or sentence.endswith(("?", "？")):
+            continue
+        if not holds_any(folded(sentence), _RULE_NEEDLES):
+            continue
+        items.extend("- " + collapse(c, ITEM_MAX_CHARS) for c in _rule_clauses(sentence))
+    return items
+
+
+def _rules(messages: Sequence[Message], read: TextOf = _text, derived: Lookup = nothing_derived) -> list[str]:
     """The user's rule clauses, each once (whatever its case or spacing): a rule restated in every ask, as in
     "fix X and never touch prod", is one line, and the ask around it is not a rule."""
     items: list[str] = []
     for message in messages:
-        if role_of(message) != "user":
-            continue
-        text = read(message)
-        if not holds_any(folded(text), _RULE_NEEDLES):  # no rule keyword: no clause
-            continue
-        for sentence in _sentences(text):
-            if len(sentence) > 3 * ITEM_MAX_CHARS or sentence.endswith(("?", "？")):
-                continue
-            if not holds_any(folded(sentence), _RULE_NEEDLES):
-                continue
-            items.extend("- " + collapse(c, ITEM_MAX_CHARS) for c in _rule_clauses(sentence))
+        got = derived(message)
+        items.extend(message_rules(message, read) if got is None else got.rules)
     return _dedupe(items)
 
 
@@ -648,10 +686,12 @@ def build_digest(
     include_failures: bool = True,
     include_files: bool = True,
     texts: SpanText | None = None,
+    derived: Lookup = nothing_derived,
 ) -> str:
     """The five headings filled from ``messages`` (and a previous summary), deterministic and capped.
 
-    ``texts``: the job's redacted message texts, shared with the identifier extraction (redacted once).
+    ``texts``: the job's redacted message texts, shared with the identifier extraction (redacted once);
+    ``derived``: what preparing the messages took from them.
 
     ``identifiers`` is the ranked list the engine guarantees (computed here when None). The extra sections
     (tool failures, files) come after the five required ones; turn them off when the augmentation appends its
@@ -660,12 +700,12 @@ def build_digest(
     span = [m for m in messages if not is_runtime_context(m)]
     carried = _carried(previous_summary)
     read = texts if texts is not None else SpanText()
-    decisions = _decisions(span, read)
+    decisions = _decisions(span, read, derived)
     if not span and not carried[DECISIONS]:
         decisions = ["- No prior history."]
     asks = _user_asks(span, read)
-    todos = _dedupe([*_todos(span, read), *_question_back(asks, read)])
-    constraints = _rules(span, read)
+    todos = _dedupe([*_todos(span, read, derived), *_question_back(asks, read)])
+    constraints = _rules(span, read, derived)
     earlier, latest = _pending(asks)
 
     # The identifiers are what peers lose most (design.md §7.8), so they are budgeted first: the ranked ones

@@ -32,6 +32,7 @@ from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
 from compactd.ids import fresh_id
 from compactd.summarize import augment
 from compactd.summarize.cutpoint import CutPlan, plan_cut
+from compactd.summarize.derived import DerivedOf, Lookup, nothing_derived
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_sections
 
@@ -284,6 +285,12 @@ class CompactionEngine:
             failures = [redact_value(m) for m in failures]
             previous = redact_secrets(previous) if previous else previous
         known = [got.findings if got is not None else None for got in made] if made else None
+        # What the current state and the digest take from each prepared message, by the message handed on.
+        derived: Lookup = (
+            DerivedOf([*span, *prefix], [got.derived if got is not None else None for got in made])
+            if made
+            else nothing_derived
+        )
         hits, span_messages = len(made) - made.count(None), len(span) + len(prefix)
         del made
         # What the previous summary guaranteed is guaranteed again, or a poor model loses it at this compaction.
@@ -293,11 +300,11 @@ class CompactionEngine:
         latest_ask = latest_user_ask([*span, *prefix])
 
         body, level, quality_info, calls, notes = await self._summarize(
-            list(span), previous, ranked, latest_ask, texts
+            list(span), previous, ranked, latest_ask, texts, derived
         )
         split_summary = None
         if prefix:
-            split_summary, extra_calls = await self._split_turn(prefix, texts)
+            split_summary, extra_calls = await self._split_turn(prefix, texts, derived)
             calls += extra_calls
         # What the agent knew, corrections applied, is computed from the span and the previous summary and
         # added whatever the model wrote (design.md §6.15); before the identifier repair, which then finds
@@ -309,7 +316,7 @@ class CompactionEngine:
             state_chars = min(
                 state_chars, int(s.keep_budget_tokens * STATE_SHARE_OF_TARGET * CHARS_PER_TOKEN)
             )
-        state = self._clean(working_state([*span, *prefix], previous, texts).render(state_chars))
+        state = self._clean(working_state([*span, *prefix], previous, texts, derived).render(state_chars))
         if state:
             from compactd.summarize.sanitize import summary_text  # a compaction's, not a dry run's import
 
@@ -444,6 +451,7 @@ class CompactionEngine:
         ranked: list[Identifier],
         latest_ask: str | None,
         texts: SpanText,
+        derived: Lookup,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
         from compactd.summarize import quality
         from compactd.summarize.digest import build_digest
@@ -458,6 +466,7 @@ class CompactionEngine:
                 include_failures=False,  # the augmentation lists failures and files once, after the body
                 include_files=False,
                 texts=texts,
+                derived=derived,
             )
         else:
             body = quality.fallback_summary(previous)
@@ -471,6 +480,7 @@ class CompactionEngine:
         ranked: list[Identifier],
         latest_ask: str | None,
         texts: SpanText,
+        derived: Lookup,
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
         """(body, level, quality, calls, notes): level 1 full, level 2 partial, level 3 digest.
 
@@ -481,7 +491,7 @@ class CompactionEngine:
         same deadline. A cut-off chunk summary that later calls folded on is judged like any summary.
         """
         if not span or self.client is None:
-            return self._digest(span, previous, ranked, latest_ask, texts)
+            return self._digest(span, previous, ranked, latest_ask, texts, derived)
         from compactd.summarize import quality
         from compactd.summarize.identifiers import ensure_identifiers
         from compactd.summarize.outcomes import LLMError
@@ -498,7 +508,7 @@ class CompactionEngine:
             self._model_error = f"{exc.kind}: {exc}"
             source, notes = stages.without_oversized(span)
             if not (notes and source):
-                result = self._digest(span, previous, ranked, latest_ask, texts)
+                result = self._digest(span, previous, ranked, latest_ask, texts, derived)
                 return (*result[:3], stages.stats.calls, [])
             try:
                 body = await stages.summarize_in_stages(source, previous_summary=previous)
@@ -507,7 +517,7 @@ class CompactionEngine:
             except LLMError as exc2:
                 log.warning("partial summary failed (%s: %s); using the digest", exc2.kind, exc2)
                 self._model_error = f"{exc2.kind}: {exc2}"
-                result = self._digest(span, previous, ranked, latest_ask, texts)
+                result = self._digest(span, previous, ranked, latest_ask, texts, derived)
                 return (*result[:3], stages.stats.calls, [])
 
         def with_notes(text: str) -> str:
@@ -547,7 +557,7 @@ class CompactionEngine:
                     ", ".join(repaired_whole.reasons),
                 )
                 self._model_error = "the summary cut off at its deadline fails the checks after repair"
-                result = self._digest(span, previous, ranked, latest_ask, texts)
+                result = self._digest(span, previous, ranked, latest_ask, texts, derived)
                 return (*result[:3], stages.stats.calls, [])
         self._model_error = None  # the model's summary (level 1 or 2) is the one kept
         if cut:
@@ -577,7 +587,9 @@ class CompactionEngine:
             tally=self._tally,
         )
 
-    async def _split_turn(self, prefix: list[dict[str, Any]], texts: SpanText) -> tuple[str, int]:
+    async def _split_turn(
+        self, prefix: list[dict[str, Any]], texts: SpanText, derived: Lookup
+    ) -> tuple[str, int]:
         if self.client is not None:
             from compactd.summarize.outcomes import LLMError
 
@@ -589,7 +601,7 @@ class CompactionEngine:
                 self._model_error = self._model_error or f"{exc.kind}: {exc} (the split turn's prefix)"
         from compactd.summarize.digest import build_digest
 
-        return build_digest(prefix, texts=texts), 0
+        return build_digest(prefix, texts=texts, derived=derived), 0
 
 
 def _quality_json(report: quality.QualityReport, attempts: int, *, repaired: bool) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from compactd.core.messages import Message, role_of, text_of, tool_call_id, tool_calls
+from compactd.summarize.derived import Lookup, Result, nothing_derived
 from compactd.summarize.gates import folded, holds_any
 from compactd.summarize.headings import CURRENT_STATE, SECTION_BREAK, split_sections
 
@@ -335,31 +336,46 @@ def _is_statement(sentence: str) -> bool:
     return next(islice(_PLAIN_WORD.finditer(sentence), MIN_PLAIN_WORDS - 1, None), None) is not None
 
 
-def statements(messages: Sequence[Message], read: Callable[[Message], str] = text_of) -> list[Statement]:
-    """The user's and the agent's sentences that carry a specific token, in order. A sentence that only
-    continues the one before it ("Next action: x.sh.", "Blocked on SEC-2.") is part of it, so a task keeps
-    its next action and its blocker."""
+def message_statements(message: Message, read: Callable[[Message], str] = text_of) -> list[Statement]:
+    """One message's statements (a user's or the agent's; none for any other role): its sentences that carry
+    a specific token, in order. A sentence that only continues the one before it ("Next action: x.sh.",
+    "Blocked on SEC-2.") is part of it, so a task keeps its next action and its blocker."""
+    out: list[Statement] = []
+    if role_of(message) not in ("user", "assistant"):
+        return out
+    for line in _lines(read(message)):
+        parts: list[str] = []
+        sentences = _SENTENCE_END.split(line) if holds_any(line, _SENTENCE_MARKS) else (line,)
+        for sentence in sentences:
+            sentence = sentence.strip()
+            if parts and _CONTINUATION.match(sentence):
+                parts[-1] = f"{parts[-1]} {sentence}"
+            elif sentence:
+                parts.append(sentence)
+        for part in parts:
+            # A part without a specific token has none once collapsed (collapsing only turns whitespace
+            # runs into spaces and cuts): no statement, and nothing to collapse.
+            if not _is_statement(part) or not _has_specific(part):
+                continue
+            statement = Statement.of(collapse(part, STATEMENT_MAX_CHARS))
+            if statement is not None and not all(map(_is_small_number, statement.tokens)):
+                out.append(statement)
+    return out
+
+
+def statements(
+    messages: Sequence[Message], read: Callable[[Message], str] = text_of, derived: Lookup = nothing_derived
+) -> list[Statement]:
+    """The user's and the agent's statements (``message_statements``), in order; a message prepared as it was
+    read gives its statements' texts, each made a statement again (a new one: statements are told apart by
+    identity)."""
     out: list[Statement] = []
     for message in messages:
-        if role_of(message) not in ("user", "assistant"):
-            continue
-        for line in _lines(read(message)):
-            parts: list[str] = []
-            sentences = _SENTENCE_END.split(line) if holds_any(line, _SENTENCE_MARKS) else (line,)
-            for sentence in sentences:
-                sentence = sentence.strip()
-                if parts and _CONTINUATION.match(sentence):
-                    parts[-1] = f"{parts[-1]} {sentence}"
-                elif sentence:
-                    parts.append(sentence)
-            for part in parts:
-                # A part without a specific token has none once collapsed (collapsing only turns whitespace
-                # runs into spaces and cuts): no statement, and nothing to collapse.
-                if not _is_statement(part) or not _has_specific(part):
-                    continue
-                statement = Statement.of(collapse(part, STATEMENT_MAX_CHARS))
-                if statement is not None and not all(map(_is_small_number, statement.tokens)):
-                    out.append(statement)
+        got = derived(message)
+        if got is None:
+            out.extend(message_statements(message, read))
+        else:
+            out.extend(s for s in map(Statement.of, got.statements) if s is not None)
     return out
 
 
@@ -506,8 +522,19 @@ def _output(text: str, dump: bool) -> str | None:
     return f"(last of {count} lines) {last}"
 
 
-def _results(messages: Sequence[Message]) -> dict[str, str]:
+def result_of(message: Message) -> Result:
+    """A tool result's part in the command results, whatever command it answers: its output as
+    ``_output`` shows a command's (not a file dump's), whether a file dump's is the same, and whether it
+    failed."""
     from compactd.summarize.augment import is_tool_failure  # failures are listed by the augmentation
+
+    text = text_of(message)
+    output = _output(text, False)
+    return output, output == _output(text, True), is_tool_failure(message)
+
+
+def _results(messages: Sequence[Message], derived: Lookup = nothing_derived) -> dict[str, str]:
+    from compactd.summarize.augment import is_tool_failure
 
     calls: dict[str, tuple[str, bool]] = {}
     results: dict[str, str] = {}
@@ -521,9 +548,16 @@ def _results(messages: Sequence[Message]) -> dict[str, str]:
         if call_id is None or call_id not in calls:
             continue
         target, dump = calls[call_id]
-        output = _output(text_of(message), dump)
-        if not output or is_tool_failure(message):
-            continue
+        got = derived(message)
+        known = got.result if got is not None else None
+        if known is None:
+            output = _output(text_of(message), dump)
+            if not output or is_tool_failure(message):
+                continue
+        else:
+            output = known[0] if not dump or known[1] else None
+            if not output or known[2]:
+                continue
         results.pop(target, None)  # re-inserted: the dict's order is the order of the latest runs
         results[target] = collapse(output, RESULT_MAX_CHARS)
     return results
@@ -572,11 +606,13 @@ def working_state(
     messages: Sequence[Message],
     previous_summary: str | None = None,
     read: Callable[[Message], str] = text_of,
+    derived: Lookup = nothing_derived,
 ) -> WorkingState:
-    """The state after ``messages``, continuing a previous summary's."""
+    """The state after ``messages``, continuing a previous summary's (``derived``: what the messages' preparing
+    took from them)."""
     state = carried_state(previous_summary)
-    _fold(state, statements(messages, read))
-    for target, output in _results(messages).items():
+    _fold(state, statements(messages, read, derived))
+    for target, output in _results(messages, derived).items():
         state.results.pop(target, None)
         state.results[target] = output
     return state

@@ -1,13 +1,14 @@
 """A message's share of a compaction, made once when the message is read: its redacted copy (when redaction
-changes it) and its identifier findings, keyed by its content. A compaction of a session the daemon followed
-then only merges (issue 22): redaction and extraction were four fifths of a cold compaction's CPU.
+changes it), its identifier findings and what the current state and the digest take from it (``derived``),
+keyed by its content. A compaction of a session the daemon followed then only merges (issue 22): redaction and
+extraction were four fifths of a cold compaction's CPU.
 
-Exactness: a message's redacted copy and findings depend on that message alone
-(``identifiers.message_findings``), so the records merged from prepared findings are those a cold extraction
-gives; the key is a hash of the message as a span holds it (orjson's serialisation of the same parse is the same
-bytes), so a message changed in any way (a context edit, a repaired tool pairing, a migration) is simply not
-found, and is done cold. A key is 128 bits of SHA-256 (in hardware on x86_64 and aarch64: twice BLAKE2b's
-speed here): no transcript can make two messages collide. Only redacted text is kept, never a secret.
+Exactness: a message's redacted copy, findings and derived share depend on that message alone
+(``identifiers.message_findings``, ``derive``), so the records and sections made from prepared shares are those
+a cold job makes; the key is a hash of the message as a span holds it (orjson's serialisation of the same parse
+is the same bytes), so a message changed in any way (a context edit, a repaired tool pairing, a migration) is
+simply not found, and is done cold. A key is 128 bits of SHA-256 (in hardware on x86_64 and aarch64: twice
+BLAKE2b's speed here): no transcript can make two messages collide. Only redacted text is kept, never a secret.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from typing import Any
 
 import orjson
 
-from compactd.core.messages import Message
+from compactd.core.messages import Message, role_of
+from compactd.summarize.derived import Derived, derived_valid
+from compactd.summarize.digest import message_decisions, message_rules, message_todos
+from compactd.summarize.facts import message_statements, result_of
 from compactd.summarize.identifiers import Findings, WordMemo, findings_valid, message_findings
 from compactd.summarize.redact import SpanText, redact_value
 
-__all__ = ["Prepared", "decode", "encode", "message_key", "prepare"]
+__all__ = ["Prepared", "decode", "derive", "encode", "message_key", "prepare"]
 
 _KEY_BYTES = 16
 
@@ -34,6 +38,7 @@ class Prepared:
 
     redacted: Message | None
     findings: Findings
+    derived: Derived | None = None  # what the current state and the digest take from it (None: read it)
 
 
 def message_key(message: Message) -> str | None:
@@ -51,13 +56,27 @@ def prepare(message: Message, memo: WordMemo) -> Prepared:
     handed_on = redact_value(message)
     texts = SpanText.of([message], [handed_on])
     findings = message_findings(handed_on, texts, memo)
+    derived = derive(handed_on, texts)
     # Equal is as good as the same: a rule that matched and kept its match makes an equal copy.
-    return Prepared(None if handed_on == message else handed_on, findings)
+    return Prepared(None if handed_on == message else handed_on, findings, derived)
+
+
+def derive(handed_on: Message, read: SpanText) -> Derived:
+    """What the current state and the digest take from ``handed_on`` alone (``read``: its redacted text)."""
+    role = role_of(handed_on)
+    return Derived(
+        [s.text for s in message_statements(handed_on, read)],
+        message_decisions(handed_on, read),
+        message_rules(handed_on, read),
+        message_todos(handed_on, read),
+        result_of(handed_on) if role == "toolResult" else None,
+    )
 
 
 def encode(key: str, prepared: Prepared) -> bytes:
     """One line of a session's store."""
-    return orjson.dumps([key, prepared.redacted, prepared.findings]) + b"\n"
+    derived = None if prepared.derived is None else [*prepared.derived]  # orjson writes no tuple subclass
+    return orjson.dumps([key, prepared.redacted, prepared.findings, derived]) + b"\n"
 
 
 def decode(line: bytes) -> tuple[str, Prepared] | None:
@@ -66,11 +85,23 @@ def decode(line: bytes) -> tuple[str, Prepared] | None:
         value: Any = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if not (isinstance(value, list) and len(value) == 3):
+    if not (isinstance(value, list) and len(value) == 4):
         return None
-    key, redacted, findings = value
+    key, redacted, findings, derived = value
     if not (
-        isinstance(key, str) and (redacted is None or isinstance(redacted, dict)) and findings_valid(findings)
+        isinstance(key, str)
+        and (redacted is None or isinstance(redacted, dict))
+        and findings_valid(findings)
+        and (derived is None or derived_valid(derived))
     ):
         return None
-    return key, Prepared(redacted, findings)
+    if derived is not None:
+        statements, decisions, rules, todos, result = derived
+        derived = Derived(
+            statements,
+            decisions,
+            rules,
+            [tuple(op) for op in todos],
+            None if result is None else tuple(result),
+        )
+    return key, Prepared(redacted, findings, derived)

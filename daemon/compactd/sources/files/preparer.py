@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 PREPARED_DIR = "prepared"
 # Bumped when a line's layout or what a message's share holds changes; compactd's version is checked too (an
 # upgraded extractor must not merge an older one's findings).
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 # Appended bytes queued and not yet prepared beyond which a batch is dropped (its messages are done at compaction
 # instead): however far behind the thread is (a start after a long stop reads all that was appended meanwhile),
 # the queue never holds more of the transcripts than this.
