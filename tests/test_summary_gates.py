@@ -413,3 +413,11 @@ def test_the_gated_sections_equal_the_reference_on_quality_sessions(seed: int) -
             ref_facts.working_state(handed_on, previous).render(),
         )
         start = stop
+
+
+@given(st.text(alphabet=st.sampled_from([*"aZq -._/@#:09\t\n!,", "é", "٣", "ſ"]), max_size=40))
+@settings(max_examples=2000, deadline=None)
+def test_the_specific_token_test_is_the_pattern_s(text: str) -> None:
+    """``_has_specific`` (character classes and substring searches for an ASCII text) is exactly a search of
+    ``_SPECIFIC``: digits of any script, joins, camel case and the path and handle characters."""
+    assert facts._has_specific(text) == (facts._SPECIFIC.search(text) is not None)

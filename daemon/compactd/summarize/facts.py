@@ -169,12 +169,38 @@ def collapse(text: str, cap: int) -> str:
 
 
 def _has_specific(text: str) -> bool:
-    """``_SPECIFIC.search(text) is not None``, each branch on its own (see ``_SPECIFIC_CHAR``)."""
+    """``_SPECIFIC.search(text) is not None``: for an ASCII text by substring searches over its characters'
+    classes (``_CLASSES``), else each branch on its own (see ``_SPECIFIC_CHAR``)."""
+    if text.isascii():
+        classes = text.encode().translate(_CLASSES)
+        if b"1" in classes:
+            return True
+        return (b"." in classes and any(map(classes.__contains__, _JOINS))) or b"aA" in classes
     return (
         _SPECIFIC_CHAR.search(text) is not None
         or (("-" in text or "." in text) and _SPECIFIC_JOIN.search(text) is not None)
         or _SPECIFIC_CAMEL.search(text) is not None
     )
+
+
+def _ascii_classes() -> bytes:
+    """A ``bytes.translate`` table for ASCII text: what ``_SPECIFIC`` tells apart. A digit and ``/_@#:`` are
+    ``1`` (each alone is a match), a lower-case letter ``a``, an upper-case one ``A`` (``\\w`` of ASCII is
+    those and the digits and ``_``), ``-`` and ``.`` are ``.``, anything else a space."""
+    table = bytearray(b" " * 256)
+    for char in b"0123456789/_@#:":
+        table[char] = ord("1")
+    for char in range(ord("a"), ord("z") + 1):
+        table[char] = ord("a")
+    for char in range(ord("A"), ord("Z") + 1):
+        table[char] = ord("A")
+    table[ord("-")] = table[ord(".")] = ord(".")
+    return bytes(table)
+
+
+_CLASSES = _ascii_classes()
+# ``\w[-.]\w`` once no digit or ``_`` is in the text: its word characters are letters.
+_JOINS = (b"a.a", b"a.A", b"A.a", b"A.A")
 
 
 def _specific_tokens(text: str) -> list[str]:
@@ -343,7 +369,12 @@ def message_statements(message: Message, read: Callable[[Message], str] = text_o
     out: list[Statement] = []
     if role_of(message) not in ("user", "assistant"):
         return out
-    for line in _lines(read(message)):
+    text = read(message)
+    # Every part below is a piece of the text, or pieces joined by a space (which no branch of ``_SPECIFIC``
+    # matches across): a text without a specific token has no statement.
+    if not _has_specific(text):
+        return out
+    for line in _lines(text):
         parts: list[str] = []
         sentences = _SENTENCE_END.split(line) if holds_any(line, _SENTENCE_MARKS) else (line,)
         for sentence in sentences:
