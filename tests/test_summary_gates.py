@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd.core.messages import text_of
+from compactd.core.messages import strip_for_llm, text_of
 from compactd.summarize import augment, digest, facts
 from compactd.summarize.derived import DerivedOf
 from compactd.summarize.gates import folded
@@ -28,6 +28,16 @@ from tests.support.reference import digest as ref_digest
 from tests.support.reference import facts as ref_facts
 
 Msg = dict[str, Any]
+_DETAILS: list[Msg] = [
+    {},
+    {"status": "failed"},
+    {"status": "completed"},
+    {"status": " "},
+    {"exitCode": 0},
+    {"exitCode": 2},
+    {"exitCode": True},
+    {"cwd": "/srv"},
+]
 
 # Every keyword of every gated pattern, a near miss of some, and what joins them into lines and sentences.
 _WORDS = [
@@ -221,16 +231,18 @@ def _transcript(draw: Any) -> list[Msg]:
             )
         elif role == "toolResult":
             call = f"c{draw(st.integers(0, n))}"
-            messages.append(
-                {
-                    "role": "toolResult",
-                    "toolCallId": call,
-                    "toolName": "bash",
-                    "content": [{"type": "text", "text": text}],
-                    "isError": draw(st.booleans()),
-                    "timestamp": n,
-                }
-            )
+            tool_result: Msg = {
+                "role": "toolResult",
+                "toolCallId": call,
+                "toolName": "bash",
+                "content": [{"type": "text", "text": text}],
+                "isError": draw(st.booleans()),
+                "timestamp": n,
+            }
+            details = draw(st.sampled_from([None, *_DETAILS]))
+            if details is not None:  # what decides a failure there, and what does not
+                tool_result["details"] = details
+            messages.append(tool_result)
         else:
             messages.append(
                 {
@@ -299,6 +311,15 @@ def _assert_same_from_prepared(
     shares = [decode(encode("key", prepare(m, memo))) for m in read]
     derived = DerivedOf(handed_on, [got[1].derived if got is not None else None for got in shares])
     assert len(derived) == len(read)
+    # The failures the augmentation lists, from the messages with their details, as a followed session's
+    # compaction finds them: a prepared message (details stripped, as the preparer reads it) says whether it
+    # failed as read, and the details are read only when they hold a status or an exit code.
+    as_read = {
+        id(m): got[1].derived for m in read if (got := decode(encode("key", prepare(strip_for_llm(m), memo))))
+    }
+    assert augment.collect_tool_failures(
+        read, lambda m: d.failed if (d := as_read.get(id(m))) is not None else None
+    ) == ref_augment.collect_tool_failures(read)
     assert digest._decisions(handed_on, texts, derived) == ref_digest._decisions(handed_on, texts)
     assert digest._todos(handed_on, texts, derived) == ref_digest._todos(handed_on, texts)
     assert digest._rules(handed_on, texts, derived) == ref_digest._rules(handed_on, texts)

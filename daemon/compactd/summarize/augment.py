@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from compactd.core.messages import Message, blocks_of, role_of, text_of, tool_call_id, tool_calls
@@ -204,11 +204,34 @@ def first_per_call(messages: Iterable[Message]) -> list[Message]:
     return kept
 
 
-def collect_tool_failures(messages: Sequence[Message]) -> list[Message]:
+def collect_tool_failures(
+    messages: Sequence[Message], failed_as_read: Callable[[Message], bool | None] | None = None
+) -> list[Message]:
     """Failed tool results in order, the first per ``toolCallId``. Pass the messages *with* their
     ``details``: status and exit code live there. Tool results only (design.md §6.8): a user's own command
-    is not a tool call the agent might retry."""
-    return first_per_call(m for m in messages if role_of(m) == "toolResult" and is_tool_failure(m))
+    is not a tool call the agent might retry.
+
+    ``failed_as_read``: ``is_tool_failure`` of a message without its details, when known (a prepared message's,
+    whose text was read once): it is the message's own answer unless its details hold a status or an exit
+    code."""
+    return first_per_call(m for m in messages if role_of(m) == "toolResult" and _failed(m, failed_as_read))
+
+
+def _failed(message: Message, failed_as_read: Callable[[Message], bool | None] | None) -> bool:
+    if failed_as_read is not None and not _decided_by_details(message):
+        known = failed_as_read(message)
+        if known is not None:
+            return bool(known)
+    return is_tool_failure(message)
+
+
+def _decided_by_details(message: Message) -> bool:
+    """Whether a tool result's details hold what ``is_tool_failure`` reads there: a status, or an exit code."""
+    details = _details(message)
+    status, code = details.get("status"), details.get("exitCode")
+    return (isinstance(status, str) and bool(status.strip())) or (
+        isinstance(code, int) and not isinstance(code, bool)
+    )
 
 
 def render_tool_failure(message: Message) -> str:

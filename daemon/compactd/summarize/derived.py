@@ -27,6 +27,7 @@ class Derived(NamedTuple):
     rules: list[str]
     todos: list[tuple[str, str, str]]  # (op, key, item): see ``digest.message_todos``
     result: Result | None
+    failed: bool | None  # a tool result's ``is_tool_failure`` as read (before redaction), else None
 
 
 Lookup = Callable[[Message], "Derived | None"]
@@ -62,11 +63,13 @@ def _op(value: Any) -> bool:
 
 def derived_valid(value: Any) -> bool:
     """Whether a stored value has a :class:`Derived`'s shape (a store is ours, but a file can be damaged)."""
-    if not (isinstance(value, list) and len(value) == 5 and all(map(_strings, value[:3]))):
+    if not (isinstance(value, list) and len(value) == 6 and all(map(_strings, value[:3]))):
         return False
     if not (isinstance(value[3], list) and all(map(_op, value[3]))):
         return False
     result = value[4]
+    if not (value[5] is None or isinstance(value[5], bool)):
+        return False
     return result is None or (
         isinstance(result, list)
         and len(result) == 3

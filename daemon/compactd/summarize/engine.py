@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from compactd import progress
 from compactd.core.context import build_context, compaction_message, context_estimate, js_timestamp
-from compactd.core.messages import PI_1, Message, current_system_message, llm_visible, role_of, text_of
+from compactd.core.messages import (
+    PI_1,
+    Message,
+    current_system_message,
+    is_runtime_context,
+    llm_visible,
+    role_of,
+    strip_for_llm,
+    text_of,
+)
 from compactd.core.reader import Transcript
 from compactd.core.repair import repair_tool_pairing
 from compactd.core.timestamps import js_iso
@@ -163,6 +172,21 @@ def _prepared_shares(
     return [None if (key := message_key(m)) is None else store.get(key) for m in messages]
 
 
+def _failed_as_read(
+    visible: Sequence[tuple[Message, Message]], span: Sequence[Message], made: Sequence[Prepared | None]
+) -> Callable[[Message], bool | None]:
+    """Whether each message of the span's source failed as its prepared share read it (details apart: see
+    ``augment.collect_tool_failures``), by way of the visible copy the span holds (the same object, unless the
+    tool pairing's repair replaced it); None where no share says."""
+    by_visible = {id(v): got.derived for v, got in zip(span, made, strict=False) if got is not None}
+    failed: dict[int, bool | None] = {}
+    for message, shown in visible:
+        derived = by_visible.get(id(shown))
+        if derived is not None and derived.failed is not None:
+            failed[id(message)] = derived.failed
+    return lambda message: failed.get(id(message))
+
+
 def new_entry_id(taken: set[str]) -> str:
     """pi's id shape: 8 lowercase hex characters, unique within the file (and added to ``taken``)."""
     return fresh_id(taken, reserve=True)
@@ -266,13 +290,16 @@ class CompactionEngine:
         self._tally = progress.Tally(label=self.label)  # this compaction's calls, for the progress report
         self._model_error = None
         s = self.settings
-        span = repair_tool_pairing(list(llm_visible(plan.to_summarize)), errored_policy="drop").messages
+        visible = [(m, strip_for_llm(m)) for m in plan.to_summarize if not is_runtime_context(m)]
+        span = repair_tool_pairing([v for _, v in visible], errored_policy="drop").messages
         prefix = list(llm_visible(plan.turn_prefix))
-        failures = augment.collect_tool_failures(plan.to_summarize)  # with details: exit codes live there
         previous = plan.previous_summary
         texts = SpanText()  # each message's joined text redacted once, for the extraction and the digest
         # Prepared shares are made with redaction on: without it they are not those of these messages.
         made = _prepared_shares([*span, *prefix], prepared) if prepared is not None and s.redact else []
+        # With details: exit codes live there. A prepared tool result's text was read for its exit code.
+        failures = augment.collect_tool_failures(plan.to_summarize, _failed_as_read(visible, span, made))
+        del visible
         if s.redact:  # everything below reads these, so a cap or a cut can never leave half a secret
             read = [*span, *prefix]
             handed_on = [

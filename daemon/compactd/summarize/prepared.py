@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from compactd.core.messages import Message, role_of
+from compactd.summarize.augment import is_tool_failure
 from compactd.summarize.derived import Derived, derived_valid
 from compactd.summarize.digest import message_decisions, message_rules, message_todos
 from compactd.summarize.facts import message_statements, result_of
@@ -56,20 +57,23 @@ def prepare(message: Message, memo: WordMemo) -> Prepared:
     handed_on = redact_value(message)
     texts = SpanText.of([message], [handed_on])
     findings = message_findings(handed_on, texts, memo)
-    derived = derive(handed_on, texts)
+    derived = derive(message, handed_on, texts)
     # Equal is as good as the same: a rule that matched and kept its match makes an equal copy.
     return Prepared(None if handed_on == message else handed_on, findings, derived)
 
 
-def derive(handed_on: Message, read: SpanText) -> Derived:
-    """What the current state and the digest take from ``handed_on`` alone (``read``: its redacted text)."""
-    role = role_of(handed_on)
+def derive(message: Message, handed_on: Message, read: SpanText) -> Derived:
+    """What the current state and the digest take from ``handed_on`` (``redact_value`` of ``message``) alone
+    (``read``: its redacted text), and whether the tool result ``message`` failed as read (the augmentation
+    lists failures from the messages before redaction)."""
+    tool_result = role_of(handed_on) == "toolResult"
     return Derived(
         [s.text for s in message_statements(handed_on, read)],
         message_decisions(handed_on, read),
         message_rules(handed_on, read),
         message_todos(handed_on, read),
-        result_of(handed_on) if role == "toolResult" else None,
+        result_of(handed_on) if tool_result else None,
+        is_tool_failure(message) if tool_result else None,
     )
 
 
@@ -96,12 +100,13 @@ def decode(line: bytes) -> tuple[str, Prepared] | None:
     ):
         return None
     if derived is not None:
-        statements, decisions, rules, todos, result = derived
+        statements, decisions, rules, todos, result, failed = derived
         derived = Derived(
             statements,
             decisions,
             rules,
             [tuple(op) for op in todos],
             None if result is None else tuple(result),
+            failed,
         )
     return key, Prepared(redacted, findings, derived)
