@@ -536,7 +536,12 @@ def _output(text: str, dump: bool) -> str | None:
     """What a command's result shows: a short output whole, a long one by its last line (None for a long
     file dump). Only the end of a long output is split into lines."""
     stripped = text.strip()
-    cut = ("truncated" in stripped or "omitted" in stripped) and _CUT_MARKER.search(stripped) is not None
+    # Both markers hold "[... ": one pass finds that most outputs hold neither.
+    cut = (
+        "[... " in stripped
+        and ("truncated" in stripped or "omitted" in stripped)
+        and _CUT_MARKER.search(stripped) is not None
+    )
     if len(stripped) <= 2 * SHORT_OUTPUT_CHARS and not cut:
         lines = [line.strip() for line in stripped.splitlines() if line.strip()]
         if len(lines) <= SHORT_OUTPUT_LINES and sum(map(len, lines)) <= SHORT_OUTPUT_CHARS:
