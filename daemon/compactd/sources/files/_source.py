@@ -54,6 +54,16 @@ WATCH_HEARTBEAT_MS = 5_000
 RETENTION_SWEEP_SECONDS = 3600.0
 
 
+def _unchanged(session: FileSession) -> bool:
+    """The session's file is still the bytes its tracker last read: same inode, size and mtime, no torn line."""
+    cursor = session.tracker.cursor
+    try:
+        info = os.lstat(session.path)
+    except OSError:
+        return False
+    return (info.st_ino, info.st_size, info.st_mtime) == (cursor.ino, cursor.offset, cursor.mtime)
+
+
 def _signature(path: str) -> tuple[int, ...] | None:
     """What changes when a file is replaced, written, truncated or chmod-ed (None: it cannot be stat-ed)."""
     try:
@@ -96,6 +106,8 @@ class FileSource:
         # Appended messages' redaction and identifiers, made as they are read (while serving: ``start``).
         self.preparer = Preparer(host.config.state_dir)
         self.serving = False  # ``start``-ed: the daemon, not ``once``
+        # ``once --dry-run``: the due sessions' readings are kept from the discovery for their action (read once).
+        self.keep_readings = False
         self.state: dict[str, SessionState] = {}
         self.wakeup = anyio.Event()
         self.rescan_due = anyio.Event()
@@ -167,12 +179,16 @@ class FileSource:
                 return
         try:
             self._refresh(path, seeded=seeded)
+            session = self.sessions.get(path)
+            if session is not None and not session.due:
+                session.tracker.reading = None  # nothing to act on: only a due session's reading is kept
         except Exception as exc:
             session = self.sessions.get(path)
             if session is not None:  # forget what was half read: the next attempt reads the file afresh
                 session.due = False
                 session.tracker.cursor.reset()
                 session.tracker.ledger = None
+                session.tracker.reading = None
             self._unreadable[path] = _signature(path)
             self.fail(path, "read", exc)
         else:
@@ -210,7 +226,12 @@ class FileSource:
         session = self.sessions.get(path)
         if session is None:
             session = self.sessions[path] = FileSession(
-                SessionTracker(path, resume=self.resume.take(path), cap_for=route_cap(self.config))
+                SessionTracker(
+                    path,
+                    resume=self.resume.take(path),
+                    cap_for=route_cap(self.config),
+                    keep_reading=self.keep_readings,
+                )
             )
         offset = session.tracker.cursor.offset
         update = session.tracker.refresh(info)
@@ -294,12 +315,15 @@ class FileSource:
 
     def _exact_decision(self, session: FileSession, provisional: Decision) -> Decision:
         """The decision with the route's reducible tool-result characters, which the ledger did not count at
-        this session's cap: from a full read; the provisional one when the read cannot say."""
-        try:
-            transcript = read_transcript(session.path, follow_symlinks=False)
-        except OSError as exc:
-            log.debug("session=%s cannot read it to decide its route: %s", session.path, exc)
-            return provisional
+        this session's cap: from a full read (the kept reading, if any); the provisional one when the read
+        cannot say."""
+        transcript = session.tracker.reading
+        if transcript is None:
+            try:
+                transcript = read_transcript(session.path, follow_symlinks=False)
+            except OSError as exc:
+                log.debug("session=%s cannot read it to decide its route: %s", session.path, exc)
+                return provisional
         if blocked_reason(transcript) is not None:
             return provisional  # acting on it says why
         figures = figures_of(self.config, transcript, mtime=session.tracker.cursor.mtime)
@@ -445,7 +469,7 @@ class FileSource:
                 if unchanged is not None and not unchanged.due:  # decided from the ledger on these bytes
                     detail = {**unchanged.figures(), "flush": False, "route": unchanged.route}
                     return self._refused(session) or Outcome(path, Action(unchanged.action), detail=detail)
-            read = await self._read_step(session)
+            read = await self._read_step(session, kept=self._kept_reading(session) if dry_run else None)
             if isinstance(read, Outcome):
                 return read
             stage = self.host.at(path, "plan")
@@ -493,15 +517,22 @@ class FileSource:
             self.host.done(path)
             self.host.changed()
 
-    async def _read_step(self, session: FileSession) -> Transcript | Outcome:
-        """The one read the decision and the action are made from; an Outcome when there is nothing to act on
-        (an agent holds the lock, or the file is not one compactd may touch or read as pi does)."""
+    async def _read_step(
+        self, session: FileSession, *, kept: Transcript | None = None
+    ) -> Transcript | Outcome:
+        """The one read the decision and the action are made from (``kept``: that reading, already made); an
+        Outcome when there is nothing to act on (an agent holds the lock, or the file is not one compactd may
+        touch or read as pi does)."""
         path = session.path
         st = self.session_state(path)
         refused = self._refused(session)
         if refused is not None:
             return refused
-        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False, lean=True))
+        transcript = kept
+        if transcript is None:
+            transcript = await offload.run_sync(
+                lambda: read_transcript(path, follow_symlinks=False, lean=True)
+            )
         blocked = blocked_reason(transcript)
         if blocked is not None:
             session.due = False
@@ -548,17 +579,19 @@ class FileSource:
         action = route if decision.compact else decision.action
         return Outcome(path, Action(action), detail={**decision.figures(), "flush": flush, "route": route})
 
+    def _kept_reading(self, session: FileSession) -> Transcript | None:
+        """The discovery's reading of a session (taken: it is used once), if the file is still the very bytes it
+        read: the whole file, no line since and no torn line after them (``read_transcript`` would read those)."""
+        transcript, session.tracker.reading = session.tracker.reading, None
+        if transcript is None or not _unchanged(session):
+            return None
+        return transcript
+
     def _unchanged_exact_decision(self, session: FileSession, *, force: bool) -> Decision | None:
         """For a dry run: the ledger's decision when it is exact (the route's reducible characters counted at
         this session's cap) and the file is still the bytes the ledger read; None means read it."""
-        figures, cursor = self.figures(session), session.tracker.cursor
-        if figures is None or figures.reducible_chars is None:
-            return None
-        try:
-            info = os.lstat(session.path)
-        except OSError:
-            return None
-        if (info.st_ino, info.st_size, info.st_mtime) != (cursor.ino, cursor.offset, cursor.mtime):
+        figures = self.figures(session)
+        if figures is None or figures.reducible_chars is None or not _unchanged(session):
             return None
         recorded = Recorded.of_state(self.session_state(session.path))
         return decide(self.config, figures, recorded, now=time.time(), force=force)
@@ -902,7 +935,9 @@ class FileSource:
         await self.watch_roots(tg)
 
     async def scan(self, *, dry_run: bool) -> None:
-        """``once``: every transcript read and decided; torn idle lines sealed unless a dry run."""
+        """``once``: every transcript read and decided; torn idle lines sealed unless a dry run, which keeps the
+        due sessions' readings for their action."""
+        self.keep_readings = dry_run
         self.discover(seal=not dry_run)
 
     def ready(self, now: float, *, force: bool = False) -> list[FileSession]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.core.ledger import CapFor, SessionLedger
+from compactd.core.reader import Transcript, parse_transcript
 from compactd.sources.files.resume import Snapshot, hashed_bytes, mismatch, mismatch_of_stat
 from compactd.sources.files.tail import Change, FileCursor, Update
 
@@ -29,7 +30,12 @@ class SessionTracker:
     # The per-result cap for a provider and model (``planning.tool_result_cap``): given, the ledger also counts
     # the route's reducible characters (``SessionLedger.reducible``).
     cap_for: CapFor | None = None
+    # Keep the whole reading (``once --dry-run``, which then acts on the due sessions): each file is parsed once
+    # (lean, as the action reads it) and its ledger made from that, instead of a cold read and a second parse.
+    keep_reading: bool = False
     cursor: FileCursor = field(init=False)
+    # The last reload's transcript of the cursor's bytes (with ``keep_reading``); the owner drops it when done.
+    reading: Transcript | None = None
     ledger: SessionLedger | None = None
     reloads: int = 0
     # The cursor and ledger as of the last refresh that changed them, taken together (so a state writer in
@@ -60,8 +66,15 @@ class SessionTracker:
         ):
             self.cursor.reset()
             update = self.cursor.poll()
+        self.reading = None
         if update.change is Change.RELOADED and update.data is not None:
-            self.ledger = SessionLedger.from_bytes(update.data, self.path, cap_for=self.cap_for)
+            if self.keep_reading:
+                # The same ledger as the cold read's (``SessionLedger.from_bytes`` is equal to this by contract).
+                self.reading = parse_transcript(update.data, lean=True)
+                self.reading.identity = (self.cursor.dev, self.cursor.ino)
+                self.ledger = SessionLedger.from_transcript(self.reading, cap_for=self.cap_for)
+            else:
+                self.ledger = SessionLedger.from_bytes(update.data, self.path, cap_for=self.cap_for)
             self.reloads += 1
         elif update.change in (Change.MISSING, Change.SKIPPED):
             self.ledger = None

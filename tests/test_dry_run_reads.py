@@ -1,0 +1,63 @@
+"""``once --dry-run`` reads each transcript once (issue 22, item 4): the discovery's reading of a due session is
+the one its action plans on, and what the dry run reports is what it reported when it read the file again."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compactd.config import load_config
+from compactd.service import run_once
+from compactd.sources.files import _source
+from compactd.sources.files._source import FileSource
+
+from bench.corpus import generate_session
+
+
+def _sessions(tmp_path: Path) -> Path:
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    generate_session(sessions / "due.jsonl", 900_000, seed=3)  # about 225,000 tokens: over the threshold
+    generate_session(sessions / "fits.jsonl", 40_000, seed=4)
+    with (sessions / "torn.jsonl").open("wb") as handle:  # due, with a torn line after the bytes it read
+        handle.write((sessions / "due.jsonl").read_bytes() + b'{"type":"mess')
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sessions:\n  roots: [{sessions}]\nstate_dir: {tmp_path / 'state'}\n")
+    return config
+
+
+def _dry_run(config: Path, monkeypatch: pytest.MonkeyPatch, *, keep: bool) -> tuple[str, list[str]]:
+    """The dry run's output and the files its actions read again; ``keep=False``: as before, every due
+    session read a second time by its action."""
+    discover = FileSource.discover
+    reads: list[str] = []
+    read_transcript = _source.read_transcript
+
+    def discovering(self: FileSource, **kwargs: Any) -> set[str]:
+        self.keep_readings = keep
+        return discover(self, **kwargs)
+
+    def reading(path: str, **kwargs: Any) -> Any:
+        reads.append(Path(path).name)
+        return read_transcript(path, **kwargs)
+
+    monkeypatch.setattr(FileSource, "discover", discovering)
+    monkeypatch.setattr(_source, "read_transcript", reading)
+    out = io.StringIO()
+    code = run_once(load_config(config), dry_run=True, out=out, err=io.StringIO())
+    monkeypatch.undo()
+    return f"{code}\n{out.getvalue()}", sorted(reads)
+
+
+def test_a_dry_run_acts_on_the_reading_it_decided_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _sessions(tmp_path)
+    again, read_again = _dry_run(config, monkeypatch, keep=False)
+    once, read_once = _dry_run(config, monkeypatch, keep=True)
+
+    assert once == again
+    assert "due.jsonl" in once and "route=" in once  # due: its action planned a route
+    assert read_again == ["due.jsonl", "torn.jsonl"]
+    # The torn line is not in the bytes the discovery parsed: that file alone is read again, whole.
+    assert read_once == ["torn.jsonl"]
