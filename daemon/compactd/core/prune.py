@@ -73,7 +73,6 @@ _JS_WHITESPACE = (
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --- UTF-16 code units --------------------------------------------------------------------------------------
@@ -92,9 +91,13 @@ def _to_units(text: str) -> str:
 
 
 def _from_units(units: str) -> str:
-    if units.isascii() or _SURROGATE.search(units) is None:
+    if units.isascii():
         return units
-    return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    try:
+        units.encode()  # fails exactly when a surrogate is there: several times faster than searching for one
+    except UnicodeEncodeError:
+        return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return units
 
 
 def _is_high(ch: str) -> bool:
