@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from compactd.config import load_config
+from compactd.core import planning
 from compactd.service import run_once
 from compactd.sources.files import _source
 from compactd.sources.files._source import FileSource
@@ -28,12 +29,14 @@ def _sessions(tmp_path: Path) -> Path:
     return config
 
 
-def _dry_run(config: Path, monkeypatch: pytest.MonkeyPatch, *, keep: bool) -> tuple[str, list[str]]:
-    """The dry run's output and the files its actions read again; ``keep=False``: as before, every due
-    session read a second time by its action."""
+def _dry_run(config: Path, monkeypatch: pytest.MonkeyPatch, *, keep: bool) -> tuple[str, list[str], int]:
+    """The dry run's output, the files its actions read again and how many times the decisions counted the
+    reducible characters again; ``keep=False``: as before, every due session read a second time by its action."""
     discover = FileSource.discover
     reads: list[str] = []
+    counts: list[int] = []
     read_transcript = _source.read_transcript
+    reducible_chars = planning.reducible_chars
 
     def discovering(self: FileSource, **kwargs: Any) -> set[str]:
         self.keep_readings = keep
@@ -43,21 +46,28 @@ def _dry_run(config: Path, monkeypatch: pytest.MonkeyPatch, *, keep: bool) -> tu
         reads.append(Path(path).name)
         return read_transcript(path, **kwargs)
 
+    def counting(*args: Any) -> int:
+        counts.append(1)
+        return reducible_chars(*args)
+
     monkeypatch.setattr(FileSource, "discover", discovering)
+    monkeypatch.setattr(planning, "reducible_chars", counting)
     monkeypatch.setattr(_source, "read_transcript", reading)
     out = io.StringIO()
     code = run_once(load_config(config), dry_run=True, out=out, err=io.StringIO())
     monkeypatch.undo()
-    return f"{code}\n{out.getvalue()}", sorted(reads)
+    return f"{code}\n{out.getvalue()}", sorted(reads), len(counts)
 
 
 def test_a_dry_run_acts_on_the_reading_it_decided_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = _sessions(tmp_path)
-    again, read_again = _dry_run(config, monkeypatch, keep=False)
-    once, read_once = _dry_run(config, monkeypatch, keep=True)
+    again, read_again, counted_again = _dry_run(config, monkeypatch, keep=False)
+    once, read_once, counted_once = _dry_run(config, monkeypatch, keep=True)
 
     assert once == again
     assert "due.jsonl" in once and "route=" in once  # due: its action planned a route
     assert read_again == ["due.jsonl", "torn.jsonl"]
     # The torn line is not in the bytes the discovery parsed: that file alone is read again, whole.
     assert read_once == ["torn.jsonl"]
+    # The kept reading's ledger counted its reducible characters: its decision takes that count.
+    assert (counted_again, counted_once) == (2, 1)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from compactd.commit.claim import SessionClaim
     from compactd.commit.commit import Successor
     from compactd.core.budget import Budget
+    from compactd.core.context import SessionContext
     from compactd.core.reader import Transcript
     from compactd.sources.files.job import JobResult, Plan
 
@@ -52,6 +53,11 @@ log = logging.getLogger(__name__)
 WATCH_HEARTBEAT_MS = 5_000
 # Archive retention runs over every session this often (and after each rotation, for that session).
 RETENTION_SWEEP_SECONDS = 3600.0
+
+
+# A dry run's kept reading of a due session: the transcript, its context and its ledger's reducible count, all
+# made by the discovery from the file's bytes (``SessionTracker.keep_reading``).
+Kept = tuple["Transcript", "SessionContext", "tuple[int, int] | None"]
 
 
 def _unchanged(session: FileSession) -> bool:
@@ -181,14 +187,14 @@ class FileSource:
             self._refresh(path, seeded=seeded)
             session = self.sessions.get(path)
             if session is not None and not session.due:
-                session.tracker.reading = None  # nothing to act on: only a due session's reading is kept
+                session.tracker.drop_reading()  # nothing to act on: only a due session's reading is kept
         except Exception as exc:
             session = self.sessions.get(path)
             if session is not None:  # forget what was half read: the next attempt reads the file afresh
                 session.due = False
                 session.tracker.cursor.reset()
                 session.tracker.ledger = None
-                session.tracker.reading = None
+                session.tracker.drop_reading()
             self._unreadable[path] = _signature(path)
             self.fail(path, "read", exc)
         else:
@@ -317,7 +323,8 @@ class FileSource:
         """The decision with the route's reducible tool-result characters, which the ledger did not count at
         this session's cap: from a full read (the kept reading, if any); the provisional one when the read
         cannot say."""
-        transcript = session.tracker.reading
+        tracker = session.tracker
+        transcript, context = tracker.reading, tracker.reading_context
         if transcript is None:
             try:
                 transcript = read_transcript(session.path, follow_symlinks=False)
@@ -326,7 +333,7 @@ class FileSource:
                 return provisional
         if blocked_reason(transcript) is not None:
             return provisional  # acting on it says why
-        figures = figures_of(self.config, transcript, mtime=session.tracker.cursor.mtime)
+        figures = figures_of(self.config, transcript, mtime=tracker.cursor.mtime, context=context)
         recorded = Recorded.of_state(self.session_state(session.path))
         return decide(self.config, figures, recorded, now=time.time())
 
@@ -469,11 +476,12 @@ class FileSource:
                 if unchanged is not None and not unchanged.due:  # decided from the ledger on these bytes
                     detail = {**unchanged.figures(), "flush": False, "route": unchanged.route}
                     return self._refused(session) or Outcome(path, Action(unchanged.action), detail=detail)
-            read = await self._read_step(session, kept=self._kept_reading(session) if dry_run else None)
+            kept = self._kept_reading(session) if dry_run else None
+            read = await self._read_step(session, kept=kept[0] if kept is not None else None)
             if isinstance(read, Outcome):
                 return read
             stage = self.host.at(path, "plan")
-            plan, cycle = await self._decide_step(session, read, claim, force=force)
+            plan, cycle = await self._decide_step(session, read, claim, force=force, kept=kept)
             decision = plan.decision
             if dry_run:
                 return await self._predicted(path, read, plan)
@@ -579,13 +587,15 @@ class FileSource:
         action = route if decision.compact else decision.action
         return Outcome(path, Action(action), detail={**decision.figures(), "flush": flush, "route": route})
 
-    def _kept_reading(self, session: FileSession) -> Transcript | None:
-        """The discovery's reading of a session (taken: it is used once), if the file is still the very bytes it
-        read: the whole file, no line since and no torn line after them (``read_transcript`` would read those)."""
-        transcript, session.tracker.reading = session.tracker.reading, None
-        if transcript is None or not _unchanged(session):
+    def _kept_reading(self, session: FileSession) -> Kept | None:
+        """The discovery's reading of a session (taken: used once), if the file is still the very bytes it read:
+        the whole file, no line since and no torn line after them (``read_transcript`` would read those)."""
+        tracker = session.tracker
+        transcript, context, ledger = tracker.reading, tracker.reading_context, tracker.ledger
+        tracker.drop_reading()
+        if transcript is None or context is None or ledger is None or not _unchanged(session):
             return None
-        return transcript
+        return transcript, context, ledger.reducible
 
     def _unchanged_exact_decision(self, session: FileSession, *, force: bool) -> Decision | None:
         """For a dry run: the ledger's decision when it is exact (the route's reducible characters counted at
@@ -597,11 +607,18 @@ class FileSource:
         return decide(self.config, figures, recorded, now=time.time(), force=force)
 
     async def _decide_step(
-        self, session: FileSession, transcript: Transcript, claim: SessionClaim | None, *, force: bool
+        self,
+        session: FileSession,
+        transcript: Transcript,
+        claim: SessionClaim | None,
+        *,
+        force: bool,
+        kept: Kept | None = None,
     ) -> tuple[Plan, str]:
         """The exact decision from the transcript just read, with what every process recorded of this cycle's
         flush (another compactd may have flushed or compacted it since this one last looked): the plan the
-        job is handed (it decides nothing again)."""
+        job is handed (it decides nothing again). ``kept``: the transcript is the discovery's reading, whose
+        context and ledger's reducible count are taken instead of worked out again."""
         from compactd.commit.claim import flush_cycle
         from compactd.sources.files.job import Plan
 
@@ -611,8 +628,9 @@ class FileSource:
         if recorded is not None and recorded != st.flushed_this_cycle:
             st.flushed_cycle = st.compactions if recorded else None
         config, mtime = self.config, session.tracker.cursor.mtime
+        context, counted = (kept[1], kept[2]) if kept is not None else (None, None)
         figures = await offload.run_sync(
-            lambda: figures_of(config, transcript, mtime=mtime)
+            lambda: figures_of(config, transcript, mtime=mtime, context=context, counted=counted)
         )  # a pass over it all
         decision = decide(self.config, figures, Recorded.of_state(st), now=time.time(), force=force)
         session.decision = decision

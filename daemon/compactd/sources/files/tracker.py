@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactd.core.context import SessionContext, build_context
 from compactd.core.ledger import CapFor, SessionLedger
 from compactd.core.reader import Transcript, parse_transcript
 from compactd.sources.files.resume import Snapshot, hashed_bytes, mismatch, mismatch_of_stat
@@ -36,6 +37,9 @@ class SessionTracker:
     cursor: FileCursor = field(init=False)
     # The last reload's transcript of the cursor's bytes (with ``keep_reading``); the owner drops it when done.
     reading: Transcript | None = None
+    reading_context: SessionContext | None = (
+        None  # ``build_context(reading)``, which its ledger was made from
+    )
     ledger: SessionLedger | None = None
     reloads: int = 0
     # The cursor and ledger as of the last refresh that changed them, taken together (so a state writer in
@@ -66,13 +70,14 @@ class SessionTracker:
         ):
             self.cursor.reset()
             update = self.cursor.poll()
-        self.reading = None
+        self.drop_reading()
         if update.change is Change.RELOADED and update.data is not None:
             if self.keep_reading:
                 # The same ledger as the cold read's (``SessionLedger.from_bytes`` is equal to this by contract).
-                self.reading = parse_transcript(update.data, lean=True)
-                self.reading.identity = (self.cursor.dev, self.cursor.ino)
-                self.ledger = SessionLedger.from_transcript(self.reading, cap_for=self.cap_for)
+                reading = self.reading = parse_transcript(update.data, lean=True)
+                reading.identity = (self.cursor.dev, self.cursor.ino)
+                context = self.reading_context = build_context(reading)
+                self.ledger = SessionLedger.from_transcript(reading, cap_for=self.cap_for, context=context)
             else:
                 self.ledger = SessionLedger.from_bytes(update.data, self.path, cap_for=self.cap_for)
             self.reloads += 1
@@ -83,6 +88,9 @@ class SessionTracker:
         if resumed and update.change is Change.UNCHANGED:
             return Update(Change.RESUMED, reason="snapshot")
         return update
+
+    def drop_reading(self) -> None:
+        self.reading = self.reading_context = None
 
     def _resume(self, snapshot: Snapshot, info: os.stat_result | None) -> Update | bool:
         """Start from ``snapshot`` if the file is still the one it describes: an untouched one is not even
