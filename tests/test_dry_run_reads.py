@@ -29,7 +29,9 @@ def _sessions(tmp_path: Path) -> Path:
     return config
 
 
-def _dry_run(config: Path, monkeypatch: pytest.MonkeyPatch, *, keep: bool) -> tuple[str, list[str], int]:
+def _dry_run(
+    config: Path, monkeypatch: pytest.MonkeyPatch, *, keep: bool, budget: int | None = None
+) -> tuple[str, list[str], int]:
     """The dry run's output, the files its actions read again and how many times the decisions counted the
     reducible characters again; ``keep=False``: as before, every due session read a second time by its action."""
     discover = FileSource.discover
@@ -51,6 +53,8 @@ def _dry_run(config: Path, monkeypatch: pytest.MonkeyPatch, *, keep: bool) -> tu
         return reducible_chars(*args)
 
     monkeypatch.setattr(FileSource, "discover", discovering)
+    if budget is not None:
+        monkeypatch.setattr(_source, "DRY_RUN_KEPT_BYTES", budget)
     monkeypatch.setattr(planning, "reducible_chars", counting)
     monkeypatch.setattr(_source, "read_transcript", reading)
     out = io.StringIO()
@@ -71,3 +75,13 @@ def test_a_dry_run_acts_on_the_reading_it_decided_on(tmp_path: Path, monkeypatch
     assert read_once == ["torn.jsonl"]
     # The kept reading's ledger counted its reducible characters: its decision takes that count.
     assert (counted_again, counted_once) == (2, 1)
+
+
+def test_the_readings_kept_stay_within_their_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _sessions(tmp_path)
+    size = (tmp_path / "sessions" / "due.jsonl").stat().st_size
+    everything, _, _ = _dry_run(config, monkeypatch, keep=True)
+    # No room for a due reading: each due session is read again when acted on, as before, to the same end.
+    none, reads, _ = _dry_run(config, monkeypatch, keep=True, budget=size - 1)
+    assert none == everything
+    assert reads == ["due.jsonl", "torn.jsonl"]

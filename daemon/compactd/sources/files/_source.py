@@ -24,6 +24,7 @@ from compactd.config import Config, file_kind
 from compactd.core.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.core.ledger import SessionLedger
 from compactd.core.planning import figures_of, route_cap, tool_result_cap
+from compactd.defaults import DRY_RUN_KEPT_BYTES
 from compactd.heap import collector_paused
 from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
@@ -114,6 +115,10 @@ class FileSource:
         self.serving = False  # ``start``-ed: the daemon, not ``once``
         # ``once --dry-run``: the due sessions' readings are kept from the discovery for their action (read once).
         self.keep_readings = False
+        self.kept: dict[
+            str, int
+        ] = {}  # path -> the file's bytes of its kept reading (DRY_RUN_KEPT_BYTES in all)
+        self.kept_bytes = 0
         self.state: dict[str, SessionState] = {}
         self.wakeup = anyio.Event()
         self.rescan_due = anyio.Event()
@@ -185,9 +190,7 @@ class FileSource:
                 return
         try:
             self._refresh(path, seeded=seeded)
-            session = self.sessions.get(path)
-            if session is not None and not session.due:
-                session.tracker.drop_reading()  # nothing to act on: only a due session's reading is kept
+            self._keep_reading(path)
         except Exception as exc:
             session = self.sessions.get(path)
             if session is not None:  # forget what was half read: the next attempt reads the file afresh
@@ -195,6 +198,7 @@ class FileSource:
                 session.tracker.cursor.reset()
                 session.tracker.ledger = None
                 session.tracker.drop_reading()
+            self._keep_reading(path)  # (forgets it)
             self._unreadable[path] = _signature(path)
             self.fail(path, "read", exc)
         else:
@@ -587,12 +591,27 @@ class FileSource:
         action = route if decision.compact else decision.action
         return Outcome(path, Action(action), detail={**decision.figures(), "flush": flush, "route": route})
 
+    def _keep_reading(self, path: str) -> None:
+        """Keep a just refreshed session's reading only if it is due (nothing else is acted on) and the readings
+        kept stay within ``DRY_RUN_KEPT_BYTES`` (the memory a dry run holds; the others are read again)."""
+        self.kept_bytes -= self.kept.pop(path, 0)
+        session = self.sessions.get(path)
+        reading = session.tracker.reading if session is not None else None
+        if session is None or reading is None:
+            return
+        if session.due and self.kept_bytes + reading.size <= DRY_RUN_KEPT_BYTES:
+            self.kept[path] = reading.size
+            self.kept_bytes += reading.size
+        else:
+            session.tracker.drop_reading()
+
     def _kept_reading(self, session: FileSession) -> Kept | None:
         """The discovery's reading of a session (taken: used once), if the file is still the very bytes it read:
         the whole file, no line since and no torn line after them (``read_transcript`` would read those)."""
         tracker = session.tracker
         transcript, context, ledger = tracker.reading, tracker.reading_context, tracker.ledger
         tracker.drop_reading()
+        self.kept_bytes -= self.kept.pop(session.path, 0)
         if transcript is None or context is None or ledger is None or not _unchanged(session):
             return None
         return transcript, context, ledger.reducible
