@@ -50,3 +50,13 @@ def test_an_error_is_raised_to_the_caller_inline_too() -> None:
     assert anyio.run(main) == "boom"
     with offload.inline():
         assert anyio.run(main) == "boom"
+
+
+def test_inline_holds_for_the_block_alone_not_for_another_thread_meanwhile() -> None:
+    seen: list[tuple[tuple[int, int, int], int]] = []
+    with offload.inline():
+        other = threading.Thread(target=lambda: seen.append((_where(), threading.get_ident())))
+        other.start()
+        other.join()
+    (sync, thread, same_loop), ident = seen[0]
+    assert sync != ident and thread != ident and not same_loop
