@@ -33,6 +33,9 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.stages",
     "compactd.summarize.quality",
     "compactd.summarize.sanitize",
+    # The commit (its journal, rotation, restore): a dry run writes nothing.
+    "compactd.commit.commit",
+    "compactd.commit.journal",
 )
 
 

@@ -13,6 +13,7 @@ from compactd.core.prune import (
     MIDDLE_MARKER,
     PruneEdit,
     PrunePlan,
+    _from_units,
     has_important_tail,
     max_tool_result_chars,
     plan_pruning,
@@ -803,3 +804,10 @@ def test_reducible_chars_measured_without_building_equals_the_rebuilt_cuts(
         for i, texts in enumerate(results)
     ]
     assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)
+
+
+@given(st.text(alphabet=st.sampled_from(["a", "é", "€", "\ud83d", "\ude00", "\ud800", "\udfff", "😀"])))
+def test_code_units_come_back_as_python_text_pairs_joined_lone_surrogates_kept(units: str) -> None:
+    assert _from_units(units) == units.encode("utf-16-le", "surrogatepass").decode(
+        "utf-16-le", "surrogatepass"
+    )

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from compactd.reading import read_transcript
-from compactd.sources.files.tail import Change, FileCursor
+from compactd.sources.files.tail import Change, FileCursor, _more_lines_than
 from compactd.sources.files.tracker import SessionTracker
+from hypothesis import given
+from hypothesis import strategies as st
 
 Json = dict[str, Any]
 
@@ -430,3 +432,8 @@ def test_a_skipped_file_is_not_read_again_until_it_shrinks_or_is_replaced(tmp_pa
     update = tracker.refresh()
     assert update.change is Change.SKIPPED and tracker.ledger is None
     assert update.reason.startswith("too large to read: ") and "over the 10-byte cap" in update.reason
+
+
+@given(st.lists(st.sampled_from([b"\n", b"x", b"{}"]), max_size=60).map(b"".join), st.integers(0, 30))
+def test_the_line_cap_counts_newlines_as_count_does(data: bytes, limit: int) -> None:
+    assert _more_lines_than(data, limit) == (data.count(b"\n") > limit)

@@ -79,6 +79,10 @@ CHARS_PER_TOKEN = 4
 # bytes, so the memory one user's file can make root's daemon take stays about 128 MiB + 130 MB.
 MAX_COLD_READ_BYTES = 128 * 1024 * 1024
 MAX_COLD_READ_LINES = 100_000
+# ``once --dry-run`` keeps the discovery's reading of due sessions for their actions (each file parsed once) up
+# to these many bytes of files in all (as much as one cold read may take: about 1.1 times that in memory); the
+# ones past it are read again when acted on, one at a time, as before.
+DRY_RUN_KEPT_BYTES = 128 * 1024 * 1024
 
 # --- context window ---------------------------------------------------------------------------------------
 # When neither the config nor the transcript names a window, assume the common frontier size (design.md §6.2).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import os
 from collections.abc import Iterable
 
 __all__ = ["fresh_id"]
@@ -12,7 +12,7 @@ def fresh_id(taken: Iterable[str] | set[str], *, reserve: bool = False) -> str:
     """An 8-hex id not in ``taken``; with ``reserve`` (``taken`` a set) it is added, so the next call differs."""
     used = taken if isinstance(taken, set) else set(taken)
     while True:
-        candidate = secrets.token_hex(4)
+        candidate = os.urandom(4).hex()  # ``secrets.token_hex(4)``, without loading hashlib and hmac
         if candidate not in used:
             if reserve:
                 used.add(candidate)

@@ -11,11 +11,13 @@ So only computation may run here; whatever writes (the commit) runs where a canc
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import logging
 import math
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -23,18 +25,34 @@ import anyio
 import anyio.from_thread
 from anyio.lowlevel import current_token
 
-__all__ = ["LoopClient", "run_async", "run_sync"]
+__all__ = ["LoopClient", "inline", "run_async", "run_sync"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # A model call the engine's thread hands to the loop, and where its answer goes.
 Call = tuple[Callable[[], Awaitable[Any]], "Future[Any]"]
+# Set by ``inline()``: a context variable, so only the code run from that block (its event loop's tasks) sees it.
+_inline = contextvars.ContextVar("compactd_offload_inline", default=False)
+
+
+@contextlib.contextmanager
+def inline() -> Iterator[None]:
+    """Meanwhile, the work runs where it is asked for, in the caller's thread and on its loop: for a process
+    whose loop has nothing else to do (``once --dry-run`` reads, decides and plans one session after another;
+    no watchdog, no watcher), to which a thread and an event loop per step are only a cost."""
+    token = _inline.set(True)
+    try:
+        yield
+    finally:
+        _inline.reset(token)
 
 
 async def run_sync(func: Callable[[], T], *, name: str = "compactd-cpu") -> T:
     """``func()`` in a daemon thread; the caller's loop runs meanwhile. Cancelling the caller abandons the
     thread (it finishes on its own, or dies with the process), so ``func`` must write nothing."""
+    if _inline.get():
+        return func()
     token = current_token()
     done = anyio.Event()
     outcome: list[tuple[bool, Any]] = []
@@ -67,6 +85,8 @@ async def run_async(
     async def main() -> T:
         return await func()
 
+    if _inline.get() and client is None:
+        return await func()
     if client is None:
         return await run_sync(functools.partial(anyio.run, main), name=name)
     outcome: list[tuple[bool, Any]] = []

@@ -9,6 +9,7 @@ and how it is followed, decided and acted on is its source's (:mod:`compactd.sou
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 
-from compactd import __version__
+from compactd import __version__, offload
 from compactd.commit.locks import AlreadyRunning, InstanceLock
 from compactd.config import Config, ConfigError, load_config
 from compactd.core.timestamps import iso_seconds
@@ -547,7 +548,8 @@ def run_once(
                 await service._client.close()
 
     try:
-        outcomes = anyio.run(go)
+        with offload.inline() if dry_run else contextlib.nullcontext():  # nothing else runs meanwhile
+            outcomes = anyio.run(go)
     finally:
         if lock is not None:
             lock.release()

@@ -12,7 +12,6 @@ import contextlib
 import errno
 import os
 import re
-import secrets
 from pathlib import Path
 
 __all__ = ["TEMP_NAME", "fsync_dir", "os_reason", "write_all", "write_atomic"]
@@ -46,7 +45,7 @@ TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp\Z")
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:
     """Replace ``path`` with ``data`` all at once; the file gets exactly ``mode``, whatever the umask."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")  # secrets.token_hex(4)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:

@@ -170,14 +170,15 @@ class SessionLedger:
     ) -> None:
         if cap_for is None or not transcript.committable:
             return
+        cap = cap_for(self)
+        if cap is None:  # most sessions (they fit): no tool result is looked at
+            return
         items = [
             (str(entry.get("id")), message)
             for entry, message in message_entries(transcript.branch(), context.rules)
             if role_of(message) == "toolResult" and isinstance(entry.get("id"), str)
         ]
-        cap = cap_for(self)
-        if cap is not None:
-            self.reducible = (cap, reducible_chars(items, cap))
+        self.reducible = (cap, reducible_chars(items, cap))
 
     def to_snapshot(self) -> tuple[Any, ...]:
         """Every field, as JSON values (non-finite floats as strings: JSON has none), for ``compactd.sources.files.resume``."""

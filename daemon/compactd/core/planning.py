@@ -38,11 +38,18 @@ def tool_result_items(transcript: Transcript, *, strip: bool = True) -> list[tup
 
 
 def figures_of(
-    config: Config, transcript: Transcript, *, mtime: float = 0.0, context: SessionContext | None = None
+    config: Config,
+    transcript: Transcript,
+    *,
+    mtime: float = 0.0,
+    context: SessionContext | None = None,
+    counted: tuple[int, int] | None = None,
 ) -> Figures:
     """The exact figures of a loaded transcript, reducible tool-result characters counted (what ``inspect``
     prints and a compaction acts on); ``mtime`` is when the file was last written, for the idle rule.
-    ``context``: ``build_context(transcript)`` when the caller has it already (``inspect``)."""
+    ``context``: ``build_context(transcript)`` when the caller has it already (``inspect``). ``counted``: the
+    (cap, reducible characters) of this very reading's ledger (``SessionLedger.reducible``), taken when the
+    cap is this session's instead of counting them again."""
     context = context if context is not None else build_context(transcript)
     model = context.model or {}
     provider = model.get("provider") if isinstance(model.get("provider"), str) else None
@@ -52,6 +59,11 @@ def figures_of(
     if context.rules == PI_1:  # the figure pi computes once a context edit follows every usage anchor
         edited = projected_estimate(context.messages, len(context.messages) + 1).tokens
     window, _ = resolve_window(config, provider, model_id)
+    cap = tool_result_max_chars(config, window)
+    if counted is not None and counted[0] == cap:
+        reducible = counted[1]
+    else:
+        reducible = reducible_chars(tool_result_items(transcript, strip=False), cap)
     return Figures(
         provider=provider,
         model=model_id,
@@ -59,9 +71,7 @@ def figures_of(
         size=transcript.size,
         mtime=mtime,
         turn=turn_of_branch(reversed(transcript.branch())),
-        reducible_chars=reducible_chars(
-            tool_result_items(transcript, strip=False), tool_result_max_chars(config, window)
-        ),
+        reducible_chars=reducible,
         edited_tokens=edited,
     )
 

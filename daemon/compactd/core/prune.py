@@ -73,7 +73,6 @@ _JS_WHITESPACE = (
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --- UTF-16 code units --------------------------------------------------------------------------------------
@@ -92,9 +91,13 @@ def _to_units(text: str) -> str:
 
 
 def _from_units(units: str) -> str:
-    if units.isascii() or _SURROGATE.search(units) is None:
+    if units.isascii():
         return units
-    return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    try:
+        units.encode()  # fails exactly when a surrogate is there: several times faster than searching for one
+    except UnicodeEncodeError:
+        return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return units
 
 
 def _is_high(ch: str) -> bool:
@@ -519,8 +522,7 @@ def plan_pruning(
         growth = committed_note_chars(entry_id) - js_len(note) if committed_note_chars and note else 0
         results.append(_Result(entry_id, message, note, growth, other, chars, tokens, message, chars))
 
-    def remaining() -> int:
-        return need_tokens - sum(r.tokens_before - r.tokens for r in results)
+    saved = sum(r.tokens_before - r.tokens for r in results)  # kept up to date as cuts are made: no rescan
 
     passes: tuple[tuple[Callable[[_Result], int], int], ...] = (
         (lambda r: max(max_chars, _suffix_chars(r.chars_before, r.note)), min_keep),
@@ -529,15 +531,17 @@ def plan_pruning(
     )
     for floor_of, keep in passes:
         for result in results:
-            left = remaining()
+            left = need_tokens - saved
             if left <= 0:
                 break
             floor = floor_of(result)
             if result.chars <= floor:
                 continue
             # The most text this result may keep so that its committed estimate drops by ``left`` tokens.
-            allowed = (result.tokens - left) * CHARS_PER_TOKEN - result.other_chars - result.note_growth
+            tokens = result.tokens
+            allowed = (tokens - left) * CHARS_PER_TOKEN - result.other_chars - result.note_growth
             result.cut(max(floor, allowed, 1), keep)
+            saved += tokens - result.tokens
     edits = tuple(
         PruneEdit(r.entry_id, r.message, r.chars_before, r.chars + r.growth, r.tokens_before - r.tokens)
         for r in results

@@ -24,6 +24,7 @@ from compactd.config import Config, file_kind
 from compactd.core.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.core.ledger import SessionLedger
 from compactd.core.planning import figures_of, route_cap, tool_result_cap
+from compactd.defaults import DRY_RUN_KEPT_BYTES
 from compactd.heap import collector_paused
 from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from compactd.commit.claim import SessionClaim
     from compactd.commit.commit import Successor
     from compactd.core.budget import Budget
+    from compactd.core.context import SessionContext
     from compactd.core.reader import Transcript
     from compactd.sources.files.job import JobResult, Plan
 
@@ -52,6 +54,21 @@ log = logging.getLogger(__name__)
 WATCH_HEARTBEAT_MS = 5_000
 # Archive retention runs over every session this often (and after each rotation, for that session).
 RETENTION_SWEEP_SECONDS = 3600.0
+
+
+# A dry run's kept reading of a due session: the transcript, its context and its ledger's reducible count, all
+# made by the discovery from the file's bytes (``SessionTracker.keep_reading``).
+Kept = tuple["Transcript", "SessionContext", "tuple[int, int] | None"]
+
+
+def _unchanged(session: FileSession) -> bool:
+    """The session's file is still the bytes its tracker last read: same inode, size and mtime, no torn line."""
+    cursor = session.tracker.cursor
+    try:
+        info = os.lstat(session.path)
+    except OSError:
+        return False
+    return (info.st_ino, info.st_size, info.st_mtime) == (cursor.ino, cursor.offset, cursor.mtime)
 
 
 def _signature(path: str) -> tuple[int, ...] | None:
@@ -96,6 +113,12 @@ class FileSource:
         # Appended messages' redaction and identifiers, made as they are read (while serving: ``start``).
         self.preparer = Preparer(host.config.state_dir)
         self.serving = False  # ``start``-ed: the daemon, not ``once``
+        # ``once --dry-run``: the due sessions' readings are kept from the discovery for their action (read once).
+        self.keep_readings = False
+        self.kept: dict[
+            str, int
+        ] = {}  # path -> the file's bytes of its kept reading (DRY_RUN_KEPT_BYTES in all)
+        self.kept_bytes = 0
         self.state: dict[str, SessionState] = {}
         self.wakeup = anyio.Event()
         self.rescan_due = anyio.Event()
@@ -167,12 +190,15 @@ class FileSource:
                 return
         try:
             self._refresh(path, seeded=seeded)
+            self._keep_reading(path)
         except Exception as exc:
             session = self.sessions.get(path)
             if session is not None:  # forget what was half read: the next attempt reads the file afresh
                 session.due = False
                 session.tracker.cursor.reset()
                 session.tracker.ledger = None
+                session.tracker.drop_reading()
+            self._keep_reading(path)  # (forgets it)
             self._unreadable[path] = _signature(path)
             self.fail(path, "read", exc)
         else:
@@ -210,7 +236,12 @@ class FileSource:
         session = self.sessions.get(path)
         if session is None:
             session = self.sessions[path] = FileSession(
-                SessionTracker(path, resume=self.resume.take(path), cap_for=route_cap(self.config))
+                SessionTracker(
+                    path,
+                    resume=self.resume.take(path),
+                    cap_for=route_cap(self.config),
+                    keep_reading=self.keep_readings,
+                )
             )
         offset = session.tracker.cursor.offset
         update = session.tracker.refresh(info)
@@ -294,15 +325,19 @@ class FileSource:
 
     def _exact_decision(self, session: FileSession, provisional: Decision) -> Decision:
         """The decision with the route's reducible tool-result characters, which the ledger did not count at
-        this session's cap: from a full read; the provisional one when the read cannot say."""
-        try:
-            transcript = read_transcript(session.path, follow_symlinks=False)
-        except OSError as exc:
-            log.debug("session=%s cannot read it to decide its route: %s", session.path, exc)
-            return provisional
+        this session's cap: from a full read (the kept reading, if any); the provisional one when the read
+        cannot say."""
+        tracker = session.tracker
+        transcript, context = tracker.reading, tracker.reading_context
+        if transcript is None:
+            try:
+                transcript = read_transcript(session.path, follow_symlinks=False)
+            except OSError as exc:
+                log.debug("session=%s cannot read it to decide its route: %s", session.path, exc)
+                return provisional
         if blocked_reason(transcript) is not None:
             return provisional  # acting on it says why
-        figures = figures_of(self.config, transcript, mtime=session.tracker.cursor.mtime)
+        figures = figures_of(self.config, transcript, mtime=tracker.cursor.mtime, context=context)
         recorded = Recorded.of_state(self.session_state(session.path))
         return decide(self.config, figures, recorded, now=time.time())
 
@@ -445,11 +480,12 @@ class FileSource:
                 if unchanged is not None and not unchanged.due:  # decided from the ledger on these bytes
                     detail = {**unchanged.figures(), "flush": False, "route": unchanged.route}
                     return self._refused(session) or Outcome(path, Action(unchanged.action), detail=detail)
-            read = await self._read_step(session)
+            kept = self._kept_reading(session) if dry_run else None
+            read = await self._read_step(session, kept=kept[0] if kept is not None else None)
             if isinstance(read, Outcome):
                 return read
             stage = self.host.at(path, "plan")
-            plan, cycle = await self._decide_step(session, read, claim, force=force)
+            plan, cycle = await self._decide_step(session, read, claim, force=force, kept=kept)
             decision = plan.decision
             if dry_run:
                 return await self._predicted(path, read, plan)
@@ -493,15 +529,22 @@ class FileSource:
             self.host.done(path)
             self.host.changed()
 
-    async def _read_step(self, session: FileSession) -> Transcript | Outcome:
-        """The one read the decision and the action are made from; an Outcome when there is nothing to act on
-        (an agent holds the lock, or the file is not one compactd may touch or read as pi does)."""
+    async def _read_step(
+        self, session: FileSession, *, kept: Transcript | None = None
+    ) -> Transcript | Outcome:
+        """The one read the decision and the action are made from (``kept``: that reading, already made); an
+        Outcome when there is nothing to act on (an agent holds the lock, or the file is not one compactd may
+        touch or read as pi does)."""
         path = session.path
         st = self.session_state(path)
         refused = self._refused(session)
         if refused is not None:
             return refused
-        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False, lean=True))
+        transcript = kept
+        if transcript is None:
+            transcript = await offload.run_sync(
+                lambda: read_transcript(path, follow_symlinks=False, lean=True)
+            )
         blocked = blocked_reason(transcript)
         if blocked is not None:
             session.due = False
@@ -548,27 +591,53 @@ class FileSource:
         action = route if decision.compact else decision.action
         return Outcome(path, Action(action), detail={**decision.figures(), "flush": flush, "route": route})
 
+    def _keep_reading(self, path: str) -> None:
+        """Keep a just refreshed session's reading only if it is due (nothing else is acted on) and the readings
+        kept stay within ``DRY_RUN_KEPT_BYTES`` (the memory a dry run holds; the others are read again)."""
+        self.kept_bytes -= self.kept.pop(path, 0)
+        session = self.sessions.get(path)
+        reading = session.tracker.reading if session is not None else None
+        if session is None or reading is None:
+            return
+        if session.due and self.kept_bytes + reading.size <= DRY_RUN_KEPT_BYTES:
+            self.kept[path] = reading.size
+            self.kept_bytes += reading.size
+        else:
+            session.tracker.drop_reading()
+
+    def _kept_reading(self, session: FileSession) -> Kept | None:
+        """The discovery's reading of a session (taken: used once), if the file is still the very bytes it read:
+        the whole file, no line since and no torn line after them (``read_transcript`` would read those)."""
+        tracker = session.tracker
+        transcript, context, ledger = tracker.reading, tracker.reading_context, tracker.ledger
+        tracker.drop_reading()
+        self.kept_bytes -= self.kept.pop(session.path, 0)
+        if transcript is None or context is None or ledger is None or not _unchanged(session):
+            return None
+        return transcript, context, ledger.reducible
+
     def _unchanged_exact_decision(self, session: FileSession, *, force: bool) -> Decision | None:
         """For a dry run: the ledger's decision when it is exact (the route's reducible characters counted at
         this session's cap) and the file is still the bytes the ledger read; None means read it."""
-        figures, cursor = self.figures(session), session.tracker.cursor
-        if figures is None or figures.reducible_chars is None:
-            return None
-        try:
-            info = os.lstat(session.path)
-        except OSError:
-            return None
-        if (info.st_ino, info.st_size, info.st_mtime) != (cursor.ino, cursor.offset, cursor.mtime):
+        figures = self.figures(session)
+        if figures is None or figures.reducible_chars is None or not _unchanged(session):
             return None
         recorded = Recorded.of_state(self.session_state(session.path))
         return decide(self.config, figures, recorded, now=time.time(), force=force)
 
     async def _decide_step(
-        self, session: FileSession, transcript: Transcript, claim: SessionClaim | None, *, force: bool
+        self,
+        session: FileSession,
+        transcript: Transcript,
+        claim: SessionClaim | None,
+        *,
+        force: bool,
+        kept: Kept | None = None,
     ) -> tuple[Plan, str]:
         """The exact decision from the transcript just read, with what every process recorded of this cycle's
         flush (another compactd may have flushed or compacted it since this one last looked): the plan the
-        job is handed (it decides nothing again)."""
+        job is handed (it decides nothing again). ``kept``: the transcript is the discovery's reading, whose
+        context and ledger's reducible count are taken instead of worked out again."""
         from compactd.commit.claim import flush_cycle
         from compactd.sources.files.job import Plan
 
@@ -578,8 +647,9 @@ class FileSource:
         if recorded is not None and recorded != st.flushed_this_cycle:
             st.flushed_cycle = st.compactions if recorded else None
         config, mtime = self.config, session.tracker.cursor.mtime
+        context, counted = (kept[1], kept[2]) if kept is not None else (None, None)
         figures = await offload.run_sync(
-            lambda: figures_of(config, transcript, mtime=mtime)
+            lambda: figures_of(config, transcript, mtime=mtime, context=context, counted=counted)
         )  # a pass over it all
         decision = decide(self.config, figures, Recorded.of_state(st), now=time.time(), force=force)
         session.decision = decision
@@ -902,7 +972,9 @@ class FileSource:
         await self.watch_roots(tg)
 
     async def scan(self, *, dry_run: bool) -> None:
-        """``once``: every transcript read and decided; torn idle lines sealed unless a dry run."""
+        """``once``: every transcript read and decided; torn idle lines sealed unless a dry run, which keeps the
+        due sessions' readings for their action."""
+        self.keep_readings = dry_run
         self.discover(seal=not dry_run)
 
     def ready(self, now: float, *, force: bool = False) -> list[FileSession]:

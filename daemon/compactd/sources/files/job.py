@@ -25,7 +25,6 @@ import anyio
 
 from compactd import offload, progress
 from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
-from compactd.commit.commit import CommitStatus
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
 from compactd.core.budget import target_tokens
@@ -56,7 +55,7 @@ from compactd.summarize.settings import engine_settings
 from compactd.workspace import read_agents_md, trusted_workspace
 
 if TYPE_CHECKING:
-    from compactd.commit.commit import Successor
+    from compactd.commit.commit import CommitStatus, Successor
 
 __all__ = [
     "EXIT_CODES",
@@ -161,13 +160,18 @@ class JobStatus(enum.Enum):
         return self in (JobStatus.TURN_IN_FLIGHT, JobStatus.AGENT_AT_WORK)
 
 
-_OF_COMMIT = {
-    CommitStatus.COMMITTED: JobStatus.COMMITTED,
-    CommitStatus.NOTHING: JobStatus.NOTHING_TO_COMMIT,
-    CommitStatus.NOT_IDLE: JobStatus.AGENT_AT_WORK,
-    CommitStatus.LOCKED: JobStatus.AGENT_AT_WORK,
-    CommitStatus.TURN: JobStatus.TURN_IN_FLIGHT,
-}
+def _of_commit(status: CommitStatus) -> JobStatus:
+    """A commit's outcome as the job's status (the commit's modules are loaded by a commit alone: a dry run
+    plans the job without them)."""
+    from compactd.commit.commit import CommitStatus
+
+    return {
+        CommitStatus.COMMITTED: JobStatus.COMMITTED,
+        CommitStatus.NOTHING: JobStatus.NOTHING_TO_COMMIT,
+        CommitStatus.NOT_IDLE: JobStatus.AGENT_AT_WORK,
+        CommitStatus.LOCKED: JobStatus.AGENT_AT_WORK,
+        CommitStatus.TURN: JobStatus.TURN_IN_FLIGHT,
+    }.get(status, JobStatus.FAILED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,7 +600,7 @@ def _commit(
     result.archive = outcome.archive
     result.reason = outcome.reason
     result.successor = outcome.successor
-    result.status = _OF_COMMIT.get(outcome.status, JobStatus.FAILED)
+    result.status = _of_commit(outcome.status)
     return result
 
 

@@ -8,7 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactd.core.context import SessionContext, build_context
 from compactd.core.ledger import CapFor, SessionLedger
+from compactd.core.reader import Transcript, parse_transcript
 from compactd.sources.files.resume import Snapshot, hashed_bytes, mismatch, mismatch_of_stat
 from compactd.sources.files.tail import Change, FileCursor, Update
 
@@ -29,7 +31,15 @@ class SessionTracker:
     # The per-result cap for a provider and model (``planning.tool_result_cap``): given, the ledger also counts
     # the route's reducible characters (``SessionLedger.reducible``).
     cap_for: CapFor | None = None
+    # Keep the whole reading (``once --dry-run``, which then acts on the due sessions): each file is parsed once
+    # (lean, as the action reads it) and its ledger made from that, instead of a cold read and a second parse.
+    keep_reading: bool = False
     cursor: FileCursor = field(init=False)
+    # The last reload's transcript of the cursor's bytes (with ``keep_reading``); the owner drops it when done.
+    reading: Transcript | None = None
+    reading_context: SessionContext | None = (
+        None  # ``build_context(reading)``, which its ledger was made from
+    )
     ledger: SessionLedger | None = None
     reloads: int = 0
     # The cursor and ledger as of the last refresh that changed them, taken together (so a state writer in
@@ -60,8 +70,16 @@ class SessionTracker:
         ):
             self.cursor.reset()
             update = self.cursor.poll()
+        self.drop_reading()
         if update.change is Change.RELOADED and update.data is not None:
-            self.ledger = SessionLedger.from_bytes(update.data, self.path, cap_for=self.cap_for)
+            if self.keep_reading:
+                # The same ledger as the cold read's (``SessionLedger.from_bytes`` is equal to this by contract).
+                reading = self.reading = parse_transcript(update.data, lean=True)
+                reading.identity = (self.cursor.dev, self.cursor.ino)
+                context = self.reading_context = build_context(reading)
+                self.ledger = SessionLedger.from_transcript(reading, cap_for=self.cap_for, context=context)
+            else:
+                self.ledger = SessionLedger.from_bytes(update.data, self.path, cap_for=self.cap_for)
             self.reloads += 1
         elif update.change in (Change.MISSING, Change.SKIPPED):
             self.ledger = None
@@ -70,6 +88,9 @@ class SessionTracker:
         if resumed and update.change is Change.UNCHANGED:
             return Update(Change.RESUMED, reason="snapshot")
         return update
+
+    def drop_reading(self) -> None:
+        self.reading = self.reading_context = None
 
     def _resume(self, snapshot: Snapshot, info: os.stat_result | None) -> Update | bool:
         """Start from ``snapshot`` if the file is still the one it describes: an untouched one is not even

@@ -1,0 +1,87 @@
+"""``once --dry-run`` reads each transcript once (issue 22, item 4): the discovery's reading of a due session is
+the one its action plans on, and what the dry run reports is what it reported when it read the file again."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compactd.config import load_config
+from compactd.core import planning
+from compactd.service import run_once
+from compactd.sources.files import _source
+from compactd.sources.files._source import FileSource
+
+from bench.corpus import generate_session
+
+
+def _sessions(tmp_path: Path) -> Path:
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    generate_session(sessions / "due.jsonl", 900_000, seed=3)  # about 225,000 tokens: over the threshold
+    generate_session(sessions / "fits.jsonl", 40_000, seed=4)
+    with (sessions / "torn.jsonl").open("wb") as handle:  # due, with a torn line after the bytes it read
+        handle.write((sessions / "due.jsonl").read_bytes() + b'{"type":"mess')
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sessions:\n  roots: [{sessions}]\nstate_dir: {tmp_path / 'state'}\n")
+    return config
+
+
+def _dry_run(
+    config: Path, monkeypatch: pytest.MonkeyPatch, *, keep: bool, budget: int | None = None
+) -> tuple[str, list[str], int]:
+    """The dry run's output, the files its actions read again and how many times the decisions counted the
+    reducible characters again; ``keep=False``: as before, every due session read a second time by its action."""
+    discover = FileSource.discover
+    reads: list[str] = []
+    counts: list[int] = []
+    read_transcript = _source.read_transcript
+    reducible_chars = planning.reducible_chars
+
+    def discovering(self: FileSource, **kwargs: Any) -> set[str]:
+        self.keep_readings = keep
+        return discover(self, **kwargs)
+
+    def reading(path: str, **kwargs: Any) -> Any:
+        reads.append(Path(path).name)
+        return read_transcript(path, **kwargs)
+
+    def counting(*args: Any) -> int:
+        counts.append(1)
+        return reducible_chars(*args)
+
+    monkeypatch.setattr(FileSource, "discover", discovering)
+    if budget is not None:
+        monkeypatch.setattr(_source, "DRY_RUN_KEPT_BYTES", budget)
+    monkeypatch.setattr(planning, "reducible_chars", counting)
+    monkeypatch.setattr(_source, "read_transcript", reading)
+    out = io.StringIO()
+    code = run_once(load_config(config), dry_run=True, out=out, err=io.StringIO())
+    monkeypatch.undo()
+    return f"{code}\n{out.getvalue()}", sorted(reads), len(counts)
+
+
+def test_a_dry_run_acts_on_the_reading_it_decided_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _sessions(tmp_path)
+    again, read_again, counted_again = _dry_run(config, monkeypatch, keep=False)
+    once, read_once, counted_once = _dry_run(config, monkeypatch, keep=True)
+
+    assert once == again
+    assert "due.jsonl" in once and "route=" in once  # due: its action planned a route
+    assert read_again == ["due.jsonl", "torn.jsonl"]
+    # The torn line is not in the bytes the discovery parsed: that file alone is read again, whole.
+    assert read_once == ["torn.jsonl"]
+    # The kept reading's ledger counted its reducible characters: its decision takes that count.
+    assert (counted_again, counted_once) == (2, 1)
+
+
+def test_the_readings_kept_stay_within_their_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _sessions(tmp_path)
+    size = (tmp_path / "sessions" / "due.jsonl").stat().st_size
+    everything, _, _ = _dry_run(config, monkeypatch, keep=True)
+    # No room for a due reading: each due session is read again when acted on, as before, to the same end.
+    none, reads, _ = _dry_run(config, monkeypatch, keep=True, budget=size - 1)
+    assert none == everything
+    assert reads == ["due.jsonl", "torn.jsonl"]
