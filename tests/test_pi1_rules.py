@@ -290,3 +290,30 @@ def test_validate_reports_context_edits_pi_cannot_apply_and_ones_that_change_not
     s.edit(target, {"text": "no content key"})
     broken = s.transcript()
     assert "context_edit_invalid" in [p.kind for p in broken.problems] and not broken.committable
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "message", "message": {"role": "system", "content": "x"}},
+        {"type": "message", "message": {"role": "user", "content": "x"}},
+        {"type": "message", "message": "system"},
+        {"type": "message"},
+        {"type": "context_edit", "targetId": "a"},
+        {"type": "usage"},
+        {"type": "compaction", "summary": "s", "systemMessage": None},
+        {"type": "compaction", "summary": "s"},
+        {"type": "custom_message", "message": {"role": "system"}},
+        {"type": ["usage"]},
+        {"message": {"role": "system"}},
+    ],
+)
+def test_rules_of_is_any_pi1_marker(entry: dict[str, Any]) -> None:
+    """``rules_of`` walks the branch with ``is_pi1_marker`` inlined: the same answer for every kind of entry,
+    alone and after ordinary ones."""
+    from compactd.core.context import is_pi1_marker
+
+    expected = PI_1 if is_pi1_marker(entry) else PI_0_73
+    plain = {"type": "message", "message": {"role": "user", "content": "hi"}}
+    assert rules_of([entry]) == rules_of([plain, plain, entry]) == expected
+    assert rules_of([plain]) == PI_0_73
