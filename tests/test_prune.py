@@ -803,3 +803,25 @@ def test_reducible_chars_measured_without_building_equals_the_rebuilt_cuts(
         for i, texts in enumerate(results)
     ]
     assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)
+
+
+@pytest.mark.parametrize("max_chars", [1, 33, 34, 40, 2_000])
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["\n" + "x" * 50, "y" * 34, "😀" * 40, "\nerror\n" * 30 + "}"],
+        ["a" * 34, "b" * 35, "c" * 1_000, "d" * 9, "e" * 100_000],
+        ["\n\n\n" + "z" * 5_000, "😀"],
+    ],
+)
+def test_reducible_chars_of_single_block_results_cut_to_the_bare_suffix(
+    texts: list[str], max_chars: int
+) -> None:
+    """Results of one text block that the aggregate cuts down to the one-digit suffix are counted at that
+    length without cutting them: the same figure as rebuilding every cut (a newline first, astral text, an
+    important tail, the smallest texts that still give something)."""
+    items = [
+        (f"e{i}", {"role": "toolResult", "toolCallId": f"c{i}", "content": [{"type": "text", "text": t}]})
+        for i, t in enumerate(texts)
+    ]
+    assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)

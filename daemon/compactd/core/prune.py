@@ -595,7 +595,12 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
             if reducible <= 0:
                 continue
             target = max(floor_chars, chars - min(reducible, remaining))
-            cut_chars = _cut_blocks_len(blocks, chars, target, suffix)
+            if target == floor_chars and len(blocks) == 1:
+                # One text cut to the bare one-digit suffix: no character of it fits beside the longer suffix
+                # its count needs, so OpenClaw's bounded cut is that length (``_cut_blocks_len``, not walked).
+                cut_chars = floor_chars
+            else:
+                cut_chars = _cut_blocks_len(blocks, chars, target, suffix)
             if chars - cut_chars <= 0:
                 continue
             remaining -= chars - cut_chars
