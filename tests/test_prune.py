@@ -825,3 +825,42 @@ def test_reducible_chars_of_single_block_results_cut_to_the_bare_suffix(
         for i, t in enumerate(texts)
     ]
     assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)
+
+
+_ERROR_WORDS = re.compile(
+    r"\b(error|exception|failed|fatal|traceback|panic|stack trace|errno|exit code)\b", re.ASCII
+)
+_SUMMARY_WORDS = re.compile(r"\b(total|summary|result|complete|finished|done)\b", re.ASCII)
+_TAIL_PIECES = st.sampled_from(
+    [
+        "error",
+        "errors",
+        "exit code",
+        "exit  code",
+        "done",
+        "doneness",
+        "_",
+        "é",
+        " ",
+        "\n",
+        "}",
+        "x",
+        "Total",
+        "\ufeff",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_TAIL_PIECES, max_size=30).map("".join))
+def test_important_tail_is_either_word_list_or_a_closing_brace(text: str) -> None:
+    """One search for both word lists finds what the two searches found (design.md §6.5's rule as written)."""
+    from compactd.core import prune
+
+    tail = text[-2_000:].lower()
+    expected = (
+        _ERROR_WORDS.search(tail) is not None
+        or tail.rstrip(prune._JS_WHITESPACE).endswith("}")
+        or _SUMMARY_WORDS.search(tail) is not None
+    )
+    assert has_important_tail(text) is expected
