@@ -217,7 +217,9 @@ def js_same(a: Any, b: Any) -> bool:
 def context_entries(path: list[Entry], rules: str | None = None) -> list[Entry]:
     """The path entries whose messages make up the context, in order (the last compaction first, if any)."""
     rules = rules_of(path) if rules is None else rules
-    return _context_entries(path, _settings(path)[2], pi1=rules == PI_1)
+    # The last compaction (``_settings``'s), found from the end: most branches have none, or one near the leaf.
+    compaction = next((e for e in reversed(path) if e.get("type") == "compaction"), None)
+    return _context_entries(path, compaction, pi1=rules == PI_1)
 
 
 def _context_entries(path: list[Entry], compaction: Entry | None, *, pi1: bool = False) -> list[Entry]:
