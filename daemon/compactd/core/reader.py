@@ -19,7 +19,7 @@ import orjson
 
 from compactd.core.jsjson import is_js_blank, js_to_number, js_trim_bounds, nesting
 from compactd.core.jsjson import loads as js_loads
-from compactd.core.messages import role_of, tool_call_id, tool_calls
+from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, role_of, tool_call_id
 from compactd.core.tokens import MAX_TOKENS, usage_total
 
 __all__ = [
@@ -1083,13 +1083,23 @@ def _branch_problems(branch: list[Entry], branch_ids: set[str], line_of: dict[in
             open_calls.clear()
         if role != "assistant" or message.get("stopReason") in ("error", "aborted"):
             continue
-        for call in tool_calls(message):
-            open_calls[call["id"]] = line
+        content = message.get("content")
+        if isinstance(content, list):  # ``tool_calls`` inlined (a string content holds none): once per turn
+            for block in content:
+                if (
+                    isinstance(block, dict)
+                    and block.get("type") in TOOL_CALL_BLOCK_TYPES
+                    and isinstance(call_id := block.get("id"), str)
+                ):
+                    open_calls[call_id] = line
         pending_since = line if open_calls else None
         # Usage figures beyond what we count (``usage_tokens`` clamps them): pi's own figure is not a count.
         usage = message.get("usage")
         if not isinstance(usage, dict):
             continue
+        stated = usage.get("totalTokens")
+        if type(stated) is int and 0 < stated <= MAX_TOKENS:
+            continue  # what ``usage_total`` returns then, exactly (a double holds it): within the count
         total = usage_total(usage)
         if total > MAX_TOKENS or total != total:
             counted = f"counted as {MAX_TOKENS}" if total > MAX_TOKENS else "not counted"
