@@ -407,3 +407,32 @@ def test_version() -> None:
     assert done.returncode == 0
     assert done.stdout.strip() == f"compactd {__version__}"
     assert __version__
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "plain \U0001f600 string",
+        [
+            {"type": "text", "text": "a\U0001f600b"},
+            {"type": "image", "data": "x"},
+            {"type": "text", "text": "cd"},
+        ],
+        [{"type": "text", "text": 5}, "not a block", {"type": "image"}, {"type": "other", "text": "zz"}],
+        [],
+        None,
+        {"type": "text", "text": "a dict, not a list"},
+    ],
+)
+def test_inspect_measures_a_tool_result_once_as_estimate_and_prune_measure_it(content: Any) -> None:
+    """``inspect`` takes a tool result's estimate and text characters from one pass (``tool_result_chars``):
+    the same figures as pi's estimate (``estimate_tokens``, images and astral characters included) and as
+    pruning's ``tool_result_text_chars``, for every shape of content."""
+    from compactd.core.ledger import tool_result_chars
+    from compactd.core.prune import tool_result_text_chars
+
+    message: Json = {"role": "toolResult", "toolCallId": "c", "content": content, "details": {"x": "y" * 99}}
+    chars, text = tool_result_chars(message.get("content"))
+    for pi1 in (False, True):
+        assert -(-chars // 4) == estimate_tokens(message, pi1=pi1)
+    assert text == tool_result_text_chars(message)

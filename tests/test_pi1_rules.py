@@ -290,3 +290,54 @@ def test_validate_reports_context_edits_pi_cannot_apply_and_ones_that_change_not
     s.edit(target, {"text": "no content key"})
     broken = s.transcript()
     assert "context_edit_invalid" in [p.kind for p in broken.problems] and not broken.committable
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "message", "message": {"role": "system", "content": "x"}},
+        {"type": "message", "message": {"role": "user", "content": "x"}},
+        {"type": "message", "message": "system"},
+        {"type": "message"},
+        {"type": "context_edit", "targetId": "a"},
+        {"type": "usage"},
+        {"type": "compaction", "summary": "s", "systemMessage": None},
+        {"type": "compaction", "summary": "s"},
+        {"type": "custom_message", "message": {"role": "system"}},
+        {"type": ["usage"]},
+        {"message": {"role": "system"}},
+    ],
+)
+def test_rules_of_is_any_pi1_marker(entry: dict[str, Any]) -> None:
+    """``rules_of`` walks the branch with ``is_pi1_marker`` inlined: the same answer for every kind of entry,
+    alone and after ordinary ones."""
+    from compactd.core.context import is_pi1_marker
+
+    expected = PI_1 if is_pi1_marker(entry) else PI_0_73
+    plain = {"type": "message", "message": {"role": "user", "content": "hi"}}
+    assert rules_of([entry]) == rules_of([plain, plain, entry]) == expected
+    assert rules_of([plain]) == PI_0_73
+
+
+def test_context_entries_start_at_the_last_compaction_as_settings_find_it() -> None:
+    """``context_entries`` finds the branch's last compaction from the end: the one ``_settings`` finds
+    walking from the start (a compaction near the root, two of them, none)."""
+    from compactd.core.context import _settings, context_entries
+
+    def entry(i: int, kind: str, **extra: Any) -> Json:
+        return {"type": kind, "id": f"e{i}", "parentId": f"e{i - 1}" if i else None, **extra}
+
+    plain = [entry(i, "message", message=user(f"m{i}")) for i in range(6)]
+    first = entry(6, "compaction", summary="one", firstKeptEntryId="e4", tokensBefore=1)
+    second = entry(9, "compaction", summary="two", firstKeptEntryId="e7", tokensBefore=1)
+    later = [entry(i, "message", message=user(f"m{i}")) for i in (7, 8)]
+    for path in (
+        [*plain],
+        [first, *plain],
+        [*plain, first, *later],
+        [*plain, first, *later, second, plain[0]],
+    ):
+        compaction = _settings(path)[2]
+        entries = context_entries(path, PI_0_73)
+        assert entries[0] is compaction if compaction is not None else entries == path
+        assert (compaction is second) == (second in path)

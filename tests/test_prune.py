@@ -811,3 +811,64 @@ def test_code_units_come_back_as_python_text_pairs_joined_lone_surrogates_kept(u
     assert _from_units(units) == units.encode("utf-16-le", "surrogatepass").decode(
         "utf-16-le", "surrogatepass"
     )
+
+
+@pytest.mark.parametrize("max_chars", [1, 33, 34, 40, 2_000])
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["\n" + "x" * 50, "y" * 34, "😀" * 40, "\nerror\n" * 30 + "}"],
+        ["a" * 34, "b" * 35, "c" * 1_000, "d" * 9, "e" * 100_000],
+        ["\n\n\n" + "z" * 5_000, "😀"],
+    ],
+)
+def test_reducible_chars_of_single_block_results_cut_to_the_bare_suffix(
+    texts: list[str], max_chars: int
+) -> None:
+    """Results of one text block that the aggregate cuts down to the one-digit suffix are counted at that
+    length without cutting them: the same figure as rebuilding every cut (a newline first, astral text, an
+    important tail, the smallest texts that still give something)."""
+    items = [
+        (f"e{i}", {"role": "toolResult", "toolCallId": f"c{i}", "content": [{"type": "text", "text": t}]})
+        for i, t in enumerate(texts)
+    ]
+    assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)
+
+
+_ERROR_WORDS = re.compile(
+    r"\b(error|exception|failed|fatal|traceback|panic|stack trace|errno|exit code)\b", re.ASCII
+)
+_SUMMARY_WORDS = re.compile(r"\b(total|summary|result|complete|finished|done)\b", re.ASCII)
+_TAIL_PIECES = st.sampled_from(
+    [
+        "error",
+        "errors",
+        "exit code",
+        "exit  code",
+        "done",
+        "doneness",
+        "_",
+        "é",
+        " ",
+        "\n",
+        "}",
+        "x",
+        "Total",
+        "\ufeff",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_TAIL_PIECES, max_size=30).map("".join))
+def test_important_tail_is_either_word_list_or_a_closing_brace(text: str) -> None:
+    """One search for both word lists finds what the two searches found (design.md §6.5's rule as written)."""
+    from compactd.core import prune
+
+    tail = text[-2_000:].lower()
+    expected = (
+        _ERROR_WORDS.search(tail) is not None
+        or tail.rstrip(prune._JS_WHITESPACE).endswith("}")
+        or _SUMMARY_WORDS.search(tail) is not None
+    )
+    assert has_important_tail(text) is expected

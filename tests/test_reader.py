@@ -928,3 +928,26 @@ def test_reuse_shares_equal_entries_once_and_never_those_of_an_older_version() -
     assert not any(
         x is y for x, y in zip(parse_transcript(v2, reuse=older.by_id()).entries, older.entries, strict=True)
     )
+
+
+@pytest.mark.parametrize(
+    ("usage", "reported"),
+    [
+        (b'{"totalTokens":9007199254740991}', False),  # MAX_TOKENS itself: counted as it is
+        (b'{"totalTokens":9007199254740992}', True),  # one past it
+        (b'{"totalTokens":18446744073709551615}', True),  # past it by far, still an integer
+        (b'{"totalTokens":1}', False),
+        (b'{"totalTokens":0,"input":9007199254740992}', True),  # 0 falls back to the parts
+        (b'{"totalTokens":-5,"input":3}', False),  # a negative total is what it is (no fallback, no overflow)
+        (b'{"totalTokens":true,"input":9007199254740992}', True),  # a boolean is no number: the parts count
+        (b'{"totalTokens":9007199254740992.0}', True),
+    ],
+)
+def test_a_stated_integer_total_within_the_count_needs_no_sum(usage: bytes, reported: bool) -> None:
+    """The branch check takes an integer ``totalTokens`` from 1 to ``MAX_TOKENS`` as within the count without
+    adding the parts; anything else is added up as ``usage_total`` does, and reported past the count."""
+    reply = with_raw(msg("a1", "u1", {**assistant("hi"), "usage": "USAGE"}), "USAGE", usage)
+    data = jsonl(header(), msg("u1", None, user("q")), reply)
+    for lean in (False, True):
+        t = parse_transcript(data, lean=lean)
+        assert [(p.kind, p.line) for p in t.problems] == ([("figure_overflow", 3)] if reported else [])

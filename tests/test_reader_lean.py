@@ -302,3 +302,51 @@ def test_a_few_lines_off_the_branch_are_kept_as_a_copy(seed: int) -> None:
         for lean_ in (False, True)
     ]
     assert plans[0].data == plans[1].data and plans[0].expected == plans[1].expected
+
+
+def _brackets_per_line(data: bytes) -> list[int]:
+    return [line.count(b"{") + line.count(b"[") for line in data.split(b"\n")]
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_bracket_heavy_lines_are_those_with_more_than_max_depth_opening_bytes(bom: bytes) -> None:
+    """The lean reading walks only these lines for ``too_deep``: exactly the lines two counts per line found
+    (a line's brackets inside strings count too: a superset of the deep ones is enough), numbered as ``Scan``
+    numbers them, a BOM and blank lines included."""
+    from compactd.core.reader import bracket_heavy_lines
+
+    lines = [
+        orjson.dumps(HEADER),
+        b"[" * MAX_DEPTH + b"]" * MAX_DEPTH,  # exactly the limit: not heavy
+        b"",
+        b"{" * (MAX_DEPTH // 2) + b"[" * (MAX_DEPTH // 2 + 1),  # one more, of both kinds: heavy
+        orjson.dumps({"text": "{" * (MAX_DEPTH + 1)}),  # only in a string: still heavy (never missed)
+        b"x" * 5000,
+        b"{" * (MAX_DEPTH + 5),  # an unterminated last line
+    ]
+    data = bom + b"\n".join(lines)
+    expected = {n for n, c in enumerate(_brackets_per_line(data), 1) if c > MAX_DEPTH}
+    assert bracket_heavy_lines(data) == expected == {4, 5, 7}
+    assert bracket_heavy_lines(data + b"\n") == expected
+    assert bracket_heavy_lines(b"") == frozenset()
+    assert bracket_heavy_lines(orjson.dumps(HEADER) + b"\n") == frozenset()
+
+
+def test_a_deep_line_is_found_among_heavy_ones_and_not_elsewhere() -> None:
+    """``too_deep`` from the lean reading names the deep line, not the merely bracket-heavy ones around it."""
+    deep: Any = "x"
+    for _ in range(MAX_DEPTH + 3):
+        deep = [deep]
+    heavy_shallow = {"text": "[" * (MAX_DEPTH * 2)}
+    rows = [
+        HEADER,
+        _message("a", None, "user", "hi"),
+        {"type": "custom", "id": "b", "parentId": "a", "data": heavy_shallow},
+        {"type": "custom", "id": "c", "parentId": "b", "data": deep},
+        _message("d", "c", "user", "again"),
+    ]
+    data = b"\n".join(orjson.dumps(r) for r in rows) + b"\n"
+    lean = parse_transcript(data, lean=True)
+    assert lean.lean
+    assert [(p.kind, p.line) for p in lean.problems] == [("too_deep", 4)]
+    assert lean.problems == parse_transcript(data).problems

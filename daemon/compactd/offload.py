@@ -58,10 +58,15 @@ async def run_sync(func: Callable[[], T], *, name: str = "compactd-cpu") -> T:
     outcome: list[tuple[bool, Any]] = []
 
     def target() -> None:
+        nonlocal func
         try:
             outcome.append((True, func()))
         except BaseException as exc:  # handed to the awaiting task, which re-raises it
             outcome.append((False, exc))
+        # The work (and what it closes over: a whole transcript) is let go before the caller resumes, not
+        # when this thread ends: it may not run again before the caller has finished and its process exits,
+        # and meanwhile the cyclic collector would traverse all of it once the caller re-enables it.
+        del func
         try:
             anyio.from_thread.run_sync(done.set, token=token)
         except anyio.RunFinishedError:

@@ -6,11 +6,11 @@ import os
 from typing import Any
 
 from compactd.core.context import SessionContext, build_context, rules_reason
-from compactd.core.ledger import SessionLedger
-from compactd.core.messages import PI_1, llm_visible, role_of
-from compactd.core.prune import tool_result_text_chars
+from compactd.core.ledger import SessionLedger, tool_result_chars
+from compactd.core.messages import PI_1, RUNTIME_CONTEXT_TYPE, role_of
 from compactd.core.reader import FATAL_KINDS, Transcript
 from compactd.core.tokens import estimate_tokens
+from compactd.defaults import CHARS_PER_TOKEN
 from compactd.reading import read_transcript
 
 __all__ = ["inspect_transcript", "validation_exit_code"]
@@ -34,12 +34,20 @@ def inspect_transcript(
     by_role: dict[str, int] = {}
     tool_chars = count = 0
     pi1 = context.rules == PI_1
-    for message in llm_visible(context.messages):
-        count += 1
+    # What reaches the model (``llm_visible``), without its copies of the tool results: the estimate never
+    # counts their ``details``. A tool result is measured once for its estimate and its text characters.
+    for message in context.messages:
         role = role_of(message)
-        by_role[role] = by_role.get(role, 0) + estimate_tokens(message, pi1=pi1)
+        if role == "custom" and message.get("customType") == RUNTIME_CONTEXT_TYPE:
+            continue
+        count += 1
         if role == "toolResult":
-            tool_chars += tool_result_text_chars(message)
+            chars, text = tool_result_chars(message.get("content"))
+            tokens = -(-chars // CHARS_PER_TOKEN)
+            tool_chars += text
+        else:
+            tokens = estimate_tokens(message, pi1=pi1)
+        by_role[role] = by_role.get(role, 0) + tokens
     return {
         "path": os.fspath(path),
         "session_id": transcript.session_id,

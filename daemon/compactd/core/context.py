@@ -172,7 +172,16 @@ def rules_reason(path: list[Entry]) -> tuple[str, str]:
 def rules_of(path: list[Entry]) -> str:
     """The rules pi applies to this branch: pi 1.x's when the branch holds anything only pi 1.x writes (every
     session the pi 1.x agent writes opens with its system message), else pi 0.73's (design.md §6.14)."""
-    return PI_1 if any(is_pi1_marker(entry) for entry in path) else PI_0_73
+    # ``is_pi1_marker`` inlined: this walks every entry of the branch, several times per inspect.
+    for entry in path:
+        kind = entry.get("type")
+        if kind == "message":
+            message = entry.get("message")
+            if isinstance(message, dict) and message.get("role") == "system":
+                return PI_1
+        elif kind == "context_edit" or kind == "usage" or (kind == "compaction" and "systemMessage" in entry):
+            return PI_1
+    return PI_0_73
 
 
 def _settings(path: list[Entry]) -> tuple[str, dict[str, Any] | None, Entry | None]:
@@ -208,7 +217,9 @@ def js_same(a: Any, b: Any) -> bool:
 def context_entries(path: list[Entry], rules: str | None = None) -> list[Entry]:
     """The path entries whose messages make up the context, in order (the last compaction first, if any)."""
     rules = rules_of(path) if rules is None else rules
-    return _context_entries(path, _settings(path)[2], pi1=rules == PI_1)
+    # The last compaction (``_settings``'s), found from the end: most branches have none, or one near the leaf.
+    compaction = next((e for e in reversed(path) if e.get("type") == "compaction"), None)
+    return _context_entries(path, compaction, pi1=rules == PI_1)
 
 
 def _context_entries(path: list[Entry], compaction: Entry | None, *, pi1: bool = False) -> list[Entry]:

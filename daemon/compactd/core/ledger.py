@@ -48,7 +48,7 @@ from compactd.core.turns import Turn, turn_of_branch
 from compactd.core.turns import step as turn_step
 from compactd.defaults import CHARS_PER_TOKEN
 
-__all__ = ["CapFor", "SessionLedger", "message_tokens"]
+__all__ = ["CapFor", "SessionLedger", "message_tokens", "tool_result_chars"]
 
 log = logging.getLogger(__name__)
 
@@ -606,11 +606,11 @@ def _entries_newest_first(data: bytes, path: list[_Rec]) -> Iterable[Entry]:
 def message_tokens(message: dict[str, Any], *, pi1: bool = False) -> int:
     """``estimate_tokens``, with a one-pass fast path for tool results (three quarters of the bytes)."""
     if message.get("role") == "toolResult":
-        return -(-_tool_result_chars(message.get("content"))[0] // CHARS_PER_TOKEN)
+        return -(-tool_result_chars(message.get("content"))[0] // CHARS_PER_TOKEN)
     return estimate_tokens(message, pi1=pi1)
 
 
-def _tool_result_chars(content: Any) -> tuple[int, int]:
+def tool_result_chars(content: Any) -> tuple[int, int]:
     """(characters pi's estimate counts, text characters pruning can reduce) of a toolResult, in one pass.
 
     The same figures as ``tokens.message_chars`` and ``prune.tool_result_text_chars`` (a string content counts

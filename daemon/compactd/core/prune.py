@@ -63,10 +63,12 @@ HEAD_NEWLINE_SHARE = 0.8
 # ... and the tail starts after a newline found within this share of its length.
 TAIL_NEWLINE_SHARE = 0.2
 
-_ERROR_WORDS = re.compile(
-    r"\b(error|exception|failed|fatal|traceback|panic|stack trace|errno|exit code)\b", re.ASCII
+# An error or a summary word (design.md §6.5), searched in one pass (a match of either is a match of this).
+_IMPORTANT_WORDS = re.compile(
+    r"\b(?:error|exception|failed|fatal|traceback|panic|stack trace|errno|exit code"
+    r"|total|summary|result|complete|finished|done)\b",
+    re.ASCII,
 )
-_SUMMARY_WORDS = re.compile(r"\b(total|summary|result|complete|finished|done)\b", re.ASCII)
 # JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator); differs from str.strip()'s.
 _JS_WHITESPACE = (
     "\t\n\v\f\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
@@ -153,11 +155,7 @@ def has_important_tail(text: str) -> bool:
 
 def _important_tail(units: str) -> bool:
     tail = units[-IMPORTANT_TAIL_WINDOW:].lower()
-    return (
-        _ERROR_WORDS.search(tail) is not None
-        or tail.rstrip(_JS_WHITESPACE).endswith("}")
-        or _SUMMARY_WORDS.search(tail) is not None
-    )
+    return tail.rstrip(_JS_WHITESPACE).endswith("}") or _IMPORTANT_WORDS.search(tail) is not None
 
 
 def truncate_text(
@@ -599,7 +597,12 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
             if reducible <= 0:
                 continue
             target = max(floor_chars, chars - min(reducible, remaining))
-            cut_chars = _cut_blocks_len(blocks, chars, target, suffix)
+            if target == floor_chars and len(blocks) == 1:
+                # One text cut to the bare one-digit suffix: no character of it fits beside the longer suffix
+                # its count needs, so OpenClaw's bounded cut is that length (``_cut_blocks_len``, not walked).
+                cut_chars = floor_chars
+            else:
+                cut_chars = _cut_blocks_len(blocks, chars, target, suffix)
             if chars - cut_chars <= 0:
                 continue
             remaining -= chars - cut_chars

@@ -19,7 +19,7 @@ import orjson
 
 from compactd.core.jsjson import is_js_blank, js_to_number, js_trim_bounds, nesting
 from compactd.core.jsjson import loads as js_loads
-from compactd.core.messages import role_of, tool_call_id, tool_calls
+from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, role_of, tool_call_id
 from compactd.core.tokens import MAX_TOKENS, usage_total
 
 __all__ = [
@@ -652,6 +652,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
     last_kept: Hashable | None = None
     empty_id: int | None = None
     count = data.count
+    heavy = bracket_heavy_lines(data)
     # The loop runs once per line: bound methods, and a string id's link key (itself) without a call.
     add_id, add_parent, add_type, add_line = ids.append, parents.append, types.append, lines.append
     add_span = spans._flat.append
@@ -691,7 +692,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
         else:
             key = link_key(entry_id)
             early.append((index, _id_problem(entry_id, line_no)))
-        if count(b"{", begin, end) + count(b"[", begin, end) > MAX_DEPTH:
+        if line_no in heavy:
             depth = nesting(value)
             if depth > MAX_DEPTH:
                 deep.append((line_no, depth))
@@ -807,6 +808,24 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
             problems.append(_too_deep(scan.header_line, depth))
     problems.extend(_too_deep(line, depth) for line, depth in deep)
     return transcript
+
+
+# Every byte but those that open a level of nesting and the newline, for ``bracket_heavy_lines``.
+_NOT_OPENING = bytes(b for b in range(256) if b not in b"{[\n")
+
+
+def bracket_heavy_lines(data: bytes) -> frozenset[int]:
+    """The 1-based numbers of the lines (as ``Scan`` counts them) holding more than ``MAX_DEPTH`` bytes ``{``
+    or ``[``: only those can nest deeper (each level opens with one, and JSON has no escaped form of either
+    outside a string), so only their values need a walk.
+
+    One C pass over the file that keeps just those bytes and the newlines (a leading BOM holds neither), instead
+    of two counts per line: about half the time. The result is allocated at the file's size but only the kept
+    bytes are written, so the untouched pages never become resident."""
+    kept = data.translate(None, _NOT_OPENING)
+    if len(kept) - kept.count(b"\n") <= MAX_DEPTH:
+        return frozenset()
+    return frozenset(number for number, line in enumerate(kept.split(b"\n"), 1) if len(line) > MAX_DEPTH)
 
 
 def _reparse(data: bytes, spans: Sequence[tuple[int, int]], index: int) -> Entry:
@@ -1064,13 +1083,23 @@ def _branch_problems(branch: list[Entry], branch_ids: set[str], line_of: dict[in
             open_calls.clear()
         if role != "assistant" or message.get("stopReason") in ("error", "aborted"):
             continue
-        for call in tool_calls(message):
-            open_calls[call["id"]] = line
+        content = message.get("content")
+        if isinstance(content, list):  # ``tool_calls`` inlined (a string content holds none): once per turn
+            for block in content:
+                if (
+                    isinstance(block, dict)
+                    and block.get("type") in TOOL_CALL_BLOCK_TYPES
+                    and isinstance(call_id := block.get("id"), str)
+                ):
+                    open_calls[call_id] = line
         pending_since = line if open_calls else None
         # Usage figures beyond what we count (``usage_tokens`` clamps them): pi's own figure is not a count.
         usage = message.get("usage")
         if not isinstance(usage, dict):
             continue
+        stated = usage.get("totalTokens")
+        if type(stated) is int and 0 < stated <= MAX_TOKENS:
+            continue  # what ``usage_total`` returns then, exactly (a double holds it): within the count
         total = usage_total(usage)
         if total > MAX_TOKENS or total != total:
             counted = f"counted as {MAX_TOKENS}" if total > MAX_TOKENS else "not counted"

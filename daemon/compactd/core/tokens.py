@@ -74,10 +74,18 @@ def _number_correction(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return 0 if abs(value) < 2**53 else len(stringify(value)) - len(str(value))
     if isinstance(value, dict):
-        return sum(_number_correction(v) for v in value.values() if not isinstance(v, str))
-    if isinstance(value, list):
-        return sum(_number_correction(v) for v in value if not isinstance(v, str))
-    return 0
+        items: Any = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return 0
+    correction = 0
+    for item in items:  # a loop, not a generator per container: once per tool call of every estimate
+        kind = type(item)
+        if kind is str or kind is bool or item is None or (kind is int and -(2**53) < item < 2**53):
+            continue  # written alike by both
+        correction += _number_correction(item)
+    return correction
 
 
 def _text_chars(content: Any, *, images: bool) -> int:
