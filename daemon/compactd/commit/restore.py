@@ -50,7 +50,7 @@ __all__ = ["RestorePlan", "plan_restore", "restore_commit"]
 log = logging.getLogger(__name__)
 
 # Entries compactd writes into a successor: never carried onto a restored branch in the fallback.
-_OURS_TYPES = frozenset({"compaction", "context_edit"})
+_OURS_TYPES = ("compaction", "context_edit")
 _OURS_CUSTOM_PREFIX = "compactd."
 
 

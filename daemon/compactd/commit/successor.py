@@ -58,7 +58,7 @@ __all__ = ["Entry"]
 SETTINGS_TYPES = ("model_change", "thinking_level_change", "session_info")
 # What the summary replaces. Every other entry type of the summarized part (custom state, labels, unknown
 # types) is carried into the successor: it costs nothing in the context and extensions may rebuild from it.
-SUMMARIZED_TYPES = frozenset({"message", "custom_message", "branch_summary", "compaction"})
+SUMMARIZED_TYPES = ("message", "custom_message", "branch_summary", "compaction")
 PAIRING_KINDS = frozenset({"orphan_tool_result", "missing_tool_result"})
 # Problems our own lines must never introduce in a rotated successor.
 STRUCTURE_KINDS = frozenset(

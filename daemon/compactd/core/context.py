@@ -324,7 +324,7 @@ def _entry_messages(entry: Entry) -> list[dict[str, Any]]:
     return []
 
 
-_EDITABLE_ROLES = frozenset({"user", "assistant", "toolResult", "custom"})
+_EDITABLE_ROLES = ("user", "assistant", "toolResult", "custom")
 
 
 def _project_entry(entry: Entry, edit: Entry | None) -> list[dict[str, Any]]:

@@ -52,7 +52,7 @@ __all__ = ["CapFor", "SessionLedger", "message_tokens", "tool_result_chars"]
 
 log = logging.getLogger(__name__)
 
-_CONTEXT_TYPES = frozenset({"message", "custom_message", "branch_summary"})
+_CONTEXT_TYPES = ("message", "custom_message", "branch_summary")
 # Bumped whenever the ledger's fields or what they mean change: a snapshot of another version is not trusted.
 LEDGER_SNAPSHOT_VERSION = 3
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}

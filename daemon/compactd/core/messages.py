@@ -33,7 +33,9 @@ _ABSENT: Any = object()  # a key the message does not have
 RUNTIME_CONTEXT_TYPE = "openclaw.runtime-context"
 PI_0_73 = "pi-0.73"  # @mariozechner/pi-coding-agent up to 0.73.x (and OpenClaw's JSONL transcripts)
 PI_1 = "pi-1"  # @earendil-works/pi-coding-agent 1.x: system messages, context edits, compaction checkpoints
-TOOL_CALL_BLOCK_TYPES = frozenset({"toolCall", "toolUse", "functionCall"})
+# Tuples, not sets, wherever a transcript's value is looked up in them: a list or an object where a string
+# belongs is JSON pi reads like any other, and a set's membership test raises on an unhashable value.
+TOOL_CALL_BLOCK_TYPES = ("toolCall", "toolUse", "functionCall")
 
 
 def role_of(message: Message) -> str:

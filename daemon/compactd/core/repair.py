@@ -26,7 +26,7 @@ SYNTHETIC_RESULT_TEXT = (
     "[compactd] missing tool result in session history; "
     "inserted synthetic error result for transcript repair."
 )
-_CALL_BLOCK_TYPES = frozenset({"toolCall", "toolUse", "functionCall"})
+_CALL_BLOCK_TYPES = ("toolCall", "toolUse", "functionCall")
 _UNKNOWN_TOOL = "unknown"
 
 

@@ -22,8 +22,8 @@ from compactd.core.tokens import estimate_tokens
 
 __all__ = ["CutPlan", "plan_cut"]
 
-_CUT_ROLES = frozenset({"bashExecution", "custom", "branchSummary", "compactionSummary", "user", "assistant"})
-_TURN_START_ROLES = frozenset({"user", "bashExecution"})
+_CUT_ROLES = ("bashExecution", "custom", "branchSummary", "compactionSummary", "user", "assistant")
+_TURN_START_ROLES = ("user", "bashExecution")
 
 
 @dataclass

@@ -1,0 +1,106 @@
+"""A list or an object where a transcript should hold a string (an entry's type, a message's role, a block's
+type or id, a call id) is JSON that pi's loader reads as any other line: compactd must read, inspect, plan and
+compact such a session, and prepare its messages, without raising. Membership tests against sets raised ``TypeError: unhashable type``
+(found by issue 22's inspect work: an assistant block whose ``type`` was a list stopped ``inspect`` and
+``compact`` with a critical error)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from compactd.commands.cli import main as cli_main
+from compactd.core.context import build_context
+from compactd.core.reader import parse_transcript
+from compactd.sources.files.preparer import _shown
+from compactd.summarize.prepared import prepare
+
+from tests.test_differential import REAL_DIR
+
+KEYS = ("type", "role", "id", "toolCallId", "parentId", "name", "stopReason", "customType")
+VALUES: list[Any] = [["toolCall"], {"a": 1}]
+_FIXTURE = "pi-before-compaction.v1.jsonl"
+
+
+def _set_everywhere(value: Any, key: str, new: Any) -> None:
+    """``key`` set to ``new`` in every object of ``value`` that has it."""
+    if isinstance(value, dict):
+        if key in value:
+            value[key] = new
+        for child in value.values():
+            _set_everywhere(child, key, new)
+    elif isinstance(value, list):
+        for child in value:
+            _set_everywhere(child, key, new)
+
+
+def _mutant(tmp_path: Path, key: str, new: Any) -> Path:
+    """The real session with ``key`` made ``new`` in one line of each role and in its last non-message entry
+    (but the header and the branch's first entries, so that most of it stays a session)."""
+    lines = (REAL_DIR / _FIXTURE).read_bytes().splitlines()
+    entries = [orjson.loads(line) for line in lines if line.strip()]
+    seen: set[str] = set()
+    for entry in entries[3:]:
+        message = entry.get("message")
+        kind = message.get("role") if isinstance(message, dict) else entry.get("type")
+        if isinstance(kind, str) and kind not in seen:
+            seen.add(kind)
+            _set_everywhere(entry, key, new)
+    path = tmp_path / f"{key}.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(e) for e in entries) + b"\n")
+    return path
+
+
+def _run(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(list(args))
+    return code, out.getvalue()
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    for key in ("COMPACTD_CONFIG", "NOTIFY_SOCKET"):
+        monkeypatch.delenv(key, raising=False)
+
+
+@pytest.mark.skipif(not (REAL_DIR / _FIXTURE).exists(), reason="the real fixtures are not here")
+@pytest.mark.parametrize("new", VALUES, ids=["list", "object"])
+@pytest.mark.parametrize("key", KEYS)
+def test_a_list_or_object_for_a_string_is_read_inspected_and_compacted_without_raising(
+    key: str, new: Any, tmp_path: Path, cli_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _mutant(tmp_path, key, new)
+    data = path.read_bytes()
+    for lean in (False, True):
+        transcript = parse_transcript(data, lean=lean)
+        if transcript.usable:
+            build_context(transcript)
+    memo: dict[str, Any] = {}
+    for line in data.splitlines()[1:]:  # what the daemon's preparer makes of each appended message
+        shown = _shown(orjson.loads(line))
+        if shown is not None:
+            prepare(shown, memo)
+    caplog.set_level(logging.CRITICAL)
+    code, text = _run("validate", str(path))
+    assert code in (0, 1, 2) and text
+    code, text = _run("inspect", str(path), "--json")
+    assert code == 0, text
+    json.loads(text)
+    code, text = _run("compact", str(path), "--dry-run", "--json")
+    assert code in (0, 1) and json.loads(text)
+    code, text = _run(
+        "compact", str(path), "--force", "--json"
+    )  # the model-free digest, committed or refused
+    assert code in (0, 1) and json.loads(text)
+    assert not [r for r in caplog.records if r.levelno >= logging.CRITICAL], [
+        r.getMessage() for r in caplog.records
+    ]
