@@ -22,10 +22,10 @@ class Derived(NamedTuple):
     """One message's share of the sections (see ``facts.message_statements``, ``digest.message_decisions``,
     ``digest.message_rules``, ``digest.message_todos``, ``facts.result_of``): statements as their texts, items as written."""
 
-    statements: list[str]
-    decisions: list[str]
-    rules: list[str]
-    todos: list[tuple[str, str, str]]  # (op, key, item): see ``digest.message_todos``
+    statements: Sequence[str]
+    decisions: Sequence[str]
+    rules: Sequence[str]
+    todos: Sequence[tuple[str, str, str]]  # (op, key, item): see ``digest.message_todos``
     result: Result | None
     failed: bool | None  # a tool result's ``is_tool_failure`` as read (before redaction), else None
 

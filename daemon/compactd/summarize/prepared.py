@@ -101,12 +101,18 @@ def decode(line: bytes) -> tuple[str, Prepared] | None:
         return None
     if derived is not None:
         statements, decisions, rules, todos, result, failed = derived
-        derived = Derived(
-            statements,
-            decisions,
-            rules,
-            [tuple(op) for op in todos],
-            None if result is None else tuple(result),
-            failed,
-        )
+        if statements or decisions or rules or todos or result is not None or failed is not None:
+            derived = Derived(
+                statements or (),
+                decisions or (),
+                rules or (),
+                [tuple(op) for op in todos] if todos else (),
+                None if result is None else tuple(result),
+                failed,
+            )
+        else:  # most messages: one shared share, not six new objects each (a store holds thousands)
+            derived = _NOTHING_DERIVED
     return key, Prepared(redacted, findings, derived)
+
+
+_NOTHING_DERIVED = Derived((), (), (), (), None, None)
