@@ -61,3 +61,17 @@ def test_once_dry_run_over_a_due_session_loads_no_summarizer_and_no_watcher(tmp_
     assert code == 0, out
     assert "big.jsonl" in out and "route=truncate_tool_results_only" in out  # due, and a route was planned
     assert not modules & set(NOT_FOR_A_DRY_RUN), sorted(modules & set(NOT_FOR_A_DRY_RUN))
+
+
+def test_a_model_free_compact_loads_no_model_stage(tmp_path: Path) -> None:
+    """``compact`` without a summarizer writes the digest: the model's stages, pacing and client stay unloaded."""
+    path = tmp_path / "s.jsonl"
+    generate_session(path, 300_000, seed=3)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nmemory_flush:\n  enabled: false\n")
+
+    code, out, modules = loaded_by("compact", str(path), "--force", "--json", "--config", str(config))
+
+    assert code == 0 and json.loads(out)["committed"] is True, out
+    unloaded = {"compactd.summarize.stages", "compactd.summarize.pace", "compactd.summarize.llm", "openai"}
+    assert not modules & unloaded, sorted(modules & unloaded)

@@ -59,6 +59,9 @@ if TYPE_CHECKING:
 __all__ = ["CompactionEngine", "EngineResult", "EngineSettings", "latest_user_ask"]
 
 log = logging.getLogger(__name__)
+# How a summary was written: by the model, by the model without what it could not take, or model-free. Here,
+# not beside the model stages: a model-free compaction loads none of them.
+LEVEL_LLM, LEVEL_PARTIAL, LEVEL_DIGEST = "llm", "llm_partial", "digest"
 
 POST_COMPACTION_CUSTOM_TYPE = "compactd.post_compaction_context"
 # Each identifier line in the repaired section is capped, so a pathological one cannot crowd out the rest.
@@ -482,7 +485,6 @@ class CompactionEngine:
     ) -> tuple[str, str, dict[str, Any], int, list[str]]:
         from compactd.summarize import quality
         from compactd.summarize.digest import build_digest
-        from compactd.summarize.stages import LEVEL_DIGEST
 
         if span:
             progress.stage("digest", f"the model-free summary of {len(span):,} messages")
@@ -522,7 +524,6 @@ class CompactionEngine:
         from compactd.summarize import quality
         from compactd.summarize.identifiers import ensure_identifiers
         from compactd.summarize.outcomes import LLMError
-        from compactd.summarize.stages import LEVEL_LLM, LEVEL_PARTIAL
 
         stages = self._stages(instructions=True)
         notes: list[str] = []

@@ -56,7 +56,6 @@ __all__ = ["Message", "StageSettings", "Stages", "Summarizer"]
 log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
-LEVEL_LLM, LEVEL_PARTIAL, LEVEL_DIGEST = "llm", "llm_partial", "digest"
 # A single pass is enough for spans this short (design.md §6.7).
 MIN_MESSAGES_FOR_SPLIT = 4
 DEFAULT_PARTS = 2
