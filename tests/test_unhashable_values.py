@@ -21,11 +21,14 @@ from compactd.core.reader import parse_transcript
 from compactd.sources.files.preparer import _shown
 from compactd.summarize.prepared import prepare
 
+from bench.corpus import generate_session
 from tests.test_differential import REAL_DIR
 
 KEYS = ("type", "role", "id", "toolCallId", "parentId", "name", "stopReason", "customType")
 VALUES: list[Any] = [["toolCall"], {"a": 1}]
 _FIXTURE = "pi-before-compaction.v1.jsonl"
+# A generated session (CI has no real fixtures) and, where they are, a real one.
+BASES = ["generated", _FIXTURE]
 
 
 def _set_everywhere(value: Any, key: str, new: Any) -> None:
@@ -40,10 +43,16 @@ def _set_everywhere(value: Any, key: str, new: Any) -> None:
             _set_everywhere(child, key, new)
 
 
-def _mutant(tmp_path: Path, key: str, new: Any) -> Path:
-    """The real session with ``key`` made ``new`` in one line of each role and in its last non-message entry
-    (but the header and the branch's first entries, so that most of it stays a session)."""
-    lines = (REAL_DIR / _FIXTURE).read_bytes().splitlines()
+def _mutant(tmp_path: Path, base: str, key: str, new: Any) -> Path:
+    """The session with ``key`` made ``new`` in the first line of each role and of each other entry type (but
+    the header and the branch's first entries, so that most of it stays a session)."""
+    if base == "generated":
+        generate_session(tmp_path / "base.jsonl", 200_000, seed=5)
+        lines = (tmp_path / "base.jsonl").read_bytes().splitlines()
+    elif (REAL_DIR / base).is_file():
+        lines = (REAL_DIR / base).read_bytes().splitlines()
+    else:
+        pytest.skip(f"{REAL_DIR / base} is not here")
     entries = [orjson.loads(line) for line in lines if line.strip()]
     seen: set[str] = set()
     for entry in entries[3:]:
@@ -72,13 +81,13 @@ def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key, raising=False)
 
 
-@pytest.mark.skipif(not (REAL_DIR / _FIXTURE).exists(), reason="the real fixtures are not here")
 @pytest.mark.parametrize("new", VALUES, ids=["list", "object"])
 @pytest.mark.parametrize("key", KEYS)
+@pytest.mark.parametrize("base", BASES)
 def test_a_list_or_object_for_a_string_is_read_inspected_and_compacted_without_raising(
-    key: str, new: Any, tmp_path: Path, cli_env: None, caplog: pytest.LogCaptureFixture
+    base: str, key: str, new: Any, tmp_path: Path, cli_env: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = _mutant(tmp_path, key, new)
+    path = _mutant(tmp_path, base, key, new)
     data = path.read_bytes()
     for lean in (False, True):
         transcript = parse_transcript(data, lean=lean)
