@@ -303,17 +303,22 @@ def test_a_file_swapped_for_a_symlink_after_discovery_is_never_read(
         d.kill()
 
 
+def _root_and_elsewhere(tmp_path: Path) -> tuple[Path, Path]:
+    """A watched root and another directory, each with a session file of the same name."""
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    for d in (root, elsewhere):
+        d.mkdir()
+        (d / "a.jsonl").write_text("{}\n")
+    return root, elsewhere
+
+
 def test_a_directory_swapped_for_a_symlink_after_its_check_is_refused(tmp_path: Path) -> None:
     """realpath is paid once per directory (IntactDirs), yet a root replaced by a symlink leading elsewhere
     is caught at the next file: its path now leads to another directory."""
     from compactd.roots import IntactDirs
 
-    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
-    root.mkdir()
-    elsewhere.mkdir()
-    for d in (root, elsewhere):
-        (d / "a.jsonl").write_text("{}\n")
-    dirs, path = IntactDirs(), str(root / "a.jsonl")
+    dirs, root, elsewhere = IntactDirs(), *_root_and_elsewhere(tmp_path)
+    path = str(root / "a.jsonl")
     assert dirs.is_session_path(path, os.lstat(path))
     root.rename(tmp_path / "moved")
     root.symlink_to(elsewhere)
@@ -326,12 +331,8 @@ def test_intact_dirs_pass_remembers_until_it_ends(tmp_path: Path) -> None:
     the pass ends, a directory swapped for a symlink leading elsewhere is caught at the next file."""
     from compactd.roots import IntactDirs
 
-    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
-    root.mkdir()
-    elsewhere.mkdir()
-    for d in (root, elsewhere):
-        (d / "a.jsonl").write_text("{}\n")
-    dirs, path = IntactDirs(), str(root / "a.jsonl")
+    dirs, root, elsewhere = IntactDirs(), *_root_and_elsewhere(tmp_path)
+    path = str(root / "a.jsonl")
     dirs.begin_pass()
     assert dirs.is_session_path(path, os.lstat(path))
     root.rename(tmp_path / "moved")

@@ -308,6 +308,9 @@ def _assert_same_from_prepared(
     """The sections a followed session's compaction builds from each message's stored derived share (made
     when the message was prepared, written to a store line and read back) are the reference's too."""
     memo: dict[str, Any] = {}
+    # Prepared as ``handed_on`` holds them (details and all, as the reference reads them here), so each share is
+    # that of the message the sections read; the failure flag below from the details-stripped copy the
+    # preparer reads.
     shares = [decode(encode("key", prepare(m, memo))) for m in read]
     derived = DerivedOf(handed_on, [got[1].derived if got is not None else None for got in shares])
     assert len(derived) == len(read)

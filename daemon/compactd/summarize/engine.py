@@ -181,12 +181,8 @@ def _failed_as_read(
     """Whether each message of the span's source failed as its prepared share read it (details apart: see
     ``augment.collect_tool_failures``), by way of the visible copy the span holds (the same object, unless the
     tool pairing's repair replaced it); None where no share says."""
-    by_visible = {id(v): got.derived for v, got in zip(span, made, strict=False) if got is not None}
-    failed: dict[int, bool | None] = {}
-    for message, shown in visible:
-        derived = by_visible.get(id(shown))
-        if derived is not None and derived.failed is not None:
-            failed[id(message)] = derived.failed
+    by_visible = {id(v): got.derived.failed for v, got in zip(span, made, strict=False) if got is not None}
+    failed = {id(m): by_visible.get(id(v)) for m, v in visible}
     return lambda message: failed.get(id(message))
 
 

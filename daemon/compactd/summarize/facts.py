@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from compactd.core.messages import Message, role_of, text_of, tool_call_id, tool_calls
+from compactd.summarize.augment import is_tool_failure  # failures are listed by the augmentation
 from compactd.summarize.derived import Lookup, Result, nothing_derived
 from compactd.summarize.gates import folded, holds_any
 from compactd.summarize.headings import CURRENT_STATE, SECTION_BREAK, split_sections
@@ -562,16 +563,12 @@ def result_of(message: Message) -> Result:
     """A tool result's part in the command results, whatever command it answers: its output as
     ``_output`` shows a command's (not a file dump's), whether a file dump's is the same, and whether it
     failed."""
-    from compactd.summarize.augment import is_tool_failure  # failures are listed by the augmentation
-
     text = text_of(message)
     output = _output(text, False)
     return output, output == _output(text, True), is_tool_failure(message)
 
 
 def _results(messages: Sequence[Message], derived: Lookup = nothing_derived) -> dict[str, str]:
-    from compactd.summarize.augment import is_tool_failure
-
     calls: dict[str, tuple[str, bool]] = {}
     results: dict[str, str] = {}
     for message in messages:

@@ -39,7 +39,7 @@ class Prepared:
 
     redacted: Message | None
     findings: Findings
-    derived: Derived | None = None  # what the current state and the digest take from it (None: read it)
+    derived: Derived  # what the current state and the digest take from it
 
 
 def message_key(message: Message) -> str | None:
@@ -79,7 +79,7 @@ def derive(message: Message, handed_on: Message, read: SpanText) -> Derived:
 
 def encode(key: str, prepared: Prepared) -> bytes:
     """One line of a session's store."""
-    derived = None if prepared.derived is None else [*prepared.derived]  # orjson writes no tuple subclass
+    derived = [*prepared.derived]  # orjson writes no tuple subclass
     return orjson.dumps([key, prepared.redacted, prepared.findings, derived]) + b"\n"
 
 
@@ -96,22 +96,21 @@ def decode(line: bytes) -> tuple[str, Prepared] | None:
         isinstance(key, str)
         and (redacted is None or isinstance(redacted, dict))
         and findings_valid(findings)
-        and (derived is None or derived_valid(derived))
+        and derived_valid(derived)
     ):
         return None
-    if derived is not None:
-        statements, decisions, rules, todos, result, failed = derived
-        if statements or decisions or rules or todos or result is not None or failed is not None:
-            derived = Derived(
-                statements or (),
-                decisions or (),
-                rules or (),
-                [tuple(op) for op in todos] if todos else (),
-                None if result is None else tuple(result),
-                failed,
-            )
-        else:  # most messages: one shared share, not six new objects each (a store holds thousands)
-            derived = _NOTHING_DERIVED
+    statements, decisions, rules, todos, result, failed = derived
+    if statements or decisions or rules or todos or result is not None or failed is not None:
+        derived = Derived(
+            statements or (),
+            decisions or (),
+            rules or (),
+            [tuple(op) for op in todos] if todos else (),
+            None if result is None else tuple(result),
+            failed,
+        )
+    else:  # most messages: one shared share, not six new objects each (a store holds thousands)
+        derived = _NOTHING_DERIVED
     return key, Prepared(redacted, findings, derived)
 
 
