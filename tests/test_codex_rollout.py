@@ -316,3 +316,35 @@ def test_only_the_newest_rollout_of_a_thread_may_be_compacted(tmp_path: Path) ->
     assert set(source.sessions) == {str(first), str(later)}
     assert source.superseded == {str(first)}
     assert source.sessions[str(first)].state.tokens == 3000  # still followed for status
+
+
+def test_the_fill_recorded_is_the_figure_decided_on_when_a_watcher_reads_the_append_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watcher's refresh may read compactd's own appended line before the job records its outcome (the CI
+    run that found this saw the figure after the compaction as "before"); the row keeps the figure decided on."""
+    from compactd.sources.codex import CodexSource, _compact
+
+    lines = rollout_lines()
+    for x in lines:  # turns of about 4,000 tokens each, so whole turns lie before the cut
+        if x["payload"].get("role") == "user" and x["payload"]["content"][0]["text"].startswith("Turn"):
+            x["payload"]["content"][0]["text"] += " The reconciliation log repeats." * 500
+    lines[-2]["payload"] = token_count(14_000)  # over 17,100 − 4,275 = 12,825
+    path = str(write_rollout(tmp_path, lines))
+    source = CodexSource(Config.defaults(), {"CODEX_HOME": str(tmp_path)})
+    source.refresh_all()
+    session = source.sessions[path]
+    assert session.due and session.state.planning_tokens == 14_000
+    real_append = _compact.append_compacted
+
+    def append_then_watcher_refresh(*args: Any) -> int:
+        size = real_append(*args)
+        source.refresh(path)  # the watcher's thread, winning the race to the new line
+        return size
+
+    monkeypatch.setattr(_compact, "append_compacted", append_then_watcher_refresh)
+    outcome = asyncio.run(source.act(session))
+    assert outcome.committed, outcome
+    assert session.state.planning_tokens < 14_000  # the estimate after the compaction
+    fill = session.state.last_fill()
+    assert fill is not None and fill["before"] == 14_000 and fill["after"] == session.state.planning_tokens

@@ -227,11 +227,13 @@ class CodexSource(HostedSource[CodexSession]):
             self.changed()
             return self._outcome(session.path, Action.SKIPPED, {"reason": reading.refusal})
         workspace = trusted_workspace(self.config, session.path, reading.transcript.header)
-        threshold = st.compact_threshold or 0
+        # The figures decided on, taken now: a watcher's refresh may read the appended line before this job
+        # records its outcome, and would leave the state holding the figure after the compaction.
+        before, threshold = st.planning_tokens, st.compact_threshold or 0
         settings = engine_settings(self.config, reading.figures.provider, reading.figures.model)
         settings.keep_budget_tokens = target_tokens(self.config, threshold) if threshold else None
         engine = CompactionEngine(settings, self.client())
-        detail: dict[str, Any] = {"tokens": st.planning_tokens, "threshold": threshold}
+        detail: dict[str, Any] = {"tokens": before, "threshold": threshold}
         if decision.flush and workspace is not None:
             plan = await offload.run_sync(lambda: engine.plan(reading.transcript))
             if plan is not None:
@@ -272,7 +274,7 @@ class CodexSource(HostedSource[CodexSession]):
             identifiers_total=result.identifiers.total,
             identifiers_kept_by_model=result.identifiers.kept_by_model,
             identifiers_in_summary=result.identifiers.in_summary,
-            fill={"before": st.planning_tokens, "after": after, "threshold": threshold},
+            fill={"before": before, "after": after, "threshold": threshold},
             size=size,
         )
         self.metrics.record_compaction("compact_only", result.level)
