@@ -2,7 +2,8 @@
 
 Two cases: one bench-corpus session of ``--mb`` MB, and ``--orphans`` entries whose ``parentId`` chain does not
 reach the leaf (each points nowhere) around a short real branch. Each runs as a child process (imports, the
-read, the engine, the commit; ``rotate_grace_seconds`` at its least, 0.25 s, and CPU time is what is measured, not the wait): its CPU time (user + system, from
+read, the engine, the commit; ``rotate_grace_seconds`` at its least, 0.25 s, and CPU time is what is measured, not the wait;
+each tree's package compiled to bytecode first, as installed): its CPU time (user + system, from
 ``wait4``) as a multiple of a bare ``orjson.loads`` loop over the same file's lines in this process, and its
 peak RSS (``ru_maxrss``) as a multiple of the file size.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from bench._children import compile_package, installed_env
 from bench.corpus import EPOCH_MS, session_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,9 +108,7 @@ def run_compact(path: Path, config: Path, pythonpath: str | None) -> dict[str, A
     """``compactd compact`` as a child of a small wrapper; its CPU seconds and peak RSS (bytes), from ``wait4``."""
     import ast
 
-    env = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "COMPACTD_CONFIG")}
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
+    env = installed_env(pythonpath=pythonpath, drop=("STATE_DIRECTORY", "COMPACTD_CONFIG"))
     cmd = [sys.executable, "-m", "compactd", "compact", str(path), "--json", "--config", str(config)]
     start = time.monotonic()
     done = subprocess.run(
@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         ("session", session_bytes(int(mb * 1_000_000), args.seed)[0]),
         ("orphans", orphan_session(orphans)),
     ]
+    for tree in {args.pythonpath, args.baseline}:
+        compile_package(tree)
     with tempfile.TemporaryDirectory(prefix="bench-compact-") as tmp:
         work = Path(tmp)
         if args.baseline is None:

@@ -3,7 +3,8 @@
 One bench-corpus session of ``--mb`` MB. Its messages go through a real :class:`Preparer` in batches of a turn's
 entries, as the tailer hands them over while an agent writes (the thread's CPU per MB is reported: the
 per-append cost, linear in the appended bytes). Then, in fresh child processes with the engine's modules
-imported first (a running daemon has them), the job (``compact_file``: read, plan, engine with the digest,
+imported first and its event loop's backend started (a running daemon has them; its package compiled to
+bytecode, as installed), the job (``compact_file``: read, plan, engine with the digest,
 commit) on a copy of the file with that store ("followed") and on one without ("cold"), alternately, best of
 ``--rounds``: process CPU (every thread) as a multiple of a bare ``orjson.loads`` loop over the same lines (in
 this process), seconds per 50 MB, and peak RSS as a multiple of the file. Both must write the same summary.
@@ -26,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from bench._children import compile_package, installed_env
 from bench.bench_compact import bare_read
 from bench.corpus import session_bytes
 
@@ -45,6 +47,7 @@ import compactd.summarize.redact, compactd.summarize.sanitize, compactd.summariz
 import compactd.sources.files.preparer, compactd.commit.commit
 from compactd.heap import fix_mmap_threshold
 fix_mmap_threshold()  # as the service does at its start
+anyio.run(anyio.sleep, 0)  # the event loop's backend, which a running daemon has imported
 config = load_config(sys.argv[2])
 start = time.process_time()
 result = anyio.run(lambda: compact_file(sys.argv[1], config))
@@ -93,7 +96,7 @@ def prepare_store(path: Path, state: Path) -> dict[str, Any]:
 
 
 def run_job(path: Path, config: Path) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "COMPACTD_CONFIG")}
+    env = installed_env(drop=("STATE_DIRECTORY", "COMPACTD_CONFIG"))
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(path), str(config)],
         cwd=REPO,
@@ -118,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     mb = 0.3 if args.smoke else args.mb
     rounds = 1 if args.smoke else max(1, args.rounds)
     data = session_bytes(int(mb * 1_000_000), args.seed)[0]
+    compile_package()
     with tempfile.TemporaryDirectory(prefix="bench-followed-") as tmp:
         work = Path(tmp)
         source = work / "source" / "session.jsonl"
