@@ -509,21 +509,11 @@ class Identifier:
         return self.from_user or self.agent_wrote
 
 
-@dataclass(slots=True)
-class _Acc:
-    text: str
-    kind: str
-    first_index: int
-    last_index: int
-    count: int = 0
-    from_user: bool = False
-    from_agent: bool = False
-    agent_wrote: bool = False
-
-
 # A finding's flags: who used it (see ``Identifier``).
 USER, AGENT, WROTE = 1, 2, 4
 _KIND_CODE = {kind: number << 3 for number, kind in enumerate(KINDS)}
+# By code: whether its kind's key is the lower case (``CASE_INSENSITIVE_KINDS``).
+_LOWERED = tuple(KINDS[code >> 3] in CASE_INSENSITIVE_KINDS for code in range(len(KINDS) << 3))
 # A message's findings, flat (few objects: they are stored, loaded and merged by the hundred thousand): for each,
 # its identifier, ``code`` (the kind's index in ``KINDS`` times 8, plus its flags) and its occurrences, in the
 # order extraction meets them. They depend on that message alone (not on where it stands in a span): they can be
@@ -1285,41 +1275,33 @@ def message_findings(message: Message, read: Callable[[Message], str], memo: Wor
 
 def merge_findings(per_message: Iterable[Sequence[str | int]]) -> list[Identifier]:
     """The span's records from its messages' findings (``last_index``: a message's position in the iterable),
-    in order of first appearance. Inlined: a 50 MB session has about 350,000 findings once per message."""
-    accs: dict[str, _Acc] = {}
-    kinds = KINDS
+    in order of first appearance. Inlined: a 50 MB session has about 350,000 findings once per message. A key
+    keeps its first finding's spelling, kind and index; the flags of all its findings are or-ed together."""
+    accs: dict[str, list[Any]] = {}  # key -> [text, code, first index, last index, count, codes or-ed]
+    get, lowered = accs.get, _LOWERED
     for index, findings in enumerate(per_message):
         it: Iterator[Any] = iter(findings)
         for ident, code, times in zip(it, it, it):  # noqa: B905 (one iterator, taken three at a time)
-            kind = kinds[code >> 3]
-            key = ident.lower() if kind in CASE_INSENSITIVE_KINDS else ident
-            acc = accs.get(key)
+            key = ident.lower() if lowered[code] else ident
+            acc = get(key)
             if acc is None:
-                accs[key] = _Acc(
-                    ident,
-                    kind,
-                    index,
-                    index,
-                    times,
-                    bool(code & USER),
-                    bool(code & AGENT),
-                    bool(code & WROTE),
-                )
-                continue
-            acc.count += times
-            if index > acc.last_index:
-                acc.last_index = index
-            if code & USER:
-                acc.from_user = True
-            if code & AGENT:
-                acc.from_agent = True
-            if code & WROTE:
-                acc.agent_wrote = True
+                accs[key] = [ident, code, index, index, times, code]
+            else:  # indexes only grow
+                acc[3] = index
+                acc[4] += times
+                acc[5] |= code
     return [
         Identifier(
-            a.text, a.kind, a.from_user, a.count, a.last_index, a.first_index, a.from_agent, a.agent_wrote
+            text,
+            KINDS[code >> 3],
+            bool(seen & USER),
+            count,
+            last,
+            first,
+            bool(seen & AGENT),
+            bool(seen & WROTE),
         )
-        for a in sorted(accs.values(), key=lambda a: (a.first_index, a.text))
+        for text, code, first, last, count, seen in sorted(accs.values(), key=lambda a: (a[2], a[0]))
     ]
 
 
