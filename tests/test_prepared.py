@@ -276,6 +276,31 @@ def test_stores_of_transcripts_that_are_gone_are_removed_by_the_sweep(tmp_path: 
     assert sorted(os.listdir(state / "prepared")) == [store_path(state, str(here)).name]
 
 
+def test_a_store_removed_or_replaced_under_the_thread_is_started_over_with_its_header(tmp_path: Path) -> None:
+    """The thread remembers a store it has checked; one removed since (with its directory) is made again, and one
+    emptied is headed again, never appended to headless."""
+    session = str(tmp_path / "s.jsonl")
+    state = tmp_path / "state"
+    preparer = Preparer(state)
+    preparer.start()
+    batches = [
+        [{"type": "message", "id": f"a{i}", "message": user(f"see /srv/app/m{i}.py")}] for i in range(3)
+    ]
+    store = store_path(state, session)
+    preparer.appended(session, batches[0], _size(batches[0]))
+    preparer.join(30)
+    shutil.rmtree(state / "prepared")
+    preparer.appended(session, batches[1], _size(batches[1]))
+    preparer.join(30)
+    assert len(load_prepared(state, session)) == 1
+    store.write_bytes(b"")
+    preparer.appended(session, batches[2], _size(batches[2]))
+    preparer.join(30)
+    preparer.stop()
+    assert store.read_bytes().startswith(_header(session))
+    assert len(load_prepared(state, session)) == 1
+
+
 # --- the daemon -------------------------------------------------------------------------------------------------
 def test_the_daemon_prepares_what_an_agent_appends_and_compact_merges_it(
     tmp_path: Path,

@@ -152,7 +152,9 @@ class Preparer:
         self._lock = threading.Lock()
         self._memo: WordMemo = {}
         self._memo_check = 10_000  # the memo's size at which its bytes are estimated next
-        self._checked: set[Path] = set()  # stores whose header this thread has seen (or written)
+        # Transcript path -> its store, once this thread has seen (or written) the store's header: an append to
+        # it is then an open, a write and a close (no hash of the path, no header read, no mkdir).
+        self._checked: dict[str, Path] = {}
         self.prepared = 0  # messages prepared and stored (for tests and the log)
         self.dropped = 0
         self.cpu_seconds = 0.0  # the threads' CPU time (each one's own clock, added up after each item)
@@ -276,15 +278,20 @@ class Preparer:
         lines = self._lines(entries)
         if not lines:
             return
-        store = store_path(self.state_dir, path)
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(store, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        known = self._checked.get(path)
+        store = known if known is not None else store_path(self.state_dir, path)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(store, flags, 0o600)
+        except FileNotFoundError:  # the first store, or its directory was removed
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(store, flags, 0o600)
         try:
             data = b"".join(lines)
-            if os.fstat(fd).st_size == 0 or (store not in self._checked and not _headed(store, path)):
+            if os.fstat(fd).st_size == 0 or (known is None and not _headed(store, path)):
                 os.ftruncate(fd, 0)  # a foreign or older store: started over
                 data = _header(path) + data
-            self._checked.add(store)
+            self._checked[path] = store
             write_all(fd, data)
         finally:
             os.close(fd)
@@ -331,3 +338,5 @@ class Preparer:
             ):
                 with contextlib.suppress(OSError):
                     os.unlink(store)
+                if isinstance(path, str):
+                    self._checked.pop(path, None)
