@@ -20,11 +20,13 @@ from compactd.summarize.augment import (
     cap_summary,
     collect_tool_failures,
     exit_code_of,
+    redacted_failures,
     render_file_lists,
     render_tool_failures,
     render_turn,
     select_recent_turns,
 )
+from compactd.summarize.redact import redact_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -258,6 +260,39 @@ def test_tool_failure_lines_caps_and_dedup() -> None:
     assert long_line == "- edit: " + "x" * (TOOL_FAILURE_MAX_CHARS - 1) + "…"
     assert render_tool_failures([failures[-1]]).splitlines()[1] == "- write: failed (no output)"
     assert render_tool_failures([]) == ""
+
+
+SECRET = "sk-" + "ant-api03-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["c1", "c2", "c3", "c4", None, SECRET]),  # ids repeat, go missing, hold a secret
+            st.sampled_from(["bash", "edit", SECRET]),
+            st.sampled_from(["failed", f"token {SECRET} rejected", "exit code 3"]),
+            st.sampled_from([None, {"status": "error"}, {"exitCode": 2, "log": SECRET}, {"status": SECRET}]),
+        ),
+        max_size=2 * TOOL_FAILURE_MAX_ITEMS + 3,
+    )
+)
+def test_redacting_only_the_failures_shown_renders_what_redacting_all_renders(
+    specs: list[tuple[str | None, str, str, Msg | None]],
+) -> None:
+    """The engine redacts the failures the augmentation lists, and keeps of the rest only what it counts."""
+    messages = []
+    for cid, name, text, details in specs:
+        message = result(cid or "", text, name=name, error=True, details=details)
+        if cid is None:
+            del message["toolCallId"]
+        messages.append(message)
+    failures = collect_tool_failures(messages)
+    kept = redacted_failures(failures, redact_value)
+    assert render_tool_failures(kept) == render_tool_failures([redact_value(m) for m in failures])
+    assert all(
+        SECRET not in repr({k: v for k, v in m.items() if k != "toolCallId"}) for m in kept
+    )  # call ids are link keys: never rewritten
 
 
 def test_only_a_failure_status_word_comes_from_details() -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "collect_tool_failures",
     "exit_code_of",
     "is_tool_failure",
+    "redacted_failures",
     "render_file_lists",
     "render_tool_failures",
     "render_turn",
@@ -232,6 +233,19 @@ def _decided_by_details(message: Message) -> bool:
     return (isinstance(status, str) and bool(status.strip())) or (
         isinstance(code, int) and not isinstance(code, bool)
     )
+
+
+def redacted_failures(failures: Sequence[Message], redact: Callable[[Any], Any]) -> list[Message]:
+    """``failures`` (one per call) as ``render_tool_failures`` reads them, redacted: those it lists in full; of
+    the rest, which it only counts, their role and call id (link keys, which redaction never rewrites). A span's
+    failures can be many and large (details and all), and only the first few are shown."""
+    return [
+        redact(m) if i < TOOL_FAILURE_MAX_ITEMS else {k: m[k] for k in _COUNTED_KEYS if k in m}
+        for i, m in enumerate(failures)
+    ]
+
+
+_COUNTED_KEYS = ("role", "toolCallId", "toolUseId")
 
 
 def render_tool_failure(message: Message) -> str:

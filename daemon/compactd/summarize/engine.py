@@ -308,7 +308,7 @@ class CompactionEngine:
             span, prefix = handed_on[: len(span)], handed_on[len(span) :]
             texts = SpanText.of(read, handed_on)
             del read, handed_on
-            failures = [redact_value(m) for m in failures]
+            failures = augment.redacted_failures(failures, redact_value)
             previous = redact_secrets(previous) if previous else previous
         known = [got.findings if got is not None else None for got in made] if made else None
         # What the current state and the digest take from each prepared message, by the message handed on.
