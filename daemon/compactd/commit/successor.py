@@ -546,7 +546,8 @@ def build_successor(
     for at in range(transcript.count):
         if transcript.type_at(at) != "label" or at not in candidates:
             continue
-        if at in kept_at or transcript.entry(at).get("targetId") in present:
+        target = transcript.entry(at).get("targetId")  # a list or an object: no target, and unhashable
+        if at in kept_at or (isinstance(target, str) and target in present):
             present.add(id_of(at))
         else:
             dropped.add(at)

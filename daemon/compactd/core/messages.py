@@ -152,6 +152,8 @@ def current_system_message(messages: list[dict[str, Any]]) -> dict[str, Any] | N
             listed = message.get(key)
             for tool in listed if isinstance(listed, list) else ():
                 name = tool.get("name") if isinstance(tool, dict) else None
+                if isinstance(name, list | dict):  # unhashable; a JavaScript Map keys an object by identity
+                    name = (id(name),)
                 if adding:
                     tools[name] = tool
                 else:
