@@ -5,7 +5,8 @@ object): reading, the context, the ledger's cold read and appends, the preparer,
 A generated session (CI has no real fixtures) with every entry type pi 0.73 and pi 1.x write is mutated one
 entry and one key at a time (in-process checks), or one key in every entry at once (the CLI, slower per run).
 Found this way: a label whose ``targetId`` is a list or an object stopped a rotation (``successor``), and a
-system message's tool whose ``name`` is one stopped pi 1.x's estimate (``current_system_message``).
+system message's tool whose ``name`` is one stopped pi 1.x's estimate (``current_system_message``); in a Codex
+rollout, a message whose ``content`` is a number or true, and a payload nested past orjson's writing limit.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ from bench.corpus import session_bytes
 
 Json = dict[str, Any]
 
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 VALUES: dict[str, Any] = {
     "list": ["toolCall"],
     "object": {"a": 1},
@@ -42,6 +51,7 @@ VALUES: dict[str, Any] = {
     "null": None,
     "string": "x",  # where an object or a list belongs
     "long_string": "y" * 100_000,
+    "deep": _nested(300),  # orjson reads 1,024 levels of nesting but writes only 254
 }
 # What the brief lists as read from entries, messages and blocks: the base session must hold each of them.
 # fmt: off
@@ -279,3 +289,43 @@ def test_the_cli_inspects_validates_and_compacts_each_wrong_typed_field(
                 case,
                 [r.getMessage()[:500] for r in caplog.records],
             )
+
+
+@pytest.mark.parametrize("value", list(VALUES), ids=list(VALUES))
+def test_each_field_of_a_codex_rollout_line_with_a_wrong_type_is_read_without_raising(value: str) -> None:
+    """The figures the follower keeps, the history Codex rebuilds and its bridge to a transcript. Found: a
+    message whose ``content`` was a number or true (``_bridge._text``), and a payload nested past orjson's
+    writing limit (``RolloutFigures.apply`` measures each payload's JSON)."""
+    from compactd.sources.codex._bridge import to_transcript_bytes
+    from compactd.sources.codex._rollout import (
+        RolloutFigures,
+        history_of,
+        is_context_message,
+        parse_rollout_line,
+    )
+
+    from tests.test_codex_rollout import line, rollout_lines
+
+    base = rollout_lines(2)
+    replacement = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}]
+    base.append(line("compacted", {"message": "m", "replacement_history": replacement}, len(base)))
+    base.append(line("response_item", {"type": "message", "role": "user", "content": "# AGENTS.md x"}, 99))
+    for at in range(len(base)):
+        for key in sorted(_keys(base[at], set())):
+            lines = copy.deepcopy(base)
+            _set_everywhere(lines[at], key, VALUES[value])
+            try:
+                parsed = [p for p in (parse_rollout_line(json.dumps(x).encode()) for x in lines) if p]
+                figures = RolloutFigures()
+                for x in parsed:
+                    figures.apply(x)
+                assert figures.figure is None or figures.figure >= 0
+                history, _ = history_of(parsed)
+                for item in history:
+                    is_context_message(item)
+                bridged = to_transcript_bytes(
+                    history, session_id="s", cwd=None, model=None, started="2026-12-02T16:25:00.000Z"
+                )
+                build_context(parse_transcript(bridged.data, check=False))
+            except Exception as exc:
+                raise AssertionError(f"line {at} {key}={value}: {exc!r}") from exc

@@ -47,7 +47,9 @@ def _text(item: Json) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(
-        b["text"] for b in content or () if isinstance(b, dict) and isinstance(b.get("text"), str)
+        b["text"]
+        for b in (content if isinstance(content, list) else ())  # a number or true: no text, not iterable
+        if isinstance(b, dict) and isinstance(b.get("text"), str)
     )
 
 
