@@ -291,20 +291,22 @@ def test_the_cli_inspects_validates_and_compacts_each_wrong_typed_field(
             )
 
 
-@pytest.mark.parametrize("value", list(VALUES), ids=list(VALUES))
-def test_each_field_of_a_codex_rollout_line_with_a_wrong_type_is_read_without_raising(value: str) -> None:
-    """The figures the follower keeps, the history Codex rebuilds and its bridge to a transcript. Found: a
-    message whose ``content`` was a number or true (``_bridge._text``), and a payload nested past orjson's
-    writing limit (``RolloutFigures.apply`` measures each payload's JSON)."""
-    from compactd.sources.codex._bridge import to_transcript_bytes
-    from compactd.sources.codex._rollout import (
-        RolloutFigures,
-        history_of,
-        is_context_message,
-        parse_rollout_line,
-    )
+CODEX_VALUES = {**VALUES, "deep_object": {"a": _nested(300)}}  # tool-call arguments are an object
 
-    from tests.test_codex_rollout import line, rollout_lines
+
+@pytest.mark.parametrize("value", list(CODEX_VALUES), ids=list(CODEX_VALUES))
+def test_each_field_of_a_codex_rollout_line_with_a_wrong_type_is_read_without_raising(
+    value: str, tmp_path: Path
+) -> None:
+    """The figures the follower keeps, the history Codex rebuilds, its bridge to a transcript and the compacted
+    line written back. Found: a message whose ``content`` was a number or true (``_bridge._text``), and an item
+    nested past orjson's writing limit (``RolloutFigures.apply`` measures each payload's JSON; the bridge and
+    the compacted line write them: such a rollout is now refused)."""
+    from compactd.sources.codex._bridge import compacted_line, kept_items
+    from compactd.sources.codex._compact import read_rollout
+    from compactd.sources.codex._rollout import is_context_message
+
+    from tests.test_codex_rollout import line, rollout_lines, write_rollout
 
     base = rollout_lines(2)
     replacement = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}]
@@ -313,19 +315,14 @@ def test_each_field_of_a_codex_rollout_line_with_a_wrong_type_is_read_without_ra
     for at in range(len(base)):
         for key in sorted(_keys(base[at], set())):
             lines = copy.deepcopy(base)
-            _set_everywhere(lines[at], key, VALUES[value])
+            _set_everywhere(lines[at], key, CODEX_VALUES[value])
             try:
-                parsed = [p for p in (parse_rollout_line(json.dumps(x).encode()) for x in lines) if p]
-                figures = RolloutFigures()
-                for x in parsed:
-                    figures.apply(x)
-                assert figures.figure is None or figures.figure >= 0
-                history, _ = history_of(parsed)
-                for item in history:
+                reading = read_rollout(str(write_rollout(tmp_path, lines)))
+                assert reading.figures.figure is None or reading.figures.figure >= 0
+                for item in reading.history:
                     is_context_message(item)
-                bridged = to_transcript_bytes(
-                    history, session_id="s", cwd=None, model=None, started="2026-12-02T16:25:00.000Z"
-                )
-                build_context(parse_transcript(bridged.data, check=False))
+                build_context(reading.transcript)
+                if reading.refusal is None:
+                    compacted_line("s", kept_items(reading.history, 0), ordinal=1)
             except Exception as exc:
                 raise AssertionError(f"line {at} {key}={value}: {exc!r}") from exc

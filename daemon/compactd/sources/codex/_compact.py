@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from compactd.core.reader import Transcript, parse_transcript
 from compactd.sources.codex._bridge import Bridged, compacted_line, kept_items, to_transcript_bytes
 from compactd.sources.codex._files import ThreadBusy, read_whole, thread_id_of, thread_lock
@@ -44,6 +46,10 @@ def read_rollout(path: str) -> CodexReading:
     for line in lines:
         figures.apply(line)
     history, refusal = history_of(lines)
+    if figures.unwritable and not _writable(history):
+        # neither bridged nor written back into a compacted line: orjson raises on such an item
+        refusal = refusal or "an item nested deeper than compactd writes JSON (254 levels)"
+        history = []
     started = next(
         (str(line.get("timestamp")) for line in lines if isinstance(line.get("timestamp"), str)),
         "1970-01-01T00:00:00.000Z",
@@ -74,6 +80,14 @@ def read_rollout(path: str) -> CodexReading:
         bridged=bridged,
         transcript=parse_transcript(bridged.data, check=False),
     )
+
+
+def _writable(history: list[dict[str, Any]]) -> bool:
+    try:
+        orjson.dumps(history)
+    except TypeError:
+        return False
+    return True
 
 
 @dataclass(slots=True)

@@ -90,6 +90,7 @@ class RolloutFigures:
     next_ordinal: int = 0
     lines: int = 0
     compactions: int = 0  # compacted items seen (Codex's own and compactd's)
+    unwritable: int = 0  # items nested past what orjson writes (it reads deeper): measured by ``stringify``
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -121,15 +122,24 @@ class RolloutFigures:
             items = replacement if isinstance(replacement, list) else []
             message = payload.get("message")
             self.tokens = None
-            self.history_bytes = sum(_json_size(i) for i in items if isinstance(i, dict))
+            self.history_bytes = sum(self._json_size(i) for i in items if isinstance(i, dict))
             if not items and isinstance(message, str):
                 self.history_bytes = len(message.encode())
             self.estimated_after = math.ceil(self.history_bytes / 4)
         elif kind == "response_item":
-            size = _json_size(payload)
+            size = self._json_size(payload)
             self.history_bytes += size
             if self.tokens is None and self.estimated_after:
                 self.estimated_after = math.ceil(self.history_bytes / 4)
+
+    def _json_size(self, value: Any) -> int:
+        """The bytes of ``value``'s compact JSON. orjson reads 1,024 levels of nesting but writes only 254: past
+        that, the exact ``stringify`` (its numbers are JavaScript's, a few bytes off; only such items pay)."""
+        try:
+            return len(orjson.dumps(value))
+        except TypeError:
+            self.unwritable += 1
+            return len(stringify(value, js_key_order=False).encode("utf-8", "surrogatepass"))
 
     def _meta(self, payload: Json) -> None:
         for key in ("id", "session_id"):
@@ -162,15 +172,6 @@ class RolloutFigures:
                 self.window = window
         elif kind in ("task_complete", "turn_aborted"):
             self.turn_open = None
-
-
-def _json_size(value: Any) -> int:
-    """The bytes of ``value``'s compact JSON. orjson reads 1,024 levels of nesting but writes only 254: past
-    that, the exact ``stringify`` (its numbers are JavaScript's, a few bytes off; only such lines pay)."""
-    try:
-        return len(orjson.dumps(value))
-    except TypeError:
-        return len(stringify(value, js_key_order=False).encode("utf-8", "surrogatepass"))
 
 
 def history_of(lines: Sequence[Json]) -> tuple[list[Json], str | None]:
