@@ -11,16 +11,13 @@ rollout, a message whose ``content`` is a number or true, and a payload nested p
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd.commands.cli import main as cli_main
 from compactd.core.context import build_context, context_estimate
 from compactd.core.ledger import SessionLedger, _cold_read
 from compactd.core.messages import current_system_message
@@ -29,6 +26,7 @@ from compactd.sources.files.preparer import _shown
 from compactd.summarize.prepared import prepare
 
 from bench.corpus import session_bytes
+from tests.support.cli import in_process, isolated
 
 Json = dict[str, Any]
 
@@ -53,7 +51,7 @@ VALUES: dict[str, Any] = {
     "long_string": "y" * 100_000,
     "deep": _nested(300),  # orjson reads 1,024 levels of nesting but writes only 254
 }
-# What the brief lists as read from entries, messages and blocks: the base session must hold each of them.
+# The fields compactd reads from entries, messages and blocks: the base session must hold each of them.
 # fmt: off
 FIELDS = [
     # entries
@@ -198,7 +196,7 @@ def _check_in_process(data: bytes, appended_from: int) -> None:
 
 @pytest.mark.parametrize("pi1", [False, True], ids=["pi0.73", "pi1"])
 def test_the_session_holds_every_field_compactd_reads(pi1: bool) -> None:
-    """Else the fuzz below would not try a field the brief lists."""
+    """Else the fuzz below would not try a field compactd reads."""
     keys = _keys(_session(pi1), set())
     missing = {"replacement", "systemMessage", "sections", "toolsAdded", "toolsRemoved"} if not pi1 else set()
     assert set(FIELDS) - missing <= keys, set(FIELDS) - missing - keys
@@ -233,20 +231,10 @@ def test_a_tool_named_by_a_list_or_an_object_is_keyed_by_identity_as_a_javascrip
     assert merged is not None and merged["toolsAdded"] == added[:2]
 
 
-def _run(*args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli_main(list(args))
-    return code, out.getvalue()
-
-
 @pytest.fixture
 def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A state directory of its own, no user config, and one that keeps a single turn: the digest is built."""
-    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
-    for key in ("COMPACTD_CONFIG", "NOTIFY_SOCKET"):
-        monkeypatch.delenv(key, raising=False)
+    isolated(tmp_path, monkeypatch)
     config = tmp_path / "config.yaml"
     config.write_text("compaction:\n  keep_recent_turns: 1\n  keep_recent_tokens: 200\n")
     return config
@@ -277,7 +265,7 @@ def test_the_cli_inspects_validates_and_compacts_each_wrong_typed_field(
         runs += [("compact", "--force", "--json", "--mode", mode, "--config", config) for mode in modes]
         for args in runs:
             path.write_bytes(data)
-            code, text = _run(args[0], str(path), *args[1:])
+            code, text = in_process(args[0], str(path), *args[1:])
             case = f"{key}={value} {' '.join(args[:3])}: {code} {text[:300]}"
             if args[0] == "validate":
                 assert code in (0, 1, 2) and text, case

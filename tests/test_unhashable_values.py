@@ -6,8 +6,6 @@ compact such a session, and prepare its messages, without raising. Membership te
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
 from pathlib import Path
@@ -15,13 +13,13 @@ from typing import Any
 
 import orjson
 import pytest
-from compactd.commands.cli import main as cli_main
 from compactd.core.context import build_context
 from compactd.core.reader import parse_transcript
 from compactd.sources.files.preparer import _shown
 from compactd.summarize.prepared import prepare
 
 from bench.corpus import generate_session
+from tests.support.cli import in_process, isolated
 from tests.test_differential import REAL_DIR
 
 KEYS = ("type", "role", "id", "toolCallId", "parentId", "name", "stopReason", "customType")
@@ -66,19 +64,9 @@ def _mutant(tmp_path: Path, base: str, key: str, new: Any) -> Path:
     return path
 
 
-def _run(*args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli_main(list(args))
-    return code, out.getvalue()
-
-
 @pytest.fixture
 def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
-    for key in ("COMPACTD_CONFIG", "NOTIFY_SOCKET"):
-        monkeypatch.delenv(key, raising=False)
+    isolated(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("new", VALUES, ids=["list", "object"])
@@ -99,14 +87,14 @@ def test_a_list_or_object_for_a_string_is_read_inspected_and_compacted_without_r
         if shown is not None:
             prepare(shown, memo)
     caplog.set_level(logging.CRITICAL)
-    code, text = _run("validate", str(path))
+    code, text = in_process("validate", str(path))
     assert code in (0, 1, 2) and text
-    code, text = _run("inspect", str(path), "--json")
+    code, text = in_process("inspect", str(path), "--json")
     assert code == 0, text
     json.loads(text)
-    code, text = _run("compact", str(path), "--dry-run", "--json")
+    code, text = in_process("compact", str(path), "--dry-run", "--json")
     assert code in (0, 1) and json.loads(text)
-    code, text = _run(
+    code, text = in_process(
         "compact", str(path), "--force", "--json"
     )  # the model-free digest, committed or refused
     assert code in (0, 1) and json.loads(text)

@@ -1,13 +1,18 @@
 """The real ``compactd`` command as a subprocess (``python -m compactd`` from the repository), for tests that judge
-what a user sees: its output, its exit code and what it leaves on disk."""
+what a user sees: its output, its exit code and what it leaves on disk; and in this process, for tests that run
+it hundreds of times."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # What a service manager or a developer's shell may have set; each test gives its own (or none).
@@ -31,3 +36,23 @@ def compactd(
         env={**base, **(env or {})},
         preexec_fn=preexec_fn,
     )
+
+
+def in_process(*args: str) -> tuple[int, str]:
+    """``compactd ARGS`` run by its ``main`` in this process: the exit code and what it wrote on stdout."""
+    from compactd.commands.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(list(args))
+    return code, out.getvalue()
+
+
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For :func:`in_process`: a state directory of the test's own, no user configuration, none of
+    :data:`INHERITED_NOT`."""
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    for key in INHERITED_NOT:
+        if key != "STATE_DIRECTORY":
+            monkeypatch.delenv(key, raising=False)
