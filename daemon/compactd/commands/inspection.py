@@ -7,7 +7,7 @@ from typing import Any
 
 from compactd.core.context import SessionContext, build_context, rules_reason
 from compactd.core.ledger import SessionLedger, tool_result_chars
-from compactd.core.messages import PI_1, RUNTIME_CONTEXT_TYPE, role_of
+from compactd.core.messages import PI_1, is_runtime_context, role_of
 from compactd.core.reader import FATAL_KINDS, Transcript
 from compactd.core.tokens import estimate_tokens
 from compactd.defaults import CHARS_PER_TOKEN
@@ -37,9 +37,9 @@ def inspect_transcript(
     # What reaches the model (``llm_visible``), without its copies of the tool results: the estimate never
     # counts their ``details``. A tool result is measured once for its estimate and its text characters.
     for message in context.messages:
-        role = role_of(message)
-        if role == "custom" and message.get("customType") == RUNTIME_CONTEXT_TYPE:
+        if is_runtime_context(message):
             continue
+        role = role_of(message)
         count += 1
         if role == "toolResult":
             chars, text = tool_result_chars(message.get("content"))

@@ -172,16 +172,7 @@ def rules_reason(path: list[Entry]) -> tuple[str, str]:
 def rules_of(path: list[Entry]) -> str:
     """The rules pi applies to this branch: pi 1.x's when the branch holds anything only pi 1.x writes (every
     session the pi 1.x agent writes opens with its system message), else pi 0.73's (design.md §6.14)."""
-    # ``is_pi1_marker`` inlined: this walks every entry of the branch, several times per inspect.
-    for entry in path:
-        kind = entry.get("type")
-        if kind == "message":
-            message = entry.get("message")
-            if isinstance(message, dict) and message.get("role") == "system":
-                return PI_1
-        elif kind == "context_edit" or kind == "usage" or (kind == "compaction" and "systemMessage" in entry):
-            return PI_1
-    return PI_0_73
+    return PI_1 if any(map(is_pi1_marker, path)) else PI_0_73
 
 
 def _settings(path: list[Entry]) -> tuple[str, dict[str, Any] | None, Entry | None]:

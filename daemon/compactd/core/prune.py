@@ -597,12 +597,7 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
             if reducible <= 0:
                 continue
             target = max(floor_chars, chars - min(reducible, remaining))
-            if target == floor_chars and len(blocks) == 1:
-                # One text cut to the bare one-digit suffix: no character of it fits beside the longer suffix
-                # its count needs, so OpenClaw's bounded cut is that length (``_cut_blocks_len``, not walked).
-                cut_chars = floor_chars
-            else:
-                cut_chars = _cut_blocks_len(blocks, chars, target, suffix)
+            cut_chars = _cut_blocks_len(blocks, chars, target, suffix)
             if chars - cut_chars <= 0:
                 continue
             remaining -= chars - cut_chars
@@ -626,5 +621,9 @@ def _cut_blocks_len(blocks: Sequence[_Units], total: int, max_chars: int, suffix
     """The length of a result's text blocks once OpenClaw's recovery cuts them, without building them."""
     if total <= max_chars:
         return total
+    if len(blocks) == 1 and max_chars == len(suffix(1)):
+        # One text cut to the bare one-digit suffix (the aggregate pass's floor): no character of it fits
+        # beside the longer suffix its count needs, so the bounded cut is that length, not walked.
+        return max_chars
     budgets = _block_budgets(blocks, total, max_chars, suffix)
     return sum(_cut_len(u, budget, keep, suffix) for u, (budget, keep) in zip(blocks, budgets, strict=True))
