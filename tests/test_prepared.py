@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -23,14 +24,20 @@ from compactd.sources.files.preparer import (
     Preparer,
     _header,
     _shown,
-    load_prepared,
+    store_lines,
     store_path,
 )
 from compactd.summarize.engine import CompactionEngine, EngineSettings
-from compactd.summarize.identifiers import extract_identifiers, merge_findings
-from compactd.summarize.prepared import decode, encode, message_key, prepare
+from compactd.summarize.identifiers import (
+    FindingsMerge,
+    extract_identifiers,
+    findings_valid,
+    merge_findings,
+)
+from compactd.summarize.prepared import Prepared, decode, encode, message_key, prepare, stored_shares
 from compactd.summarize.redact import SpanText, redact_value
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench.corpus import session_bytes
 from tests.test_identifiers import MESSAGE_SPECS, _real_dir, messages_of, result, user
@@ -41,17 +48,30 @@ Msg = dict[str, Any]
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 
 
-def _stored(messages: list[Msg]) -> dict[str, Any]:
-    """Each message prepared, written as a store line and read back (what a compaction gets)."""
+def _lines(messages: list[Msg]) -> list[bytes]:
+    """Each message prepared and written as a store line, as the preparer writes them."""
     memo: dict[str, Any] = {}
-    out = {}
+    out = []
     for m in messages:
         key = message_key(m)
         assert key is not None
-        got = decode(encode(key, prepare(m, memo)))
+        out.append(encode(key, prepare(m, memo)))
+    return out
+
+
+def _stored(messages: list[Msg]) -> dict[str, Prepared]:
+    """Each message's store line read back, by key."""
+    out = {}
+    for line in _lines(messages):
+        got = decode(line)
         assert got is not None
         out[got[0]] = got[1]
     return out
+
+
+def load_prepared(state: Path, session: str) -> dict[str, Prepared]:
+    """A session's store as the shares it holds, by key (what a compaction can find in it)."""
+    return {got[0]: got[1] for line in store_lines(state, session) if (got := decode(line)) is not None}
 
 
 def _cold_and_prepared(read: list[Msg]) -> tuple[Any, Any, list[Msg], list[Msg]]:
@@ -77,6 +97,85 @@ def test_merged_findings_and_stored_copies_equal_the_cold_ones(specs: list[tuple
     assert copies == handed_on
 
 
+@given(MESSAGE_SPECS, st.randoms(use_true_random=False))
+@settings(max_examples=200, deadline=None)
+def test_findings_merged_in_any_order_make_the_records_of_merging_them_in_order(
+    specs: list[tuple[str, str, str]], rng: random.Random
+) -> None:
+    """A compaction merges stored findings in the store's order and the missing messages' after: each message's
+    findings added at its position in any order (repeats included) give every field of every record of the
+    in-order merge, which is the cold extraction's."""
+    read = messages_of(specs)
+    read = read + [read[rng.randrange(len(read))] for _ in range(rng.randrange(3))]  # a message twice
+    handed_on = [redact_value(m) for m in read]
+    memo: dict[str, Any] = {}
+    findings = [prepare(m, memo).findings for m in read]
+    in_order = merge_findings(findings)
+    assert in_order == extract_identifiers(handed_on, SpanText.of(read, handed_on))
+    order = list(range(len(read)))
+    rng.shuffle(order)
+    merged = FindingsMerge()
+    for index in order:
+        merged.add(findings[index], index)
+    assert merged.records() == in_order
+
+
+@given(MESSAGE_SPECS, st.randoms(use_true_random=False))
+@settings(max_examples=100, deadline=None)
+def test_shares_matched_from_a_store_in_any_order_are_the_cold_ones(
+    specs: list[tuple[str, str, str]], rng: random.Random
+) -> None:
+    """The store's lines shuffled, a line twice, a damaged copy of a span message's line before its good one, a
+    message the span does not hold, and one the store lacks: each span position gets its own message's share (a
+    message at two positions at both), and the records, with the missing one made cold, are the cold ones."""
+    read = messages_of(specs)
+    span = [*read, read[0]]
+    keys = [message_key(m) for m in span]
+    lacked = keys[rng.randrange(len(read))]  # the store lacks this message (and any equal to it)
+    lines = _lines(read)
+    stored = [line for line, key in zip(lines, keys, strict=False) if key != lacked]
+    stored += stored[:1]
+    stored += _lines([user("not in the span: /srv/other.py")])
+    torn = lines[rng.randrange(len(lines))]
+    torn = torn[: len(torn) // 2]
+    rng.shuffle(stored)
+    stored.insert(0, torn)
+    shares, merged = stored_shares(stored, keys)
+    expected = _stored(read)
+    for key, share in zip(keys, shares, strict=True):
+        if key == lacked:
+            assert share is None
+        else:
+            assert share is not None and key is not None
+            assert (share.redacted, share.derived) == (expected[key].redacted, expected[key].derived)
+    assert merged.added == {i for i, key in enumerate(keys) if key != lacked}
+    handed_on = [redact_value(m) for m in span]
+    texts = SpanText.of(span, handed_on)
+    assert extract_identifiers(handed_on, texts, merged) == extract_identifiers(handed_on, texts)
+
+
+@pytest.mark.parametrize(
+    ("findings", "valid"),
+    [
+        (["/a", 16, 1, "b.py", 17, 3], True),
+        ([], True),
+        (["/a", 16], False),  # not three to a finding
+        ([7, 16, 1], False),  # an identifier that is not text
+        ([None, 16, 1], False),
+        (["/a", "16", 1], False),  # a code that is not a number
+        (["/a", 16.0, 1], False),  # nor a float
+        (["/a", 16, 1.5], False),  # a count that is a float
+        (["/a", 16, [1]], False),
+        (["/a", 16, None], False),
+        (["/a", -1, 1], False),  # a code outside the kinds
+        (["/a", 9999, 1], False),
+        ({"/a": 16}, False),
+    ],
+)
+def test_stored_findings_of_any_other_shape_are_refused(findings: Any, valid: bool) -> None:
+    assert findings_valid(findings) is valid
+
+
 def _sessions() -> list[Path]:
     real = sorted(_real_dir().glob("*.jsonl")) if _real_dir().is_dir() else []
     return real
@@ -95,7 +194,7 @@ def test_a_compaction_from_prepared_shares_is_the_cold_one(which: str, tmp_path:
     share writes the summary, identifiers and quality a cold engine writes, and says all were prepared."""
     path = _bench_session(tmp_path) if which == "bench" else _real_dir() / which
     transcript = read_transcript(path)
-    store = _stored([m for e in transcript.entries if (m := _shown(e)) is not None])  # as the tailer stores
+    lines = _lines([m for e in transcript.entries if (m := _shown(e)) is not None])  # as the tailer stores
     settings_ = EngineSettings(keep_recent_turns=2, keep_recent_tokens=2_000)
 
     async def run(prepared: Any) -> Any:
@@ -104,7 +203,7 @@ def test_a_compaction_from_prepared_shares_is_the_cold_one(which: str, tmp_path:
     import anyio
 
     cold = anyio.run(run, None)
-    warm = anyio.run(run, lambda: store)
+    warm = anyio.run(run, lambda: lines)
     assert cold is not None and warm is not None
     # Every message is found but the results the repair makes up for calls that have none.
     plan = CompactionEngine(settings_).plan(transcript)

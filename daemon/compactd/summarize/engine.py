@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ from compactd.core.repair import repair_tool_pairing
 from compactd.core.timestamps import js_iso
 from compactd.core.tokens import estimate_tokens
 from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
+from compactd.heap import collector_paused
 from compactd.ids import fresh_id
 from compactd.summarize import augment
 from compactd.summarize.cutpoint import CutPlan, plan_cut
@@ -50,9 +51,9 @@ from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_
 # (``job.predict_route``), and the daemon's start, load none of it (about a tenth of a second of regexes).
 if TYPE_CHECKING:
     from compactd.summarize import quality
-    from compactd.summarize.identifiers import Identifier, IdentifierReport
+    from compactd.summarize.identifiers import FindingsMerge, Identifier, IdentifierReport
     from compactd.summarize.pace import Pace
-    from compactd.summarize.prepared import Prepared
+    from compactd.summarize.prepared import Stored
     from compactd.summarize.redact import SpanText
     from compactd.summarize.stages import Stages, Summarizer
 
@@ -164,19 +165,23 @@ def _custom_message(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prepared_shares(
-    messages: Sequence[Message], load: Callable[[], Mapping[str, Prepared]]
-) -> list[Prepared | None]:
-    """Each message's stored share, or None; the store itself is dropped on return."""
-    from compactd.summarize.prepared import message_key
+    messages: Sequence[Message], load: Callable[[], Iterable[bytes]]
+) -> tuple[list[Stored | None], FindingsMerge | None]:
+    """Each message's stored share, or None, and the findings of those found merged at their positions; the
+    store is read as it is matched, never held (``prepared.stored_shares``). Nothing without a store: then no
+    key is made."""
+    from compactd.summarize.prepared import message_key, stored_shares
 
-    store = load()
-    if not store:
-        return []
-    return [None if (key := message_key(m)) is None else store.get(key) for m in messages]
+    lines = iter(load())
+    first = next(lines, None)
+    if first is None:
+        return [], None
+    keys = [message_key(m) for m in messages]
+    return stored_shares(itertools.chain((first,), lines), keys)
 
 
 def _failed_as_read(
-    visible: Sequence[tuple[Message, Message]], span: Sequence[Message], made: Sequence[Prepared | None]
+    visible: Sequence[tuple[Message, Message]], span: Sequence[Message], made: Sequence[Stored | None]
 ) -> Callable[[Message], bool | None]:
     """Whether each message of the span's source failed as its prepared share read it (details apart: see
     ``augment.collect_tool_failures``), by way of the visible copy the span holds (the same object, unless the
@@ -259,13 +264,13 @@ class CompactionEngine:
         workspace: Path | None = None,
         agents_md: str | None = None,
         now: datetime | None = None,
-        prepared: Callable[[], Mapping[str, Prepared]] | None = None,
+        prepared: Callable[[], Iterable[bytes]] | None = None,
     ) -> EngineResult | None:
         """Summarize the span before the cut; None when there is nothing to compact.
 
-        ``prepared``: loads each message's redacted copy and identifier findings made when it was read
-        (``compactd.summarize.prepared``), by key; a message it does not hold is done here, as all are without
-        it. Called here, so that the store lives only as long as the extraction needs it."""
+        ``prepared``: the lines of the store of each message's redacted copy and identifier findings made when
+        it was read (``compactd.summarize.prepared``), by key; a message it does not hold is done here, as all
+        are without it. Called here, so that the store is read only when the extraction needs it."""
         from compactd.summarize.facts import (
             STATE_MAX_CHARS,
             STATE_SHARE_OF_TARGET,
@@ -282,48 +287,55 @@ class CompactionEngine:
         )
         from compactd.summarize.redact import SpanText, redact_secrets, redact_value
 
-        plan = self.plan(transcript)
-        if plan is None:
-            return None
-        started = time.monotonic()
-        self._tally = progress.Tally(label=self.label)  # this compaction's calls, for the progress report
-        self._model_error = None
-        s = self.settings
-        visible = [(m, strip_for_llm(m)) for m in plan.to_summarize if not is_runtime_context(m)]
-        span = repair_tool_pairing([v for _, v in visible], errored_policy="drop").messages
-        prefix = list(llm_visible(plan.turn_prefix))
-        previous = plan.previous_summary
-        texts = SpanText()  # each message's joined text redacted once, for the extraction and the digest
-        # Prepared shares are made with redaction on: without it they are not those of these messages.
-        made = _prepared_shares([*span, *prefix], prepared) if prepared is not None and s.redact else []
-        # With details: exit codes live there. A prepared tool result's text was read for its exit code.
-        failures = augment.collect_tool_failures(plan.to_summarize, _failed_as_read(visible, span, made))
-        del visible
-        if s.redact:  # everything below reads these, so a cap or a cut can never leave half a secret
-            read = [*span, *prefix]
-            handed_on = [
-                redact_value(m) if got is None else m if got.redacted is None else got.redacted
-                for m, got in itertools.zip_longest(read, made)
-            ]
-            span, prefix = handed_on[: len(span)], handed_on[len(span) :]
-            texts = SpanText.of(read, handed_on)
-            del read, handed_on
-            failures = augment.redacted_failures(failures, redact_value)
-            previous = redact_secrets(previous) if previous else previous
-        known = [got.findings if got is not None else None for got in made] if made else None
-        # What the current state and the digest take from each prepared message, by the message handed on.
-        derived: Lookup = (
-            DerivedOf([*span, *prefix], [got.derived if got is not None else None for got in made])
-            if made
-            else nothing_derived
-        )
-        hits, span_messages = len(made) - made.count(None), len(span) + len(prefix)
-        del made
-        # What the previous summary guaranteed is guaranteed again, or a poor model loses it at this compaction.
-        found = with_carried(extract_identifiers([*span, *prefix], texts, known), previous)
-        del known
-        ranked = rank_identifiers(found, cap=s.identifier_cap)
-        latest_ask = latest_user_ask([*span, *prefix])
+        # The two stretches of computation over the whole span (no model call in either) run with the cyclic
+        # collector paused: they make hundreds of thousands of containers (records, copies, sections), and the
+        # collector's passes over them took about a twentieth of a followed compaction. Refcounting frees as before.
+        with collector_paused():
+            plan = self.plan(transcript)
+            if plan is None:
+                return None
+            started = time.monotonic()
+            self._tally = progress.Tally(label=self.label)  # this compaction's calls, for the progress report
+            self._model_error = None
+            s = self.settings
+            visible = [(m, strip_for_llm(m)) for m in plan.to_summarize if not is_runtime_context(m)]
+            span = repair_tool_pairing([v for _, v in visible], errored_policy="drop").messages
+            prefix = list(llm_visible(plan.turn_prefix))
+            previous = plan.previous_summary
+            texts = SpanText()  # each message's joined text redacted once, for the extraction and the digest
+            # Prepared shares are made with redaction on: without it they are not those of these messages.
+            made, merged = (
+                _prepared_shares([*span, *prefix], prepared)
+                if prepared is not None and s.redact
+                else ([], None)
+            )
+            # With details: exit codes live there. A prepared tool result's text was read for its exit code.
+            failures = augment.collect_tool_failures(plan.to_summarize, _failed_as_read(visible, span, made))
+            del visible
+            if s.redact:  # everything below reads these, so a cap or a cut can never leave half a secret
+                read = [*span, *prefix]
+                handed_on = [
+                    redact_value(m) if got is None else m if got.redacted is None else got.redacted
+                    for m, got in itertools.zip_longest(read, made)
+                ]
+                span, prefix = handed_on[: len(span)], handed_on[len(span) :]
+                texts = SpanText.of(read, handed_on)
+                del read, handed_on
+                failures = augment.redacted_failures(failures, redact_value)
+                previous = redact_secrets(previous) if previous else previous
+            # What the current state and the digest take from each prepared message, by the message handed on.
+            derived: Lookup = (
+                DerivedOf([*span, *prefix], [got.derived if got is not None else None for got in made])
+                if made
+                else nothing_derived
+            )
+            hits, span_messages = len(made) - made.count(None), len(span) + len(prefix)
+            del made
+            # What the previous summary guaranteed is guaranteed again, or a poor model loses it at this compaction.
+            found = with_carried(extract_identifiers([*span, *prefix], texts, merged), previous)
+            del merged
+            ranked = rank_identifiers(found, cap=s.identifier_cap)
+            latest_ask = latest_user_ask([*span, *prefix])
 
         body, level, quality_info, calls, notes = await self._summarize(
             list(span), previous, ranked, latest_ask, texts, derived
@@ -337,81 +349,84 @@ class CompactionEngine:
         # most identifiers beside what they belong to.
         # Tool results are read as the engine hands them on (redacted block by block), the state redacted whole;
         # it quotes the transcript, so an imitation of compactd's markers in it is defused as a model's would be.
-        state_chars = STATE_MAX_CHARS
-        if s.keep_budget_tokens is not None:
-            state_chars = min(
-                state_chars, int(s.keep_budget_tokens * STATE_SHARE_OF_TARGET * CHARS_PER_TOKEN)
-            )
-        state = self._clean(working_state([*span, *prefix], previous, texts, derived).render(state_chars))
-        if state:
-            from compactd.summarize.sanitize import summary_text  # a compaction's, not a dry run's import
+        with collector_paused():  # the second stretch (see the first)
+            state_chars = STATE_MAX_CHARS
+            if s.keep_budget_tokens is not None:
+                state_chars = min(
+                    state_chars, int(s.keep_budget_tokens * STATE_SHARE_OF_TARGET * CHARS_PER_TOKEN)
+                )
+            state = self._clean(working_state([*span, *prefix], previous, texts, derived).render(state_chars))
+            if state:
+                from compactd.summarize.sanitize import summary_text  # a compaction's, not a dry run's import
 
-            state = summary_text(state, s.post_compaction_sections)
-        # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
-        written = self._clean(body)
-        body, id_report = ensure_identifiers(merge_state(written, state), ranked)
-        missed = missing_identifiers(written, ranked)  # what the summarizer itself kept, as before
-        id_report = IdentifierReport(id_report.total, len(ranked) - len(missed), id_report.in_summary, missed)
-        ops = file_operations([*span, *prefix], plan.previous_details)
-        moment = now or datetime.now().astimezone()
-        post_text = self.post_text(agents_md, workspace, moment)
-        suffix = self._clean(
-            augment.build_suffix(
-                recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
-                tool_failures=failures,
+                state = summary_text(state, s.post_compaction_sections)
+            # Before the identifier repair, so an identifier the redaction takes out of the body is restored.
+            written = self._clean(body)
+            body, id_report = ensure_identifiers(merge_state(written, state), ranked)
+            missed = missing_identifiers(written, ranked)  # what the summarizer itself kept, as before
+            id_report = IdentifierReport(
+                id_report.total, len(ranked) - len(missed), id_report.in_summary, missed
+            )
+            ops = file_operations([*span, *prefix], plan.previous_details)
+            moment = now or datetime.now().astimezone()
+            post_text = self.post_text(agents_md, workspace, moment)
+            suffix = self._clean(
+                augment.build_suffix(
+                    recent_turns=augment.select_recent_turns(span, s.keep_recent_turns),
+                    tool_failures=failures,
+                    read_files=ops.read,
+                    modified_files=ops.modified,
+                    split_turn_summary=split_summary,
+                )
+            )
+            body = _fit_body(body.rstrip(), max(0, s.summary_max_chars - len(suffix)))
+            summary = augment.cap_summary(body, suffix, s.summary_max_chars)
+
+            taken = set(transcript.id_index())
+            stamp = js_iso(now)
+            context = build_context(transcript)
+            tokens_before = context_estimate(context).tokens
+            compaction: dict[str, Any] = {
+                "type": "compaction",
+                "id": new_entry_id(taken),
+                "parentId": None,
+                "timestamp": stamp,
+                "summary": summary,
+                "firstKeptEntryId": plan.first_kept_entry_id,
+                "tokensBefore": tokens_before,
+                "details": {"readFiles": ops.read, "modifiedFiles": ops.modified},
+                "fromHook": False,
+            }
+            checkpoint = current_system_message(context.messages) if context.rules == PI_1 else None
+            if checkpoint is not None:
+                # pi 1.x's appendCompaction: the replayed system message, stamped with the compaction's time, which
+                # pi puts before the summary so that its next request has the one prompt and tools it had.
+                compaction["systemMessage"] = {**checkpoint, "timestamp": js_timestamp(stamp)}
+            post_message = None
+            if post_text:
+                post_message = post_compaction_entry(post_text, new_entry_id(taken), stamp)
+            result = EngineResult(
+                plan=plan,
+                summary=summary,
+                level=level,
+                compaction=compaction,
+                post_message=post_message,
+                tokens_before=tokens_before,
+                tokens_after=0,
+                identifiers=id_report,
+                quality=quality_info,
                 read_files=ops.read,
                 modified_files=ops.modified,
-                split_turn_summary=split_summary,
+                notes=notes,
+                calls=calls,
+                latency_s=time.monotonic() - started,
+                model_error=self._model_error,
+                prepared=hits,
+                span_messages=span_messages,
             )
-        )
-        body = _fit_body(body.rstrip(), max(0, s.summary_max_chars - len(suffix)))
-        summary = augment.cap_summary(body, suffix, s.summary_max_chars)
-
-        taken = set(transcript.id_index())
-        stamp = js_iso(now)
-        context = build_context(transcript)
-        tokens_before = context_estimate(context).tokens
-        compaction: dict[str, Any] = {
-            "type": "compaction",
-            "id": new_entry_id(taken),
-            "parentId": None,
-            "timestamp": stamp,
-            "summary": summary,
-            "firstKeptEntryId": plan.first_kept_entry_id,
-            "tokensBefore": tokens_before,
-            "details": {"readFiles": ops.read, "modifiedFiles": ops.modified},
-            "fromHook": False,
-        }
-        checkpoint = current_system_message(context.messages) if context.rules == PI_1 else None
-        if checkpoint is not None:
-            # pi 1.x's appendCompaction: the replayed system message, stamped with the compaction's time, which
-            # pi puts before the summary so that its next request has the one prompt and tools it had.
-            compaction["systemMessage"] = {**checkpoint, "timestamp": js_timestamp(stamp)}
-        post_message = None
-        if post_text:
-            post_message = post_compaction_entry(post_text, new_entry_id(taken), stamp)
-        result = EngineResult(
-            plan=plan,
-            summary=summary,
-            level=level,
-            compaction=compaction,
-            post_message=post_message,
-            tokens_before=tokens_before,
-            tokens_after=0,
-            identifiers=id_report,
-            quality=quality_info,
-            read_files=ops.read,
-            modified_files=ops.modified,
-            notes=notes,
-            calls=calls,
-            latency_s=time.monotonic() - started,
-            model_error=self._model_error,
-            prepared=hits,
-            span_messages=span_messages,
-        )
-        # Counted as pi counts a freshly loaded context, but without kept usage figures that predate the summary.
-        after = list(llm_visible(result.expected_context("rotate")))
-        result.tokens_after = sum(estimate_tokens(m, pi1=context.rules == PI_1) for m in after)
+            # Counted as pi counts a freshly loaded context, but without kept usage figures that predate the summary.
+            after = list(llm_visible(result.expected_context("rotate")))
+            result.tokens_after = sum(estimate_tokens(m, pi1=context.rules == PI_1) for m in after)
         return result
 
     def post_text(self, agents_md: str | None, workspace: Path | None, moment: datetime) -> str | None:

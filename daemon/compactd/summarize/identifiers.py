@@ -73,6 +73,7 @@ __all__ = [
     "UUID",
     "WRITTEN_MAX",
     "Findings",
+    "FindingsMerge",
     "Identifier",
     "IdentifierReport",
     "WordMemo",
@@ -539,16 +540,20 @@ def _add(out: Findings, text: str, kind: str, flags: int) -> None:
 
 
 def findings_valid(findings: Any) -> bool:
-    """Whether a value (a stored one) is findings as :func:`message_findings` makes them."""
+    """Whether a value (a stored one) is findings as :func:`message_findings` makes them: in C-level passes (a
+    store holds hundreds of thousands): the join fails on any identifier that is not text, the sums on any code or
+    count that is not a number, and a float makes a float sum. ``true`` and ``false`` pass as 1 and 0, which they
+    equal everywhere the merge uses them (it counts with ``int``)."""
     if type(findings) is not list or len(findings) % 3:
         return False
     codes = findings[1::3]
-    return (
-        set(map(type, findings[0::3])) <= {str}
-        and set(map(type, codes)) <= {int}
-        and set(map(type, findings[2::3])) <= {int}
-        and (not codes or (min(codes) >= 0 and max(codes) < len(KINDS) << 3))
-    )
+    try:
+        "".join(findings[0::3])
+        if type(sum(codes)) is not int or type(sum(findings[2::3])) is not int:
+            return False
+    except TypeError:
+        return False
+    return not codes or (min(codes) >= 0 and max(codes) < len(KINDS) << 3)
 
 
 def _key(text: str, kind: str) -> str:
@@ -1273,56 +1278,84 @@ def message_findings(message: Message, read: Callable[[Message], str], memo: Wor
     return out
 
 
-def merge_findings(per_message: Iterable[Sequence[str | int]]) -> list[Identifier]:
-    """The span's records from its messages' findings (``last_index``: a message's position in the iterable),
-    in order of first appearance. Inlined: a 50 MB session has about 350,000 findings once per message. A key
-    keeps its first finding's spelling, kind and index; the flags of all its findings are or-ed together."""
-    accs: dict[str, list[Any]] = {}  # key -> [text, code, first index, last index, count, codes or-ed]
-    get, lowered = accs.get, _LOWERED
-    for index, findings in enumerate(per_message):
+class FindingsMerge:
+    """A span's records made from its messages' findings added in any order, each at its message's position.
+
+    The records are those of adding them in order: a key keeps the spelling, kind and index of its finding at the
+    lowest position (the first of them in that message's order), its last index is the highest, its count the
+    sum and its flags all its findings' or-ed together. So a compaction merges stored findings as it reads the
+    store, in the store's order, and the messages the store lacks after (issue 22). Inlined: a 50 MB session
+    has about 350,000 findings."""
+
+    __slots__ = ("_accs", "added")
+
+    def __init__(self) -> None:
+        # key -> [text, code, first index, last index, count, codes or-ed]
+        self._accs: dict[str, list[Any]] = {}
+        self.added: set[int] = set()  # the positions whose findings are in
+
+    def add(self, findings: Sequence[str | int], index: int) -> None:
+        accs, lowered = self._accs, _LOWERED
+        get = accs.get
+        self.added.add(index)
         it: Iterator[Any] = iter(findings)
         for ident, code, times in zip(it, it, it):  # noqa: B905 (one iterator, taken three at a time)
             key = ident.lower() if lowered[code] else ident
             acc = get(key)
             if acc is None:
                 accs[key] = [ident, code, index, index, times, code]
-            else:  # indexes only grow
+                continue
+            if index < acc[2]:
+                acc[0], acc[1], acc[2] = ident, code, index
+            elif index > acc[3]:
                 acc[3] = index
-                acc[4] += times
-                acc[5] |= code
-    return [
-        Identifier(
-            text,
-            KINDS[code >> 3],
-            bool(seen & USER),
-            count,
-            last,
-            first,
-            bool(seen & AGENT),
-            bool(seen & WROTE),
-        )
-        for text, code, first, last, count, seen in sorted(accs.values(), key=lambda a: (a[2], a[0]))
-    ]
+            acc[4] += times
+            acc[5] |= code
+
+    def records(self) -> list[Identifier]:
+        """In order of first appearance (ties: by text)."""
+        return [
+            Identifier(
+                text,
+                KINDS[code >> 3],
+                bool(seen & USER),
+                int(count),
+                last,
+                first,
+                bool(seen & AGENT),
+                bool(seen & WROTE),
+            )
+            for text, code, first, last, count, seen in sorted(
+                self._accs.values(), key=lambda a: (a[2], a[0])
+            )
+        ]
+
+
+def merge_findings(per_message: Iterable[Sequence[str | int]]) -> list[Identifier]:
+    """The span's records from its messages' findings, in order (``last_index``: a message's position in the
+    iterable)."""
+    merged = FindingsMerge()
+    for index, findings in enumerate(per_message):
+        merged.add(findings, index)
+    return merged.records()
 
 
 def extract_identifiers(
-    messages: Sequence[Message],
-    texts: SpanText | None = None,
-    known: Sequence[Sequence[str | int] | None] | None = None,
+    messages: Sequence[Message], texts: SpanText | None = None, merged: FindingsMerge | None = None
 ) -> list[Identifier]:
     """Every identifier of the span, in order of first appearance; ``last_index`` indexes ``messages``.
 
     ``texts``: the job's redacted message texts (one redaction per message, shared with the digest);
-    ``known``: findings made earlier, by position (None: made here; see ``compactd.summarize.findings``)."""
+    ``merged``: findings made earlier of some of the messages, merged at their positions (``merged.added``);
+    the others' are made here (see ``compactd.summarize.prepared``)."""
     read = texts if texts is not None else SpanText()
     memo: WordMemo = {}  # one span's words repeat: each is scanned once
-
-    def each() -> Iterator[Sequence[str | int]]:
-        for index, message in enumerate(messages):
-            made = known[index] if known is not None else None
-            yield made if made is not None else message_findings(message, read, memo)
-
-    return merge_findings(each())
+    merge = merged if merged is not None else FindingsMerge()
+    done = set(merge.added)
+    for index, message in enumerate(messages):
+        if index not in done:
+            merge.add(message_findings(message, read, memo), index)
+    return merge.records()
 
 
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`) ?(.+?) ?(?<!`)\1(?!`)")

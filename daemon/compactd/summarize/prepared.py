@@ -14,8 +14,9 @@ BLAKE2b's speed here): no transcript can make two messages collide. Only redacte
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -24,10 +25,16 @@ from compactd.summarize.augment import is_tool_failure
 from compactd.summarize.derived import Derived, derived_valid
 from compactd.summarize.digest import message_decisions, message_rules, message_todos
 from compactd.summarize.facts import message_statements, result_of
-from compactd.summarize.identifiers import Findings, WordMemo, findings_valid, message_findings
+from compactd.summarize.identifiers import (
+    Findings,
+    FindingsMerge,
+    WordMemo,
+    findings_valid,
+    message_findings,
+)
 from compactd.summarize.redact import SpanText, redact_value
 
-__all__ = ["Prepared", "decode", "derive", "encode", "message_key", "prepare"]
+__all__ = ["Prepared", "Stored", "decode", "derive", "encode", "message_key", "prepare", "stored_shares"]
 
 _KEY_BYTES = 16
 
@@ -115,3 +122,50 @@ def decode(line: bytes) -> tuple[str, Prepared] | None:
 
 
 _NOTHING_DERIVED = Derived((), (), (), (), None, None)
+
+
+class Stored(NamedTuple):
+    """What a compaction keeps of a message's stored share once its findings are merged."""
+
+    redacted: Message | None
+    derived: Derived
+
+
+def _key_of(line: bytes) -> str | None:
+    """The key :func:`encode` wrote at the start of ``line``, without parsing the rest; None for another shape."""
+    end = 2 + 2 * _KEY_BYTES
+    if line[:2] != b'["' or line[end : end + 2] != b'",':
+        return None
+    return line[2:end].decode("ascii", "replace")
+
+
+def stored_shares(
+    lines: Iterable[bytes], keys: Sequence[str | None]
+) -> tuple[list[Stored | None], FindingsMerge]:
+    """The stored share of each message by its key (None where the store lacks it, or ``keys`` has None), and the
+    findings of those found merged at their positions, as the store's lines are read: only the lines of the
+    span's messages are parsed, and no message's findings outlive the line (a 50 MB session's store holds about
+    350,000). A message the span holds at two positions counts at both; a key stored twice is taken once (its
+    shares are equal: a share is a function of the message); a line that does not decode leaves its key to a
+    later one."""
+    places: dict[str, list[int]] = {}
+    for index, key in enumerate(keys):
+        if key is not None:
+            places.setdefault(key, []).append(index)
+    shares: list[Stored | None] = [None] * len(keys)
+    merged = FindingsMerge()
+    for line in lines:
+        key = _key_of(line)
+        at = places.pop(key, None) if key is not None else None
+        if key is None or at is None:
+            continue
+        got = decode(line)
+        if got is None or got[0] != key:
+            places[key] = at
+            continue
+        share = got[1]
+        stored = Stored(share.redacted, share.derived)
+        for index in at:
+            shares[index] = stored
+            merged.add(share.findings, index)
+    return shares, merged

@@ -48,7 +48,7 @@ from compactd.defaults import SAFETY_MARGIN
 from compactd.heap import frozen, release_free_memory
 from compactd.reading import read_transcript
 from compactd.roots import is_session_path
-from compactd.sources.files.preparer import load_prepared
+from compactd.sources.files.preparer import store_lines
 from compactd.sources.openclaw import refusal as openclaw_refusal
 from compactd.summarize.engine import CompactionEngine, EngineResult, post_compaction_entry
 from compactd.summarize.settings import engine_settings
@@ -453,7 +453,7 @@ async def _plan_job(
             progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         # Each message's redaction and identifiers as the daemon made them when it read the message.
         result.engine = await engine.compact(
-            transcript, agents_md=rules, now=now, prepared=lambda: load_prepared(config.state_dir, path)
+            transcript, agents_md=rules, now=now, prepared=lambda: store_lines(config.state_dir, path)
         )
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"

@@ -5,7 +5,7 @@ daemon's own, at a lower CPU priority (the local model and the loop come first),
 redaction verdict and identifier findings (:mod:`compactd.summarize.prepared`) and appends them to the session's
 store, ``<state_dir>/prepared/<hash of the path>.jsonl``: a header line naming the format, compactd's version
 and the session's path, then one line per message, keyed by its content. A compaction loads the store
-(:func:`load_prepared`) and merges; a message the store does not hold (read before the daemon followed the
+(:func:`store_lines`) and merges; a message the store does not hold (read before the daemon followed the
 session, edited since, dropped from a full queue) is done then, as every one is without a store.
 
 A store is a cache: losing it, or any line of it, costs only time. It is written by this thread alone
@@ -25,7 +25,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +42,8 @@ from compactd.reading import read_transcript
 # daemon's start, ``once`` and the command line do not pay for them.
 if TYPE_CHECKING:
     from compactd.summarize.identifiers import WordMemo
-    from compactd.summarize.prepared import Prepared
 
-__all__ = ["PREPARED_DIR", "Preparer", "load_prepared", "store_path"]
+__all__ = ["PREPARED_DIR", "Preparer", "store_lines", "store_path"]
 
 log = logging.getLogger(__name__)
 
@@ -110,34 +109,18 @@ def _headed(store: Path, path: str) -> bool:
     return data == _header(path)
 
 
-def load_prepared(state_dir: str | os.PathLike[str], path: str) -> dict[str, Prepared]:
-    """``path``'s store as key -> share; empty when there is none, or it is of another format, compactd
-    version or path. A line that does not decode (the torn last one of an append under way) is skipped. Read a
-    line at a time, and each identifier's text kept once (a store repeats them): it is about half the size of
-    its transcript on disk, and a compaction holds it while it extracts."""
+def store_lines(state_dir: str | os.PathLike[str], path: str) -> Iterator[bytes]:
+    """``path``'s store, a line at a time after its header (a compaction parses only its span's lines, see
+    ``prepared.stored_shares``); nothing when there is none, or it is of another format, compactd version or
+    path, or it cannot be read to its end (what it yielded stays valid: each line stands alone)."""
     try:
         fd = os.open(store_path(state_dir, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return {}
-    from compactd.summarize.prepared import decode
-
-    out: dict[str, Prepared] = {}
-    texts: dict[Any, Any] = {}
-    try:
-        with os.fdopen(fd, "rb") as f:
-            if f.readline() != _header(path):
-                return {}
-            for line in f:
-                got = decode(line)
-                if got is None:
-                    continue
-                findings = got[1].findings
-                idents = findings[::3]
-                findings[::3] = map(texts.setdefault, idents, idents)
-                out[got[0]] = got[1]
-    except OSError:
-        return {}
-    return out
+        return
+    with contextlib.suppress(OSError), os.fdopen(fd, "rb") as f:
+        if f.readline() != _header(path):
+            return
+        yield from f
 
 
 class Preparer:
@@ -305,18 +288,27 @@ class Preparer:
             return
         if stored <= size * RETAIN_SHARE + RETAIN_SLACK_BYTES:
             return
-        from compactd.summarize.prepared import encode, message_key
+        from compactd.summarize.prepared import decode, message_key
 
-        held = load_prepared(self.state_dir, path)
         transcript = read_transcript(path, follow_symlinks=False)
         keys = {
             key
             for entry in transcript.entries
             if (message := _shown(entry)) is not None and (key := message_key(message)) is not None
         }
-        kept = [encode(key, share) for key, share in held.items() if key in keys]
-        write_atomic(store, _header(path) + b"".join(kept))
-        log.debug("session=%s prepared store rewritten: %d of %d messages kept", path, len(kept), len(held))
+        held = kept = 0
+        lines = []
+        for line in store_lines(self.state_dir, path):
+            got = decode(line)
+            if got is None:
+                continue
+            held += 1
+            if got[0] in keys:
+                keys.discard(got[0])  # once each
+                lines.append(line if line.endswith(b"\n") else line + b"\n")
+                kept += 1
+        write_atomic(store, _header(path) + b"".join(lines))
+        log.debug("session=%s prepared store rewritten: %d of %d messages kept", path, kept, held)
 
     def _sweep(self) -> None:
         """Remove the stores whose transcript is gone (or that are not stores)."""
