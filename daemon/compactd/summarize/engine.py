@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compactd import progress
-from compactd.core.context import build_context, compaction_message, context_estimate, js_timestamp
+from compactd.core.context import (
+    SessionContext,
+    build_context,
+    compaction_message,
+    context_estimate,
+    js_timestamp,
+)
 from compactd.core.messages import (
     PI_1,
     Message,
@@ -265,12 +271,14 @@ class CompactionEngine:
         agents_md: str | None = None,
         now: datetime | None = None,
         prepared: Callable[[], Iterable[bytes]] | None = None,
+        context: SessionContext | None = None,
     ) -> EngineResult | None:
         """Summarize the span before the cut; None when there is nothing to compact.
 
         ``prepared``: the lines of the store of each message's redacted copy and identifier findings made when
         it was read (``compactd.summarize.prepared``), by key; a message it does not hold is done here, as all
-        are without it. Called here, so that the store is read only when the extraction needs it."""
+        are without it. Called here, so that the store is read only when the extraction needs it. ``context``:
+        ``build_context(transcript)``, when the caller has it already."""
         from compactd.summarize.facts import (
             STATE_MAX_CHARS,
             STATE_SHARE_OF_TARGET,
@@ -384,7 +392,7 @@ class CompactionEngine:
 
             taken = set(transcript.id_index())
             stamp = js_iso(now)
-            context = build_context(transcript)
+            context = context if context is not None else build_context(transcript)
             tokens_before = context_estimate(context).tokens
             compaction: dict[str, Any] = {
                 "type": "compaction",

@@ -28,7 +28,7 @@ from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
 from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
 from compactd.core.budget import target_tokens
-from compactd.core.context import compaction_message, entry_to_message
+from compactd.core.context import SessionContext, build_context, compaction_message, entry_to_message
 from compactd.core.decision import (
     Decision,
     Figures,
@@ -183,10 +183,12 @@ class Plan:
     decision: Decision
 
 
-def plan_of(config: Config, transcript: Transcript, *, mtime: float = 0.0) -> Plan:
+def plan_of(
+    config: Config, transcript: Transcript, *, mtime: float = 0.0, context: SessionContext | None = None
+) -> Plan:
     """A plan for a compaction asked for by name (``compact``, a dry run): the exact figures of this reading
     and their decision, forced (a session that fits is compacted anyway, on the ``compact_only`` route)."""
-    figures = figures_of(config, transcript, mtime=mtime)
+    figures = figures_of(config, transcript, mtime=mtime, context=context)
     return Plan(figures, decide(config, figures, now=time.time(), force=True))
 
 
@@ -386,7 +388,10 @@ async def _plan_job(
             return JobResult(path, "none", reason=refusal[1], status=refusal[0])
     # The caller's decision on this reading, or (asked for by name) one made here, forced: a session that fits
     # is compacted anyway, on the ``compact_only`` route. ``route``: a dry run's prediction of another route.
-    plan = plan or plan_of(config, transcript)
+    context = None  # the plan's, when it is made here: the engine's too
+    if plan is None:
+        context = build_context(transcript)
+        plan = plan_of(config, transcript, context=context)
     figures, decision = plan.figures, plan.decision
     budget = decision.budget
     chosen: Route = route or decision.job_route
@@ -453,7 +458,11 @@ async def _plan_job(
             progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         # Each message's redaction and identifiers as the daemon made them when it read the message.
         result.engine = await engine.compact(
-            transcript, agents_md=rules, now=now, prepared=lambda: store_lines(config.state_dir, path)
+            transcript,
+            agents_md=rules,
+            now=now,
+            prepared=lambda: store_lines(config.state_dir, path),
+            context=context,
         )
         if result.engine is None:
             result.reason = "nothing to compact: the whole branch is within the kept recent turns"
