@@ -1278,6 +1278,9 @@ def message_findings(message: Message, read: Callable[[Message], str], memo: Wor
     return out
 
 
+_FIRST_THEN_TEXT = operator.itemgetter(2, 0)  # an accumulator's first index, then its text
+
+
 class FindingsMerge:
     """A span's records made from its messages' findings added in any order, each at its message's position.
 
@@ -1325,9 +1328,7 @@ class FindingsMerge:
                 bool(seen & AGENT),
                 bool(seen & WROTE),
             )
-            for text, code, first, last, count, seen in sorted(
-                self._accs.values(), key=lambda a: (a[2], a[0])
-            )
+            for text, code, first, last, count, seen in sorted(self._accs.values(), key=_FIRST_THEN_TEXT)
         ]
 
 

@@ -100,28 +100,34 @@ def decode(line: bytes) -> tuple[str, Prepared] | None:
         return None
     key, redacted, findings, derived = value
     if not (
-        isinstance(key, str)
-        and (redacted is None or isinstance(redacted, dict))
-        and findings_valid(findings)
-        and derived_valid(derived)
+        isinstance(key, str) and (redacted is None or isinstance(redacted, dict)) and findings_valid(findings)
     ):
         return None
+    if derived == _NOTHING_STORED:  # most messages: one shared share, not six new objects each
+        return key, Prepared(redacted, findings, _NOTHING_DERIVED)
+    if not derived_valid(derived):
+        return None
     statements, decisions, rules, todos, result, failed = derived
-    if statements or decisions or rules or todos or result is not None or failed is not None:
-        derived = Derived(
-            statements or (),
-            decisions or (),
-            rules or (),
-            [tuple(op) for op in todos] if todos else (),
-            None if result is None else tuple(result),
-            failed,
-        )
-    else:  # most messages: one shared share, not six new objects each (a store holds thousands)
-        derived = _NOTHING_DERIVED
+    derived = Derived(
+        statements or (),
+        decisions or (),
+        rules or (),
+        [tuple(op) for op in todos] if todos else (),
+        None if result is None else tuple(result),
+        failed,
+    )
     return key, Prepared(redacted, findings, derived)
 
 
 _NOTHING_DERIVED = Derived((), (), (), (), None, None)
+_NOTHING_STORED: list[Any] = [
+    [],
+    [],
+    [],
+    [],
+    None,
+    None,
+]  # how ``encode`` writes it (``False`` never equals None)
 
 
 class Stored(NamedTuple):
