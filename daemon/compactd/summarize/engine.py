@@ -507,15 +507,16 @@ class CompactionEngine:
 
         if span:
             progress.stage("digest", f"the model-free summary of {len(span):,} messages")
-            body = build_digest(
-                list(span),
-                previous_summary=previous,
-                identifiers=ranked,
-                include_failures=False,  # the augmentation lists failures and files once, after the body
-                include_files=False,
-                texts=texts,
-                derived=derived,
-            )
+            with collector_paused():  # a pass over the whole span, as in ``compact``
+                body = build_digest(
+                    list(span),
+                    previous_summary=previous,
+                    identifiers=ranked,
+                    include_failures=False,  # the augmentation lists failures and files once, after the body
+                    include_files=False,
+                    texts=texts,
+                    derived=derived,
+                )
         else:
             body = quality.fallback_summary(previous)
         report = self._check(body, latest_ask if span else None)
