@@ -8,7 +8,6 @@ so ``apply`` says so and the caller reloads the file; that is rare and keeps the
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import sys
@@ -47,6 +46,7 @@ from compactd.core.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, 
 from compactd.core.turns import Turn, turn_of_branch
 from compactd.core.turns import step as turn_step
 from compactd.defaults import CHARS_PER_TOKEN
+from compactd.heap import collector_paused
 
 __all__ = ["CapFor", "SessionLedger", "message_tokens", "tool_result_chars"]
 
@@ -103,16 +103,12 @@ class SessionLedger:
         figure needs (those after the usage anchor), re-reading just their lines; see ``_cold_read``. Should
         it ever fail, the exact reader (``parse_transcript``) gives the ledger instead.
         """
-        paused = gc.isenabled()
-        gc.disable()  # the few small records kept are acyclic; see parse_transcript
-        try:
-            return _cold_read(data, cap_for)
-        except Exception as exc:  # the fast path must never cost a session its figures
-            log.warning("cold read failed, reading exactly instead path=%s reason=%r", path, exc)
-            return cls.from_transcript(parse_transcript(data), cap_for=cap_for)
-        finally:
-            if paused:
-                gc.enable()
+        with collector_paused():  # the few small records kept are acyclic; see parse_transcript
+            try:
+                return _cold_read(data, cap_for)
+            except Exception as exc:  # the fast path must never cost a session its figures
+                log.warning("cold read failed, reading exactly instead path=%s reason=%r", path, exc)
+                return cls.from_transcript(parse_transcript(data), cap_for=cap_for)
 
     @classmethod
     def from_transcript(

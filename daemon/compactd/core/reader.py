@@ -7,7 +7,6 @@ loader would hit (with its line number) instead of staying silent about it.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import math
 from array import array
@@ -21,6 +20,7 @@ from compactd.core.jsjson import is_js_blank, js_to_number, js_trim_bounds, nest
 from compactd.core.jsjson import loads as js_loads
 from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, role_of, tool_call_id
 from compactd.core.tokens import MAX_TOKENS, usage_total
+from compactd.heap import collector_paused
 
 __all__ = [
     "BLOCKING_KINDS",
@@ -194,13 +194,8 @@ class Transcript:
         if self._entries is None:
             lean = self._lean
             assert lean is not None
-            paused = gc.isenabled()
-            gc.disable()
-            try:
+            with collector_paused():
                 self._entries = [lean.parse(i) for i in range(len(lean.ids))]
-            finally:
-                if paused:
-                    gc.enable()
             self._lean = None
         return self._entries
 
@@ -397,17 +392,12 @@ def parse_transcript(
     The cyclic garbage collector is paused meanwhile: parsed entries are acyclic dicts, and letting it scan
     every one of them again at each allocation threshold costs more than the parsing itself on large files.
     """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         if lean and check:
             transcript = _parse_lean(data, reuse)
             if transcript is not None:
                 return transcript
         return _parse(data, check=check, reuse=reuse)
-    finally:
-        if paused:
-            gc.enable()
 
 
 class Scan:
