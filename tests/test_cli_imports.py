@@ -36,6 +36,9 @@ NOT_FOR_A_DRY_RUN = (
     # The commit (its journal, rotation, restore): a dry run writes nothing.
     "compactd.commit.commit",
     "compactd.commit.journal",
+    # An event loop: a dry run's work never waits (``offload.run_inline``).
+    "asyncio",
+    "anyio._backends._asyncio",
 )
 
 

@@ -17,7 +17,7 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ import anyio
 import anyio.from_thread
 from anyio.lowlevel import current_token
 
-__all__ = ["LoopClient", "inline", "run_async", "run_sync"]
+__all__ = ["LoopClient", "inline", "run_async", "run_inline", "run_sync"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,20 @@ def inline() -> Iterator[None]:
         yield
     finally:
         _inline.reset(token)
+
+
+def run_inline(func: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``anyio.run(func)`` for work that never waits, under :func:`inline` (``once --dry-run``): its coroutine
+    is driven to its end without an event loop, so asyncio and anyio's backend are neither imported nor started
+    (about 45 ms of CPU, a twentieth of a dry run over 200 sessions). A coroutine that does wait is an error."""
+    with inline():
+        coro = func()
+        try:
+            waited = coro.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        coro.close()
+    raise RuntimeError(f"run_inline: the work waited for {waited!r} (it needs an event loop: anyio.run)")
 
 
 async def run_sync(func: Callable[[], T], *, name: str = "compactd-cpu") -> T:

@@ -9,7 +9,6 @@ and how it is followed, decided and acted on is its source's (:mod:`compactd.sou
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -548,8 +547,8 @@ def run_once(
                 await service._client.close()
 
     try:
-        with offload.inline() if dry_run else contextlib.nullcontext():  # nothing else runs meanwhile
-            outcomes = anyio.run(go)
+        # A dry run's work never waits (nothing else runs meanwhile): no event loop.
+        outcomes = offload.run_inline(go) if dry_run else anyio.run(go)
     finally:
         if lock is not None:
             lock.release()
