@@ -39,6 +39,7 @@ NOT_FOR_A_DRY_RUN = (
     # An event loop: a dry run's work never waits (``offload.run_inline``).
     "asyncio",
     "anyio._backends._asyncio",
+    "socket",  # systemd's notify socket: only ``run`` sends to it
 )
 
 
