@@ -40,6 +40,7 @@ NOT_FOR_A_DRY_RUN = (
     "asyncio",
     "anyio._backends._asyncio",
     "socket",  # systemd's notify socket: only ``run`` sends to it
+    "anyio._core._synchronization",  # anyio's events and limiters: nothing waits, no model is called
 )
 
 

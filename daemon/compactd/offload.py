@@ -18,12 +18,12 @@ import logging
 import math
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import anyio.from_thread
-from anyio.lowlevel import current_token
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["LoopClient", "inline", "run_async", "run_inline", "run_sync"]
 
@@ -67,6 +67,10 @@ async def run_sync(func: Callable[[], T], *, name: str = "compactd-cpu") -> T:
     thread (it finishes on its own, or dies with the process), so ``func`` must write nothing."""
     if _inline.get():
         return func()
+    # Imported here: what runs inline (``once --dry-run``) needs neither, nor anyio's primitives they load.
+    import anyio.from_thread
+    from anyio.lowlevel import current_token
+
     token = current_token()
     done = anyio.Event()
     outcome: list[tuple[bool, Any]] = []
@@ -134,6 +138,9 @@ class LoopClient:
     nothing."""
 
     def __init__(self, client: Any) -> None:
+        import anyio.from_thread  # for the calls; loaded here, not by every command (see run_sync)
+        from anyio.lowlevel import current_token
+
         self.client = client
         self._token = current_token()
         self._send, self._calls = anyio.create_memory_object_stream[Call](max_buffer_size=math.inf)
@@ -150,6 +157,8 @@ class LoopClient:
         return self._call(prepare) if prepare is not None else None
 
     def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        from concurrent.futures import Future
+
         answer: Future[Any] = Future()
         anyio.from_thread.run_sync(self._send.send_nowait, (call, answer), token=self._token)
         return answer.result()

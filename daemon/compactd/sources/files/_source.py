@@ -29,7 +29,7 @@ from compactd.defaults import DRY_RUN_KEPT_BYTES
 from compactd.heap import collector_paused
 from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
-from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
+from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome, Unawaited
 from compactd.sources.files.preparer import Preparer
 from compactd.sources.files.resume import SnapshotStore, config_fingerprint
 from compactd.sources.files.tail import Change
@@ -121,8 +121,8 @@ class FileSource:
         ] = {}  # path -> the file's bytes of its kept reading (DRY_RUN_KEPT_BYTES in all)
         self.kept_bytes = 0
         self.state: dict[str, SessionState] = {}
-        self.wakeup = anyio.Event()
-        self.rescan_due = anyio.Event()
+        self.wakeup: anyio.Event | Unawaited = Unawaited()
+        self.rescan_due: anyio.Event | None = None  # made by :meth:`watch_roots`, which waits on it
         self.stopping = False
         self.heartbeat = time.monotonic()
         self.last_sweep = time.monotonic()
@@ -884,6 +884,7 @@ class FileSource:
     async def watch_roots(self, tg: anyio.abc.TaskGroup) -> None:
         """Watch every root that appears (the start-up's are watched before :meth:`discover` reads them, so
         each is scanned once); rescan periodically."""
+        self.rescan_due = anyio.Event()
         while not self.stopping:
             for root in await self.watch_new_roots(tg):
                 for path in scan_root(root):  # a root that appeared since the last scan
