@@ -36,6 +36,11 @@ NOT_FOR_A_DRY_RUN = (
     # The commit (its journal, rotation, restore): a dry run writes nothing.
     "compactd.commit.commit",
     "compactd.commit.journal",
+    # An event loop: a dry run's work never waits (``offload.run_inline``).
+    "asyncio",
+    "anyio._backends._asyncio",
+    "socket",  # systemd's notify socket: only ``run`` sends to it
+    "anyio._core._synchronization",  # anyio's events and limiters: nothing waits, no model is called
 )
 
 

@@ -4,6 +4,7 @@ the one its action plans on, and what the dry run reports is what it reported wh
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +35,15 @@ def _dry_run(
 ) -> tuple[str, list[str], int]:
     """The dry run's output, the files its actions read again and how many times the decisions counted the
     reducible characters again; ``keep=False``: as before, every due session read a second time by its action."""
-    discover = FileSource.discover
+    discovering_of = FileSource._discovering
     reads: list[str] = []
     counts: list[int] = []
     read_transcript = _source.read_transcript
     reducible_chars = planning.reducible_chars
 
-    def discovering(self: FileSource, **kwargs: Any) -> set[str]:
+    def discovering(self: FileSource, **kwargs: Any) -> Iterator[str]:
         self.keep_readings = keep
-        return discover(self, **kwargs)
+        return discovering_of(self, **kwargs)
 
     def reading(path: str, **kwargs: Any) -> Any:
         reads.append(Path(path).name)
@@ -52,7 +53,7 @@ def _dry_run(
         counts.append(1)
         return reducible_chars(*args)
 
-    monkeypatch.setattr(FileSource, "discover", discovering)
+    monkeypatch.setattr(FileSource, "_discovering", discovering)
     if budget is not None:
         monkeypatch.setattr(_source, "DRY_RUN_KEPT_BYTES", budget)
     monkeypatch.setattr(planning, "reducible_chars", counting)
@@ -85,3 +86,27 @@ def test_the_readings_kept_stay_within_their_budget(tmp_path: Path, monkeypatch:
     none, reads, _ = _dry_run(config, monkeypatch, keep=True, budget=size - 1)
     assert none == everything
     assert reads == ["due.jsonl", "torn.jsonl"]
+
+
+def test_a_dry_run_holds_one_reading_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each due session is acted on right after the discovery read it, so no other due reading is held
+    meanwhile (they once all were, until the pass ended: the corpus's size in memory), and the output is the
+    same as when every due session was read again after the pass."""
+    config = _sessions(tmp_path)
+    sessions = tmp_path / "sessions"
+    (sessions / "due2.jsonl").write_bytes((sessions / "due.jsonl").read_bytes())
+    again, _, _ = _dry_run(config, monkeypatch, keep=False)
+    held: list[list[str]] = []
+    act_claimed = FileSource.act_claimed
+
+    async def acting(self: FileSource, session: Any, *args: Any, **kwargs: Any) -> Any:
+        others = [p for p, s in self.sessions.items() if s.tracker.reading is not None and p != session.path]
+        held.append(sorted(Path(p).name for p in others))
+        return await act_claimed(self, session, *args, **kwargs)
+
+    monkeypatch.setattr(FileSource, "act_claimed", acting)
+    out = io.StringIO()
+    code = run_once(load_config(config), dry_run=True, out=out, err=io.StringIO())
+
+    assert f"{code}\n{out.getvalue()}" == again
+    assert held == [[], [], []]  # due, due2, torn: each acted on with no other reading held

@@ -113,3 +113,31 @@ def test_inline_holds_for_the_block_alone_not_for_another_thread_meanwhile() -> 
         other.join()
     (sync, thread, same_loop), ident = seen[0]
     assert sync != ident and thread != ident and not same_loop
+
+
+def test_run_inline_drives_work_that_never_waits_in_the_caller_s_thread() -> None:
+    """``once --dry-run``: the offloaded steps run inline and the coroutine is driven without an event loop."""
+    caller = threading.get_ident()
+
+    async def main() -> tuple[int, int]:
+        sync = await offload.run_sync(threading.get_ident)
+        nested = await offload.run_async(lambda: offload.run_sync(threading.get_ident))
+        return sync, nested
+
+    assert offload.run_inline(main) == (caller, caller)
+    assert not offload._inline.get()  # inline for that work alone
+
+
+def test_run_inline_raises_the_work_s_error_and_refuses_work_that_waits() -> None:
+    async def fail() -> None:
+        await offload.run_sync(lambda: None)
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        offload.run_inline(fail)
+
+    async def waits() -> None:
+        await asyncio.sleep(0)
+
+    with pytest.raises(RuntimeError, match="event loop"):
+        offload.run_inline(waits)

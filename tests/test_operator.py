@@ -388,6 +388,23 @@ def test_health_follows_the_loop_and_the_watchers(tmp_path: Path) -> None:
     assert not service.health()[0]
 
 
+def test_the_model_calls_limiter_is_made_once_at_the_concurrency_the_service_started_with(
+    tmp_path: Path,
+) -> None:
+    """Made with the first client (a dry run makes none), shared by every later one, at the start's concurrency
+    even when a reload has changed it since (as when it was made at the start)."""
+    from compactd.service import Service
+
+    config = Config.from_mapping({"state_dir": str(tmp_path / "state"), "summarizer": {"max_concurrency": 3}})
+    service = Service(config)
+    service.config = Config.from_mapping(
+        {"state_dir": str(tmp_path / "state"), "summarizer": {"max_concurrency": 5}}
+    )
+    limiter = service.limiter
+    assert limiter.total_tokens == 3
+    assert service.limiter is limiter
+
+
 @pytest.mark.parametrize(
     ("listen", "expected"),
     [

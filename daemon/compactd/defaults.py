@@ -81,7 +81,8 @@ MAX_COLD_READ_BYTES = 128 * 1024 * 1024
 MAX_COLD_READ_LINES = 100_000
 # ``once --dry-run`` keeps the discovery's reading of due sessions for their actions (each file parsed once) up
 # to these many bytes of files in all (as much as one cold read may take: about 1.1 times that in memory); the
-# ones past it are read again when acted on, one at a time, as before.
+# ones past it are read again when acted on. Each due session is acted on right after its reading (one held
+# at a time), so this bounds a reading kept longer, should one be.
 DRY_RUN_KEPT_BYTES = 128 * 1024 * 1024
 
 # --- context window ---------------------------------------------------------------------------------------

@@ -17,15 +17,15 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import anyio.from_thread
-from anyio.lowlevel import current_token
 
-__all__ = ["LoopClient", "inline", "run_async", "run_sync"]
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+__all__ = ["LoopClient", "inline", "run_async", "run_inline", "run_sync"]
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +48,29 @@ def inline() -> Iterator[None]:
         _inline.reset(token)
 
 
+def run_inline(func: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``anyio.run(func)`` for work that never waits, under :func:`inline` (``once --dry-run``): its coroutine
+    is driven to its end without an event loop, so asyncio and anyio's backend are neither imported nor started
+    (about 45 ms of CPU, a twentieth of a dry run over 200 sessions). A coroutine that does wait is an error."""
+    with inline():
+        coro = func()
+        try:
+            waited = coro.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        coro.close()
+    raise RuntimeError(f"run_inline: the work waited for {waited!r} (it needs an event loop: anyio.run)")
+
+
 async def run_sync(func: Callable[[], T], *, name: str = "compactd-cpu") -> T:
     """``func()`` in a daemon thread; the caller's loop runs meanwhile. Cancelling the caller abandons the
     thread (it finishes on its own, or dies with the process), so ``func`` must write nothing."""
     if _inline.get():
         return func()
+    # Imported here: what runs inline (``once --dry-run``) needs neither, nor anyio's primitives they load.
+    import anyio.from_thread
+    from anyio.lowlevel import current_token
+
     token = current_token()
     done = anyio.Event()
     outcome: list[tuple[bool, Any]] = []
@@ -120,6 +138,9 @@ class LoopClient:
     nothing."""
 
     def __init__(self, client: Any) -> None:
+        import anyio.from_thread  # for the calls; loaded here, not by every command (see run_sync)
+        from anyio.lowlevel import current_token
+
         self.client = client
         self._token = current_token()
         self._send, self._calls = anyio.create_memory_object_stream[Call](max_buffer_size=math.inf)
@@ -136,6 +157,8 @@ class LoopClient:
         return self._call(prepare) if prepare is not None else None
 
     def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        from concurrent.futures import Future
+
         answer: Future[Any] = Future()
         anyio.from_thread.run_sync(self._send.send_nowait, (call, answer), token=self._token)
         return answer.result()

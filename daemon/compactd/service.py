@@ -9,7 +9,7 @@ and how it is followed, decided and acted on is its source's (:mod:`compactd.sou
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import os
 import signal
@@ -92,7 +92,7 @@ class Service:
         self.store = StateStore(config.state_dir)
         self.metrics = Metrics(session_series=config.service.metrics_top_sessions)
         self.notifier = Notifier(self.env)
-        self.limiter = anyio.CapacityLimiter(config.summarizer.max_concurrency)
+        self._max_concurrency = config.summarizer.max_concurrency  # the limiter's, as the service started
         self.stopping = False
         self.started_at = time.time()
         self.loop_tick = time.monotonic()
@@ -117,6 +117,12 @@ class Service:
         )
         # ``once FILE...`` and dry runs read transcript files alone: the other sources are not even built.
         self.sources: list[Source[Any]] = build_sources(self.host, files_only=files_only or roots is not None)
+
+    @functools.cached_property
+    def limiter(self) -> anyio.CapacityLimiter:
+        """The model calls' concurrency limit, which every client this service makes shares: made with the first
+        client (a dry run makes none, and anyio's synchronisation primitives cost 12 ms to load)."""
+        return anyio.CapacityLimiter(self._max_concurrency)
 
     def _mark_dirty(self) -> None:
         self.dirty = True
@@ -548,8 +554,8 @@ def run_once(
                 await service._client.close()
 
     try:
-        with offload.inline() if dry_run else contextlib.nullcontext():  # nothing else runs meanwhile
-            outcomes = anyio.run(go)
+        # A dry run's work never waits (nothing else runs meanwhile): no event loop.
+        outcomes = offload.run_inline(go) if dry_run else anyio.run(go)
     finally:
         if lock is not None:
             lock.release()

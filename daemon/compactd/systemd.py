@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Mapping
 
@@ -35,6 +34,8 @@ def sd_notify(*lines: str, env: Mapping[str, str] | None = None) -> bool:
     elif address[0] != "/":
         log.debug("NOTIFY_SOCKET %r is neither a path nor an abstract name; not notifying", address)
         return False
+    import socket  # here: outside systemd (every command but ``run``) nothing is sent, and it costs 3 ms to load
+
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.settimeout(SEND_TIMEOUT_SECONDS)

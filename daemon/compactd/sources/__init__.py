@@ -120,7 +120,7 @@ class Source(Protocol[S]):
     enabled: bool  # configured to run (a disabled source is built, and does nothing)
     workers: int  # how many sessions it acts on at once
     stopping: bool
-    wakeup: anyio.Event  # set when a session becomes due; the workers sleep on it
+    wakeup: anyio.Event | Unawaited  # set when a session becomes due; the workers sleep on it
     # time.monotonic() of its watchers' last batch (they yield an empty one every few seconds)
     heartbeat: float
 
@@ -140,7 +140,7 @@ class Source(Protocol[S]):
     def prepare(self) -> None: ...
     async def start(self, tg: anyio.abc.TaskGroup) -> None: ...
     async def follow(self, tg: anyio.abc.TaskGroup) -> None: ...
-    async def scan(self, *, dry_run: bool) -> None: ...
+    async def scan(self, *, dry_run: bool, force: bool = False) -> None: ...
     def ready(self, now: float, *, force: bool = False) -> Sequence[S]: ...
     def next_wake(self, now: float) -> float: ...
     async def act(self, session: S, *, force: bool = False, dry_run: bool = False) -> Outcome: ...
@@ -177,7 +177,7 @@ async def one_pass(source: Source[Any], *, force: bool = False, dry_run: bool = 
     every due one, writing nothing), the others reported as they wait; sessions in the order of their keys."""
     if not source.enabled:
         return []
-    await source.scan(dry_run=dry_run)
+    await source.scan(dry_run=dry_run, force=force)
     outcomes = source.unreadable()
     now = time.time()
     ready = {id(s) for s in source.ready(now, force=force or dry_run)}
@@ -189,9 +189,20 @@ async def one_pass(source: Source[Any], *, force: bool = False, dry_run: bool = 
     return outcomes
 
 
+class Unawaited:
+    """A source's ``wakeup`` until a worker waits on one (:func:`work` gives it a fresh ``anyio.Event`` each
+    time): nothing waits on it, so setting it does nothing. ``once`` never waits, and an ``anyio.Event`` would
+    load anyio's synchronisation primitives (about 12 ms with what they import) for nothing."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        """Nothing to wake."""
+
+
 class _Owner(Protocol):
     stopping: bool
-    wakeup: anyio.Event
+    wakeup: anyio.Event | Unawaited
 
     def next_wake(self, now: float) -> float: ...
 

@@ -15,7 +15,7 @@ import anyio.abc
 from compactd.config import Config
 from compactd.core.decision import readiness
 from compactd.defaults import BUSY_RETRY_SECONDS
-from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
+from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome, Unawaited
 from compactd.state import Backoff, Metrics, SessionState, describe_error
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class HostedSource(Generic[S]):
     env: Mapping[str, str]
     host: Host | None = None  # what the service lends (built alone: a metrics of its own, no model)
     heartbeat: float = field(default_factory=time.monotonic)
-    wakeup: anyio.Event = field(default_factory=anyio.Event)
+    wakeup: anyio.Event | Unawaited = field(default_factory=Unawaited)
     stopping: bool = False
     watching: dict[str, anyio.Event] = field(default_factory=dict)
     sessions: dict[str, S] = field(default_factory=dict)

@@ -305,7 +305,7 @@ class CodexSource(HostedSource[CodexSession]):
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Nothing before serving: :meth:`follow` finds the rollouts."""
 
-    async def scan(self, *, dry_run: bool) -> None:
+    async def scan(self, *, dry_run: bool, force: bool = False) -> None:
         await anyio.to_thread.run_sync(self.refresh_all)
 
     async def follow(self, tg: anyio.abc.TaskGroup) -> None:

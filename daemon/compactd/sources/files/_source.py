@@ -13,6 +13,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from compactd.defaults import DRY_RUN_KEPT_BYTES
 from compactd.heap import collector_paused
 from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
-from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome
+from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome, Unawaited
 from compactd.sources.files.preparer import Preparer
 from compactd.sources.files.resume import SnapshotStore, config_fingerprint
 from compactd.sources.files.tail import Change
@@ -120,13 +121,14 @@ class FileSource:
         ] = {}  # path -> the file's bytes of its kept reading (DRY_RUN_KEPT_BYTES in all)
         self.kept_bytes = 0
         self.state: dict[str, SessionState] = {}
-        self.wakeup = anyio.Event()
-        self.rescan_due = anyio.Event()
+        self.wakeup: anyio.Event | Unawaited = Unawaited()
+        self.rescan_due: anyio.Event | None = None  # made by :meth:`watch_roots`, which waits on it
         self.stopping = False
         self.heartbeat = time.monotonic()
         self.last_sweep = time.monotonic()
         self.predicted: dict[str, tuple[int, str]] = {}  # path -> (file size, the route its job ends with)
         self.predicting: set[str] = set()
+        self.acted: dict[str, Outcome] = {}  # a dry run's outcomes, of the sessions its scan acted on
         # What was last logged per path (a failure, an ignored file), so a repeat is not logged again.
         self._reported: dict[str, str] = {}
         self._unreadable: dict[str, tuple[int, ...] | None] = {}  # path -> its stat when reading it failed
@@ -444,7 +446,12 @@ class FileSource:
         from compactd.commit.claim import ClaimBusy, SessionClaim
 
         if dry_run:
-            return await self.act_claimed(session, None, force=force, dry_run=True)
+            acted = self.acted.pop(session.path, None)  # by the scan, right after reading it
+            return (
+                acted
+                if acted is not None
+                else await self.act_claimed(session, None, force=force, dry_run=True)
+            )
         claim = SessionClaim(self.config.state_dir, session.path)
         try:
             claim.acquire()
@@ -877,6 +884,7 @@ class FileSource:
     async def watch_roots(self, tg: anyio.abc.TaskGroup) -> None:
         """Watch every root that appears (the start-up's are watched before :meth:`discover` reads them, so
         each is scanned once); rescan periodically."""
+        self.rescan_due = anyio.Event()
         while not self.stopping:
             for root in await self.watch_new_roots(tg):
                 for path in scan_root(root):  # a root that appeared since the last scan
@@ -922,7 +930,11 @@ class FileSource:
         """Every transcript under every root, reconciled with the file system and decided (the read at start
         and the periodic rescan); ``seal``: an idle file whose last line is torn is sealed, so the agent's next
         append is not swallowed by it. Returns the paths seen."""
-        seen: set[str] = set()
+        return set(self._discovering(seal=seal))
+
+    def _discovering(self, *, seal: bool) -> Iterator[str]:
+        """:meth:`discover`, each path yielded once it is refreshed (and sealed), so that a dry run can act on
+        it before the next one is read."""
         now = time.time()
         self._agent_dirs = {}
         self._dirs.begin_pass()
@@ -930,7 +942,6 @@ class FileSource:
             with collector_paused():  # a few objects per session, for every session
                 for root in self.root_paths():
                     for path in scan_root(root):
-                        seen.add(path)
                         self.refresh(path)
                         session = self.sessions.get(path)
                         if seal and session is not None and session.tracker.cursor.partial:
@@ -938,10 +949,10 @@ class FileSource:
                                 self.seal(session, now)
                             except Exception as exc:
                                 self.fail(path, "seal", exc)
+                        yield path
         finally:
             self._agent_dirs = None
             self._dirs.end_pass()
-        return seen
 
     # --- the Source protocol ------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -971,29 +982,40 @@ class FileSource:
     async def follow(self, tg: anyio.abc.TaskGroup) -> None:
         await self.watch_roots(tg)
 
-    async def scan(self, *, dry_run: bool) -> None:
-        """``once``: every transcript read and decided; torn idle lines sealed unless a dry run, which keeps the
-        due sessions' readings for their action."""
+    async def scan(self, *, dry_run: bool, force: bool = False) -> None:
+        """``once``: every transcript read and decided; torn idle lines sealed unless a dry run.
+
+        A dry run acts (``force``: as ``once --force`` asks) on each session it is to act on right after
+        reading it, from that reading, and keeps only the outcome (which :meth:`act` then returns): one
+        reading held at a time instead of every due session's until the pass ends (the memory and page faults
+        of about the whole corpus). Acting on a session changes nothing another session's read or action
+        depends on, so the outcomes are those of acting after the pass."""
         self.keep_readings = dry_run
-        self.discover(seal=not dry_run)
+        if not dry_run:
+            self.discover(seal=True)
+            return
+        for path in self._discovering(seal=False):
+            session = self.sessions.get(path)
+            if session is not None and self._is_ready(session, time.time(), force=True):
+                self.acted[path] = await self.act(session, force=force, dry_run=True)
 
     def ready(self, now: float, *, force: bool = False) -> list[FileSession]:
         """Due sessions that may be acted on now (idle and not mid-turn, not backing off, not in flight),
         fullest first. Time alone changes the answer, so the recorded decision says from when it is ready
         (``ready_at``) and is not made again; ``force`` (``once --force``) asks :func:`decide` to skip the
-        idle and mid-turn rule."""
-        ready = []
-        for session in self.sessions.values():
-            if not session.due or session.in_flight:
-                continue
-            if force:
-                decision = self.decide(session, now, force=True)
-                if decision is None or not decision.ready:
-                    continue
-            elif session.ready_at > now or self.session_state(session.path).in_backoff(now):
-                continue
-            ready.append(session)
+        idle and mid-turn rule. A session a dry run's scan acted on is ready (its outcome is taken)."""
+        ready = [
+            s for s in self.sessions.values() if s.path in self.acted or self._is_ready(s, now, force=force)
+        ]
         return sorted(ready, key=lambda s: -(self.session_state(s.path).percent_of_budget() or 0.0))
+
+    def _is_ready(self, session: FileSession, now: float, *, force: bool) -> bool:
+        if not session.due or session.in_flight:
+            return False
+        if force:
+            decision = self.decide(session, now, force=True)
+            return decision is not None and decision.ready
+        return session.ready_at <= now and not self.session_state(session.path).in_backoff(now)
 
     def next_wake(self, now: float) -> float:
         """Seconds until a due session may become ready (idle, its turn abandoned, or out of back-off); long

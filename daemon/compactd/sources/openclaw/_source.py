@@ -560,7 +560,7 @@ class OpenClawSource(HostedSource[OpenClawSession]):
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Nothing before serving: :meth:`follow` discovers the agents and reads their databases."""
 
-    async def scan(self, *, dry_run: bool) -> None:
+    async def scan(self, *, dry_run: bool, force: bool = False) -> None:
         await anyio.to_thread.run_sync(self.discover)
         await anyio.to_thread.run_sync(self.refresh_all)
 
