@@ -23,6 +23,7 @@ CORE_ALLOWED = {
     "array",  # flat spans of a lean reading (reader.Spans); no file is read or written through it
     "collections",
     "collections.abc",
+    "contextlib",  # core.collector's context manager
     "dataclasses",
     "datetime",
     "enum",

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from compactd.core.collector import collector_paused
+
 __all__ = ["collector_paused", "fix_mmap_threshold", "frozen", "limit_malloc_arenas", "release_free_memory"]
 
 # Buffers from this size up are mapped on their own (``fix_mmap_threshold``).
@@ -42,39 +44,6 @@ def frozen() -> Iterator[None]:
             _frozen_depth -= 1
             if _frozen_depth == 0:
                 gc.unfreeze()
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic collector off for the block (``gc.disable``), then as it was.
-
-    For a pass that builds a few small acyclic objects per session for thousands of sessions (the start-up's
-    load and read of every session): the allocations alone would trigger a collection every few hundred
-    sessions, each traversing all that the earlier ones built. And for commands that read transcripts, print
-    and exit (the parsed entries live until the end: on a 200 MB transcript the collector's passes took more
-    than all of ``inspect``'s figures). Refcounting frees as before; restored after, as ``main`` also runs
-    inside tests.
-
-    What the block built is then moved out of the young generations at once (``_settle``): the first
-    allocation after the block would otherwise start a young collection over all of it (a parsed 50 MB
-    transcript: about 0.02 s, and as much again when it is promoted once more)."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            _settle()
-            gc.enable()
-
-
-def _settle() -> None:
-    """Every tracked object into the oldest generation, in constant time (``gc.freeze`` then ``gc.unfreeze``
-    splice the lists); inside a :func:`frozen` block, into the frozen set, which its end hands back."""
-    with _frozen_lock:
-        gc.freeze()
-        if _frozen_depth == 0:
-            gc.unfreeze()
 
 
 def limit_malloc_arenas() -> None:

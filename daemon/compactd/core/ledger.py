@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from compactd.core.collector import collector_paused
 from compactd.core.context import (
     UNDEFINED,
     SessionContext,
@@ -46,7 +47,6 @@ from compactd.core.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, 
 from compactd.core.turns import Turn, turn_of_branch
 from compactd.core.turns import step as turn_step
 from compactd.defaults import CHARS_PER_TOKEN
-from compactd.heap import collector_paused
 
 __all__ = ["CapFor", "SessionLedger", "message_tokens", "tool_result_chars"]
 

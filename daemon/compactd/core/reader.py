@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
+from compactd.core.collector import collector_paused
 from compactd.core.jsjson import is_js_blank, js_to_number, js_trim_bounds, nesting
 from compactd.core.jsjson import loads as js_loads
 from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, role_of, tool_call_id
 from compactd.core.tokens import MAX_TOKENS, usage_total
-from compactd.heap import collector_paused
 
 __all__ = [
     "BLOCKING_KINDS",
