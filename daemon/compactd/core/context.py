@@ -17,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.core.messages import PI_0_73, PI_1, is_runtime_context
@@ -53,6 +53,15 @@ class SessionContext:
     # pi 1.x: a usage anchor at a message index below this was measured before a later context edit or
     # compaction on the branch, and pi no longer trusts it (``estimateProjectedContextTokens``).
     trusted_from: int = 0
+    _visible: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def visible(self) -> list[dict[str, Any]]:
+        """The messages that reach the model (runtime context left out), in order: listed once per context,
+        as its estimate, its ledger and ``inspect``'s report each walk them (``messages`` is never changed
+        once built)."""
+        if self._visible is None:
+            self._visible = [m for m in self.messages if not is_runtime_context(m)]
+        return self._visible
 
 
 UNDEFINED: Any = object()  # a key the entry does not have: ``undefined`` in JavaScript
@@ -150,8 +159,11 @@ def is_pi1_marker(entry: Entry) -> bool:
     return kind == "message" and is_system_message(entry)
 
 
-def rules_reason(path: list[Entry]) -> tuple[str, str]:
-    """(rules, why): what ``inspect`` and ``doctor`` say about which pi's rules a branch follows."""
+def rules_reason(path: list[Entry], rules: str | None = None) -> tuple[str, str]:
+    """(rules, why): what ``inspect`` and ``doctor`` say about which pi's rules a branch follows. ``rules``: the
+    branch's (``rules_of``), when the caller knows them already: pi 0.73's need no count (nothing to count)."""
+    if rules == PI_0_73:
+        return PI_0_73, _NO_PI1_ENTRY
     counts = {"system messages": 0, "context edits": 0, "usage records": 0, "compaction checkpoints": 0}
     for entry in path:
         kind = entry.get("type")
@@ -166,7 +178,10 @@ def rules_reason(path: list[Entry]) -> tuple[str, str]:
     found = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
     if found:
         return PI_1, f"pi 1.x wrote this branch ({found})"
-    return PI_0_73, "nothing on the branch only pi 1.x writes (no system message, context edit or checkpoint)"
+    return PI_0_73, _NO_PI1_ENTRY
+
+
+_NO_PI1_ENTRY = "nothing on the branch only pi 1.x writes (no system message, context edit or checkpoint)"
 
 
 def rules_of(path: list[Entry]) -> str:
@@ -366,7 +381,7 @@ def context_estimate(context: SessionContext) -> ContextEstimate:
     or (pi 0.73 and OpenClaw) ``estimate_for_planning`` over what reaches the model."""
     if context.rules == PI_1:
         return projected_estimate(context.messages, context.trusted_from)
-    return estimate_for_planning([m for m in context.messages if not is_runtime_context(m)])
+    return estimate_for_planning(context.visible())
 
 
 def build_context(transcript: Transcript, leaf_id: str | None = None) -> SessionContext:
