@@ -15,6 +15,7 @@ from compactd.core.context import (
     build_context,
     context_estimate,
     context_from_path,
+    message_entries,
     rules_of,
     rules_reason,
 )
@@ -56,6 +57,23 @@ def test_the_visible_messages_are_listed_once_and_are_those_that_reach_the_model
         else estimate_for_planning([m for m in context.messages if not is_runtime_context(m)])
     )
     assert context_estimate(context) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(branches_with_notes())
+def test_a_context_gives_each_message_with_its_entry_as_a_walk_of_the_branch_does(
+    path: list[dict[str, Any]],
+) -> None:
+    for entry in path:  # now and then a pi 1.x checkpoint on a compaction, whatever message it holds
+        if entry.get("type") == "compaction" and len(entry.get("summary", "")) % 3 == 1:
+            entry["systemMessage"] = {"role": "toolResult", "content": "x", "timestamp": 1}
+    context = context_from_path(path)
+    assert len(context.sources) == len(context.messages)
+    from_context = list(context.message_entries())
+    walked = list(message_entries(path))
+    assert [e for e, _ in from_context] == [e for e, _ in walked]
+    assert all(a is b for (a, _), (b, _) in zip(from_context, walked, strict=True))
+    assert [m for _, m in from_context] == [m for _, m in walked]
 
 
 @settings(max_examples=300, deadline=None)

@@ -53,6 +53,8 @@ class SessionContext:
     # pi 1.x: a usage anchor at a message index below this was measured before a later context edit or
     # compaction on the branch, and pi no longer trusts it (``estimateProjectedContextTokens``).
     trusted_from: int = 0
+    # The entry each message comes from, parallel to ``messages`` (a compaction's summary: the compaction).
+    sources: list[Entry] = field(default_factory=list, repr=False, compare=False)
     _visible: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def visible(self) -> list[dict[str, Any]]:
@@ -62,6 +64,13 @@ class SessionContext:
         if self._visible is None:
             self._visible = [m for m in self.messages if not is_runtime_context(m)]
         return self._visible
+
+    def message_entries(self) -> Iterator[tuple[Entry, dict[str, Any]]]:
+        """``message_entries`` of the branch this context was built from, without walking the branch again:
+        each message with its entry, a compaction's summary and checkpoint excepted."""
+        for entry, message in zip(self.sources, self.messages, strict=True):
+            if entry.get("type") != "compaction":
+                yield entry, message
 
 
 UNDEFINED: Any = object()  # a key the entry does not have: ``undefined`` in JavaScript
@@ -254,11 +263,13 @@ def context_from_path(path: list[Entry], rules: str | None = None) -> SessionCon
         return _projection(path)
     thinking_level, model, compaction = _settings(path)  # one walk of the branch for the settings
     messages: list[dict[str, Any]] = []
+    sources: list[Entry] = []
     for entry in _context_entries(path, compaction):
         message = compaction_message(entry) if entry is compaction else entry_to_message(entry)
         if message is not None:
             messages.append(message)
-    return SessionContext(messages, thinking_level, model)
+            sources.append(entry)
+    return SessionContext(messages, thinking_level, model, sources=sources)
 
 
 def message_entries(path: list[Entry], rules: str | None = None) -> Iterator[tuple[Entry, dict[str, Any]]]:
@@ -369,11 +380,15 @@ def _projection(path: list[Entry]) -> SessionContext:
     )
     position = {id(e): i for i, e in enumerate(path)}
     trusted_from = 0
+    sources: list[Entry] = []
     for entry, shown in projected:
         if position.get(id(entry), -1) <= invalidating:
             trusted_from = len(messages) + len(shown)
         messages.extend(shown)
-    return SessionContext(messages, thinking_level, model, rules=PI_1, trusted_from=trusted_from)
+        sources.extend([entry] * len(shown))
+    return SessionContext(
+        messages, thinking_level, model, rules=PI_1, trusted_from=trusted_from, sources=sources
+    )
 
 
 def context_estimate(context: SessionContext) -> ContextEstimate:
