@@ -7,7 +7,7 @@ from typing import Any
 
 from compactd.core.context import SessionContext, build_context, rules_reason
 from compactd.core.ledger import SessionLedger, tool_result_chars
-from compactd.core.messages import PI_1, is_runtime_context, role_of
+from compactd.core.messages import PI_1, role_of
 from compactd.core.reader import FATAL_KINDS, Transcript
 from compactd.core.tokens import estimate_tokens
 from compactd.defaults import CHARS_PER_TOKEN
@@ -36,9 +36,7 @@ def inspect_transcript(
     pi1 = context.rules == PI_1
     # What reaches the model (``llm_visible``), without its copies of the tool results: the estimate never
     # counts their ``details``. A tool result is measured once for its estimate and its text characters.
-    for message in context.messages:
-        if is_runtime_context(message):
-            continue
+    for message in context.visible():
         role = role_of(message)
         count += 1
         if role == "toolResult":
@@ -54,7 +52,9 @@ def inspect_transcript(
         "version": transcript.version,
         "entries": transcript.count,
         "leaf_id": transcript.leaf_id,
-        "rules": ("pi 1.x" if pi1 else "pi 0.73") + ": " + rules_reason(transcript.branch())[1],
+        "rules": ("pi 1.x" if pi1 else "pi 0.73")
+        + ": "
+        + rules_reason(transcript.branch(), context.rules)[1],
         "context_messages": count,
         "context_tokens": figures["tokens"],
         "estimated_with_margin": ledger.estimate.with_margin,

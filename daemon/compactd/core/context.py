@@ -17,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compactd.core.messages import PI_0_73, PI_1, is_runtime_context
@@ -53,6 +53,24 @@ class SessionContext:
     # pi 1.x: a usage anchor at a message index below this was measured before a later context edit or
     # compaction on the branch, and pi no longer trusts it (``estimateProjectedContextTokens``).
     trusted_from: int = 0
+    # The entry each message comes from, parallel to ``messages`` (a compaction's summary: the compaction).
+    sources: list[Entry] = field(default_factory=list, repr=False, compare=False)
+    _visible: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def visible(self) -> list[dict[str, Any]]:
+        """The messages that reach the model (runtime context left out), in order: listed once per context,
+        as its estimate, its ledger and ``inspect``'s report each walk them (``messages`` is never changed
+        once built)."""
+        if self._visible is None:
+            self._visible = [m for m in self.messages if not is_runtime_context(m)]
+        return self._visible
+
+    def message_entries(self) -> Iterator[tuple[Entry, dict[str, Any]]]:
+        """``message_entries`` of the branch this context was built from, without walking the branch again:
+        each message with its entry, a compaction's summary and checkpoint excepted."""
+        for entry, message in zip(self.sources, self.messages, strict=True):
+            if entry.get("type") != "compaction":
+                yield entry, message
 
 
 UNDEFINED: Any = object()  # a key the entry does not have: ``undefined`` in JavaScript
@@ -150,8 +168,11 @@ def is_pi1_marker(entry: Entry) -> bool:
     return kind == "message" and is_system_message(entry)
 
 
-def rules_reason(path: list[Entry]) -> tuple[str, str]:
-    """(rules, why): what ``inspect`` and ``doctor`` say about which pi's rules a branch follows."""
+def rules_reason(path: list[Entry], rules: str | None = None) -> tuple[str, str]:
+    """(rules, why): what ``inspect`` and ``doctor`` say about which pi's rules a branch follows. ``rules``: the
+    branch's (``rules_of``), when the caller knows them already: pi 0.73's need no count (nothing to count)."""
+    if rules == PI_0_73:
+        return PI_0_73, _NO_PI1_ENTRY
     counts = {"system messages": 0, "context edits": 0, "usage records": 0, "compaction checkpoints": 0}
     for entry in path:
         kind = entry.get("type")
@@ -166,7 +187,10 @@ def rules_reason(path: list[Entry]) -> tuple[str, str]:
     found = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
     if found:
         return PI_1, f"pi 1.x wrote this branch ({found})"
-    return PI_0_73, "nothing on the branch only pi 1.x writes (no system message, context edit or checkpoint)"
+    return PI_0_73, _NO_PI1_ENTRY
+
+
+_NO_PI1_ENTRY = "nothing on the branch only pi 1.x writes (no system message, context edit or checkpoint)"
 
 
 def rules_of(path: list[Entry]) -> str:
@@ -239,11 +263,13 @@ def context_from_path(path: list[Entry], rules: str | None = None) -> SessionCon
         return _projection(path)
     thinking_level, model, compaction = _settings(path)  # one walk of the branch for the settings
     messages: list[dict[str, Any]] = []
+    sources: list[Entry] = []
     for entry in _context_entries(path, compaction):
         message = compaction_message(entry) if entry is compaction else entry_to_message(entry)
         if message is not None:
             messages.append(message)
-    return SessionContext(messages, thinking_level, model)
+            sources.append(entry)
+    return SessionContext(messages, thinking_level, model, sources=sources)
 
 
 def message_entries(path: list[Entry], rules: str | None = None) -> Iterator[tuple[Entry, dict[str, Any]]]:
@@ -354,11 +380,15 @@ def _projection(path: list[Entry]) -> SessionContext:
     )
     position = {id(e): i for i, e in enumerate(path)}
     trusted_from = 0
+    sources: list[Entry] = []
     for entry, shown in projected:
         if position.get(id(entry), -1) <= invalidating:
             trusted_from = len(messages) + len(shown)
         messages.extend(shown)
-    return SessionContext(messages, thinking_level, model, rules=PI_1, trusted_from=trusted_from)
+        sources.extend([entry] * len(shown))
+    return SessionContext(
+        messages, thinking_level, model, rules=PI_1, trusted_from=trusted_from, sources=sources
+    )
 
 
 def context_estimate(context: SessionContext) -> ContextEstimate:
@@ -366,7 +396,7 @@ def context_estimate(context: SessionContext) -> ContextEstimate:
     or (pi 0.73 and OpenClaw) ``estimate_for_planning`` over what reaches the model."""
     if context.rules == PI_1:
         return projected_estimate(context.messages, context.trusted_from)
-    return estimate_for_planning([m for m in context.messages if not is_runtime_context(m)])
+    return estimate_for_planning(context.visible())
 
 
 def build_context(transcript: Transcript, leaf_id: str | None = None) -> SessionContext:

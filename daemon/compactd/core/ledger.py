@@ -143,7 +143,7 @@ class SessionLedger:
                 )
             ledger._count_reducible(transcript, context, cap_for)
             return ledger
-        messages = [m for m in context.messages if not is_runtime_context(m)]
+        messages = context.visible()
         if messages and messages[0].get("role") == "compactionSummary":
             ledger.compaction_ts = _num_or_none(messages[0].get("timestamp"))
         anchor_index = None

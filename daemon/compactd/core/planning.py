@@ -27,13 +27,20 @@ __all__ = ["figures_of", "prune_plan", "route_cap", "tool_result_cap", "tool_res
 
 
 def tool_result_items(
-    transcript: Transcript, *, strip: bool = True, rules: str | None = None
+    transcript: Transcript,
+    *,
+    strip: bool = True,
+    rules: str | None = None,
+    context: SessionContext | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """(entry id, message) of every tool result in the current context, oldest first; ``strip=False`` leaves
     ``details`` in (no copy of each message) for a caller that reads lengths only and sends nothing on.
-    ``rules``: the branch's (``rules_of``), when the caller knows them already."""
+    ``rules``: the branch's (``rules_of``), when the caller knows them already. ``context``:
+    ``build_context(transcript)``, when the caller has it: its messages are taken with their entries instead of
+    walking the branch again."""
     items: list[tuple[str, dict[str, Any]]] = []
-    for entry, message in message_entries(transcript.branch(), rules):
+    shown = context.message_entries() if context is not None else message_entries(transcript.branch(), rules)
+    for entry, message in shown:
         entry_id = entry.get("id")
         if role_of(message) == "toolResult" and isinstance(entry_id, str):
             items.append((entry_id, strip_for_llm(message) if strip else message))
@@ -66,7 +73,7 @@ def figures_of(
     if counted is not None and counted[0] == cap:
         reducible = counted[1]
     else:
-        reducible = reducible_chars(tool_result_items(transcript, strip=False, rules=context.rules), cap)
+        reducible = reducible_chars(tool_result_items(transcript, strip=False, context=context), cap)
     return Figures(
         provider=provider,
         model=model_id,

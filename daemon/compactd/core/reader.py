@@ -788,9 +788,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
             problems.append(_dangling(parent, lines[index]))
     if cycle:
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
-    line_of = {id(kept[i]): lines[i] for i in path}
-    branch_ids = {e["id"] for e in branch if isinstance(e.get("id"), str)}
-    problems.extend(_branch_problems(branch, branch_ids, line_of))
+    problems.extend(_branch_problems(branch, [lines[i] for i in path]))
     header_span = scan.header_span
     if header_span is not None and count(b"{", *header_span) + count(b"[", *header_span) > MAX_DEPTH:
         depth = nesting(header)
@@ -941,8 +939,7 @@ def validate(transcript: Transcript, data: bytes | None = None) -> list[Problem]
     if transcript.has_cycle():
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
     line_of = {id(e): ln for e, ln in zip(transcript.entries, transcript.lines, strict=False)}
-    branch_ids = {e["id"] for e in branch if isinstance(e.get("id"), str)}
-    problems.extend(_branch_problems(branch, branch_ids, line_of))
+    problems.extend(_branch_problems(branch, [line_of.get(id(e)) for e in branch]))
     problems.extend(_depth_problems(transcript, data))
     return problems
 
@@ -990,10 +987,19 @@ def _depth_problems(transcript: Transcript, data: bytes | None = None) -> list[P
     return problems
 
 
-def _branch_problems(branch: list[Entry], branch_ids: set[str], line_of: dict[int, int]) -> list[Problem]:
+def _branch_problems(branch: list[Entry], lines: Sequence[int | None]) -> list[Problem]:
     """The branch's problems in one pass, listed by kind in this order: a compaction keeping from an entry off
     the branch, pi 1.x's context edits (design.md §6.14), tool calls and results that do not pair, usage
-    figures beyond what we count."""
+    figures beyond what we count. ``lines``: each entry's line number, in the branch's order. The branch's ids
+    are collected only for the compactions and context edits that name one (most branches have neither)."""
+    ids: set[str] | None = None
+
+    def on_branch(value: Any) -> bool:
+        nonlocal ids
+        if ids is None:
+            ids = {e["id"] for e in branch if isinstance(e.get("id"), str)}
+        return isinstance(value, str) and value in ids
+
     first_kept_problems: list[Problem] = []
     edit_problems: list[Problem] = []
     pairing_problems: list[Problem] = []
@@ -1001,17 +1007,17 @@ def _branch_problems(branch: list[Entry], branch_ids: set[str], line_of: dict[in
     open_calls: dict[str, int | None] = {}
     answered: set[str] = set()
     pending_since: int | None = None
-    for entry in branch:
+    for entry, line in zip(branch, lines, strict=True):
         kind = entry.get("type")
         if kind == "compaction":
             # A kept entry after the compaction (our rotation puts the compaction at the root) is fine: pi then
             # keeps nothing from before it and emits everything after it. Pointing nowhere loses the kept span.
             first_kept = entry.get("firstKeptEntryId")
-            if not (isinstance(first_kept, str) and first_kept in branch_ids):
+            if not on_branch(first_kept):
                 first_kept_problems.append(
                     Problem(
                         "first_kept_not_on_branch",
-                        line_of.get(id(entry)),
+                        line,
                         f"compaction keeps from {first_kept!r}, which is not on the branch: nothing before it "
                         "is kept",
                     )
@@ -1020,7 +1026,6 @@ def _branch_problems(branch: list[Entry], branch_ids: set[str], line_of: dict[in
         if kind == "context_edit":
             # One whose replacement pi cannot apply makes pi throw when it builds the context (never
             # compacted); one naming an entry not on the branch changes nothing.
-            line = line_of.get(id(entry))
             replacement = entry.get("replacement", _ABSENT)
             content = replacement.get("content") if isinstance(replacement, dict) else None
             if replacement is not None and not isinstance(content, str | list):
@@ -1033,7 +1038,7 @@ def _branch_problems(branch: list[Entry], branch_ids: set[str], line_of: dict[in
                     )
                 )
             target = entry.get("targetId")
-            if not (isinstance(target, str) and target in branch_ids):
+            if not on_branch(target):
                 edit_problems.append(
                     Problem(
                         "context_edit_target_missing",
@@ -1046,7 +1051,6 @@ def _branch_problems(branch: list[Entry], branch_ids: set[str], line_of: dict[in
         if kind != "message" or not isinstance(message, dict):
             continue
         role = role_of(message)
-        line = line_of.get(id(entry))
         if role == "toolResult":
             call_id = tool_call_id(message)
             if call_id is None or (call_id not in open_calls and call_id not in answered):

@@ -136,6 +136,19 @@ def _budget_cut(
     return cut
 
 
+def _newest_users(path: list[Entry], start: int, end: int, count: int) -> list[int]:
+    """The indexes of the newest ``count`` user messages in ``path[start:end]`` (fewer if it holds fewer),
+    oldest first."""
+    users: list[int] = []
+    for i in range(end - 1, start - 1, -1):
+        if _is_user(path[i]):
+            users.append(i)
+            if len(users) == count:
+                break
+    users.reverse()
+    return users
+
+
 def plan_cut(
     path: list[Entry],
     *,
@@ -156,12 +169,15 @@ def plan_cut(
         first_kept = path[previous].get("firstKeptEntryId")
         start = next((i for i, e in enumerate(path) if e.get("id") == first_kept), previous + 1)
     end = len(path)
-    cut_points = [i for i in range(start, end) if _is_cut_point(path[i])]
-    if not cut_points:
+    # Only the first and last cut points, the one after the token cut and the newest user turns are read, each
+    # found by a walk from the nearer end: a long branch is not scanned whole for a cut near its leaf.
+    first_cut = next((i for i in range(start, end) if _is_cut_point(path[i])), -1)
+    if first_cut < 0:
         return None
+    last_cut = next(i for i in range(end - 1, start - 1, -1) if _is_cut_point(path[i]))
 
     # pi's token-bounded cut: walk back over messages until keep_recent_tokens is reached.
-    token_cut = cut_points[0]
+    token_cut = first_cut
     accumulated = 0
     for i in range(end - 1, start - 1, -1):
         entry = path[i]
@@ -172,15 +188,16 @@ def plan_cut(
         else:
             accumulated += estimate_tokens(entry["message"])
         if accumulated >= keep_recent_tokens:
-            token_cut = next((c for c in cut_points if c >= i), cut_points[-1])
+            token_cut = next((c for c in range(i, last_cut) if _is_cut_point(path[c])), last_cut)
             break
     # Turn-bounded cut: the start of the N-th last user turn (0 turns keeps nothing but the latest entries).
-    users = [i for i in range(start, end) if _is_user(path[i])]
+    # Of the user turns only the newest N (at least the newest) are ever read.
+    users = _newest_users(path, start, end, max(keep_recent_turns, 1))
     turn_cut = (
-        users[-keep_recent_turns] if keep_recent_turns and len(users) >= keep_recent_turns else cut_points[0]
+        users[-keep_recent_turns] if keep_recent_turns and len(users) >= keep_recent_turns else first_cut
     )
     if keep_recent_turns == 0:
-        turn_cut = cut_points[-1]
+        turn_cut = last_cut
     cut = max(token_cut, turn_cut)
     if keep_budget_tokens is not None and users and keep_recent_turns:
         budget = min(keep_budget_tokens, keep_recent_tokens)
@@ -194,7 +211,7 @@ def plan_cut(
     history_end = turn_start if turn_start >= 0 else cut
     if not isinstance(path[cut].get("id"), str):
         return None  # an unmigrated entry cannot be named by firstKeptEntryId
-    newest = next((i for i in reversed(users) if i >= cut), -1)
+    newest = users[-1] if users and users[-1] >= cut else -1  # the newest user turn, if it is kept
     plan = CutPlan(path, start, cut, turn_start, previous, newest)
     plan.to_summarize = [m for e in path[start:history_end] for m in shown(e)]
     if turn_start >= 0:

@@ -1,0 +1,140 @@
+"""Figures ``inspect`` computes once and shares (issue 22): the context's visible messages, listed once for its
+estimate, its ledger and the report, and the rules' reason taken from the rules already known. Each must equal
+the separate computation it stands for."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from compactd.commands.inspection import inspect_transcript
+from compactd.core.context import (
+    SessionContext,
+    build_context,
+    context_estimate,
+    context_from_path,
+    message_entries,
+    rules_of,
+    rules_reason,
+)
+from compactd.core.ledger import SessionLedger
+from compactd.core.messages import PI_1, RUNTIME_CONTEXT_TYPE, is_runtime_context
+from compactd.core.tokens import estimate_for_planning, projected_estimate
+from compactd.reading import read_transcript
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.test_cutpoint_scans import branches
+
+
+@st.composite
+def branches_with_notes(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """A branch (``test_cutpoint_scans.branches``) with runtime-context notes put in at random places."""
+    path = draw(branches())
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(path)))
+        path.insert(
+            at,
+            {"type": "custom_message", "id": f"n{at}", "customType": RUNTIME_CONTEXT_TYPE, "content": "R"},
+        )
+    return path
+
+
+@settings(max_examples=300, deadline=None)
+@given(branches_with_notes())
+def test_the_visible_messages_are_listed_once_and_are_those_that_reach_the_model(
+    path: list[dict[str, Any]],
+) -> None:
+    context = context_from_path(path)
+    visible = context.visible()
+    assert visible == [m for m in context.messages if not is_runtime_context(m)]
+    assert context.visible() is visible  # one list, shared by every reader of this context
+    expected = (
+        projected_estimate(context.messages, context.trusted_from)
+        if context.rules == PI_1
+        else estimate_for_planning([m for m in context.messages if not is_runtime_context(m)])
+    )
+    assert context_estimate(context) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(branches_with_notes())
+def test_a_context_gives_each_message_with_its_entry_as_a_walk_of_the_branch_does(
+    path: list[dict[str, Any]],
+) -> None:
+    for entry in path:  # now and then a pi 1.x checkpoint on a compaction, whatever message it holds
+        if entry.get("type") == "compaction" and len(entry.get("summary", "")) % 3 == 1:
+            entry["systemMessage"] = {"role": "toolResult", "content": "x", "timestamp": 1}
+    context = context_from_path(path)
+    assert len(context.sources) == len(context.messages)
+    from_context = list(context.message_entries())
+    walked = list(message_entries(path))
+    assert [e for e, _ in from_context] == [e for e, _ in walked]
+    assert all(a is b for (a, _), (b, _) in zip(from_context, walked, strict=True))
+    assert [m for _, m in from_context] == [m for _, m in walked]
+
+
+@settings(max_examples=300, deadline=None)
+@given(branches_with_notes())
+def test_the_rules_reason_from_known_rules_is_the_one_counted(path: list[dict[str, Any]]) -> None:
+    assert rules_reason(path, rules_of(path)) == rules_reason(path)
+
+
+def test_a_context_is_not_compared_or_shown_by_its_memo() -> None:
+    context = context_from_path([])
+    fresh = context_from_path([])
+    context.visible()
+    assert context == fresh
+    assert "_visible" not in repr(context)
+    assert SessionContext([], "off", None).visible() == []
+
+
+def _pi1_session(tmp_path: Path) -> Path:
+    """A pi 1.x session (its system message first) with a runtime-context note: the reason counts entries."""
+    lines = [
+        {"type": "session", "version": 3, "id": "s", "timestamp": "2025-06-01T10:00:00.000Z", "cwd": "/w"},
+        {
+            "type": "message",
+            "id": "s1",
+            "parentId": None,
+            "timestamp": "2025-06-01T10:00:00.000Z",
+            "message": {"role": "system", "content": "be brief", "timestamp": 1},
+        },
+        {
+            "type": "message",
+            "id": "u1",
+            "parentId": "s1",
+            "timestamp": "2025-06-01T10:00:01.000Z",
+            "message": {"role": "user", "content": "hello", "timestamp": 2},
+        },
+        {
+            "type": "custom_message",
+            "id": "x1",
+            "parentId": "u1",
+            "timestamp": "2025-06-01T10:00:02.000Z",
+            "customType": RUNTIME_CONTEXT_TYPE,
+            "content": "R" * 80,
+            "display": False,
+        },
+    ]
+    path = tmp_path / "pi1.jsonl"
+    path.write_text("".join(json.dumps(v) + "\n" for v in lines))
+    return path
+
+
+def test_the_report_says_the_rules_and_counts_what_a_fresh_reading_does(tmp_path: Path) -> None:
+    path = _pi1_session(tmp_path)
+    transcript = read_transcript(path, lean=True)
+    context = build_context(transcript)
+    report = inspect_transcript(os.fspath(path), transcript, context=context)
+    fresh = read_transcript(path)
+    assert report["rules"] == "pi 1.x: " + rules_reason(fresh.branch())[1]
+    assert "1 system messages" in report["rules"]
+    assert report["context_messages"] == len(
+        [m for m in build_context(fresh).messages if not is_runtime_context(m)]
+    )
+    ledger = SessionLedger.from_transcript(fresh)  # its own context, its own list of visible messages
+    assert report["context_tokens"] == ledger.tokens
+    assert report["trailing_tokens"] == ledger.trailing_tokens
