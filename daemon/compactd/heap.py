@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from compactd.core import collector
 from compactd.core.collector import collector_paused
 
 __all__ = ["collector_paused", "fix_mmap_threshold", "frozen", "limit_malloc_arenas", "release_free_memory"]
@@ -36,12 +37,14 @@ def frozen() -> Iterator[None]:
     global _frozen_depth
     with _frozen_lock:
         _frozen_depth += 1
+        collector.frozen_blocks = _frozen_depth
         gc.freeze()
     try:
         yield
     finally:
         with _frozen_lock:
             _frozen_depth -= 1
+            collector.frozen_blocks = _frozen_depth
             if _frozen_depth == 0:
                 gc.unfreeze()
 

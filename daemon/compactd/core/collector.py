@@ -8,6 +8,11 @@ from contextlib import contextmanager
 
 __all__ = ["collector_paused"]
 
+# How many of ``heap.frozen``'s blocks are open (it counts them under its lock; read here without it, since a
+# block that starts or ends meanwhile changes only when the collector looks, never what it frees).
+# ``gc.get_freeze_count`` would tell as much, but it walks every frozen object (a job's whole transcript).
+frozen_blocks = 0
+
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
@@ -35,10 +40,8 @@ def collector_paused() -> Iterator[None]:
 
 def _settle() -> None:
     """Every tracked object into the oldest generation in constant time (``gc.freeze`` then ``gc.unfreeze``
-    splice the lists), or, while objects are frozen already (a job's ``heap.frozen`` block), into the frozen
-    set, which that block's end hands back. A block that starts or ends meanwhile in another thread changes
-    only when the collector next looks at these objects, never what it frees."""
-    already = gc.get_freeze_count()
+    splice the lists), or, inside a job's ``heap.frozen`` block, into the frozen set, which that block's end
+    hands back."""
     gc.freeze()
-    if not already:
+    if not frozen_blocks:
         gc.unfreeze()

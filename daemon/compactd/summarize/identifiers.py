@@ -1390,15 +1390,11 @@ def carried_identifiers(previous_summary: str | None) -> list[Identifier]:
 
 def with_carried(ids: Sequence[Identifier], previous_summary: str | None) -> list[Identifier]:
     """``ids`` and the previous summary's identifiers that are not among them."""
+    carried = carried_identifiers(previous_summary)
+    if not carried:  # the first compaction, most often: no need to know what ``ids`` hold
+        return list(ids)
     seen = {_key(i.text, i.kind) for i in ids} | {i.text for i in ids}
-    return [
-        *ids,
-        *(
-            c
-            for c in carried_identifiers(previous_summary)
-            if _key(c.text, c.kind) not in seen and c.text not in seen
-        ),
-    ]
+    return [*ids, *(c for c in carried if _key(c.text, c.kind) not in seen and c.text not in seen)]
 
 
 # --- ranking ------------------------------------------------------------------------------------------------
