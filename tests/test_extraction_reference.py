@@ -246,3 +246,29 @@ def test_records_and_redaction_equal_the_reference_on_real_sessions(name: str) -
 
     read = list(llm_visible(build_context(read_transcript(path)).messages))
     assert _assert_equal_to_the_reference(read)  # the real sessions are full of identifiers
+
+
+_IDENTIFIER_FIELDS = st.tuples(
+    st.sampled_from(["a.py", "b.py", "A.PY", "deadbee1", "/srv/x", "port 80"]),  # few: ties in text
+    st.sampled_from(identifiers.KINDS),
+    st.booleans(),
+    st.integers(1, 40),
+    st.integers(-1, 30),
+    st.integers(0, 30),
+    st.booleans(),
+    st.booleans(),
+)
+
+
+@given(st.lists(_IDENTIFIER_FIELDS, max_size=120), st.integers(0, 80), st.integers(0, 60))
+@settings(max_examples=300, deadline=None)
+def test_ranking_equals_the_reference_ranking(
+    fields: list[tuple[Any, ...]], cap: int, written_max: int
+) -> None:
+    """Ranking orders only what it keeps (and skips a group the cap leaves no room for): the same identifiers in
+    the same order as sorting every group whole, ties, carried (index -1) and empty groups included."""
+    ours = [identifiers.Identifier(*f) for f in fields]
+    theirs = [ref_identifiers.Identifier(*f) for f in fields]
+    got = identifiers.rank_identifiers(ours, cap=cap, written_max=written_max)
+    expected = ref_identifiers.rank_identifiers(theirs, cap=cap, written_max=written_max)
+    assert _records(got) == _records(expected)
