@@ -120,14 +120,8 @@ def decode(line: bytes) -> tuple[str, Prepared] | None:
 
 
 _NOTHING_DERIVED = Derived((), (), (), (), None, None)
-_NOTHING_STORED: list[Any] = [
-    [],
-    [],
-    [],
-    [],
-    None,
-    None,
-]  # how ``encode`` writes it (``False`` never equals None)
+# How ``encode`` writes a message's empty derived share (a tool result's is never this: its ``failed`` is a bool).
+_NOTHING_STORED: list[Any] = [[], [], [], [], None, None]
 
 
 class Stored(NamedTuple):
