@@ -143,6 +143,7 @@ def test_bench_followed_smoke() -> None:
     assert row["followed"]["committed"] and row["cold"]["committed"] and row["same_summary"]
     found, of = row["followed"]["prepared"]
     assert 0 < found <= of and tuple(row["cold"]["prepared"]) == (0, of)
+    assert row["bare_read_fresh_s"] > 0 and row["followed_over_fresh_bare"] > 0
 
 
 def test_bench_extract_smoke() -> None:
