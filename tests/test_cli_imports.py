@@ -5,9 +5,12 @@ watcher (watchfiles pulls in multiprocessing) stay unloaded; they cost a third o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from bench.corpus import generate_session
 
@@ -80,3 +83,33 @@ def test_a_model_free_compact_loads_no_model_stage(tmp_path: Path) -> None:
     assert code == 0 and json.loads(out)["committed"] is True, out
     unloaded = {"compactd.summarize.stages", "compactd.summarize.pace", "compactd.summarize.llm", "openai"}
     assert not modules & unloaded, sorted(modules & unloaded)
+
+
+def test_a_command_on_the_built_in_defaults_loads_no_yaml(tmp_path: Path) -> None:
+    """yaml (about 17 ms to import) is loaded to read a configuration file, never for the built-in defaults."""
+    path = tmp_path / "s.jsonl"
+    generate_session(path, 50_000, seed=3)
+    env = {k: v for k, v in os.environ.items() if k != "COMPACTD_CONFIG"}
+    env.update(
+        HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_STATE_HOME=str(tmp_path / "state")
+    )
+    if os.path.isfile("/etc/compactd/config.yaml"):
+        pytest.skip("a system configuration file is installed")
+
+    def modules_of(*argv: str) -> set[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", LOADED, *argv],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        report = json.loads(done.stderr.strip().splitlines()[-1])
+        assert report["code"] == 0, done.stdout
+        return set(report["modules"])
+
+    assert "yaml" not in modules_of("inspect", str(path))
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    assert "yaml" in modules_of("inspect", str(path), "--config", str(config))  # a file still needs it

@@ -10,15 +10,16 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
-
-import yaml
+from typing import TYPE_CHECKING, Any, cast
 
 from compactd.config._checks import _check_across
 from compactd.config._env import CONFIG_MAX_BYTES, _Refused, read_small_file
 from compactd.config._schema import Config
 from compactd.config._validate import ConfigError, ConfigProblem, _Ctx, _dotted, _kind
 from compactd.pi_settings import pi_agent_dir, read_pi_compaction
+
+if TYPE_CHECKING:
+    import yaml
 
 
 def _build(
@@ -66,6 +67,8 @@ def _collect_marks(
     seen: set[int],
 ) -> None:
     """Map every key path to its line/column, and report duplicate keys (PyYAML silently keeps the last)."""
+    import yaml
+
     if id(node) in seen:
         return
     seen.add(id(node))
@@ -97,7 +100,12 @@ def _collect_marks(
 def _parse_yaml(
     text: str, source: str
 ) -> tuple[Any, dict[tuple[str | int, ...], tuple[int, int]], list[ConfigProblem]]:
-    """The document, the position of every key path, and the duplicate keys (reported with the rest)."""
+    """The document, the position of every key path, and the duplicate keys (reported with the rest).
+
+    yaml is imported here, not with the module: only a configuration file needs it, and its import (about
+    17 ms) would otherwise be paid by every command, run on the built-in defaults or not."""
+    import yaml
+
     marks: dict[tuple[str | int, ...], tuple[int, int]] = {}
     problems: list[ConfigProblem] = []
     loader: yaml.SafeLoader | None = None
