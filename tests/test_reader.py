@@ -941,6 +941,20 @@ def test_reuse_shares_equal_entries_once_and_never_those_of_an_older_version() -
         (b'{"totalTokens":-5,"input":3}', False),  # a negative total is what it is (no fallback, no overflow)
         (b'{"totalTokens":true,"input":9007199254740992}', True),  # a boolean is no number: the parts count
         (b'{"totalTokens":9007199254740992.0}', True),
+        # No total (or 0): whole parts, none negative, within the count in all need no doubles either
+        (b'{"input":1,"output":2,"cacheRead":3,"cacheWrite":4}', False),
+        (b'{"totalTokens":0,"input":9007199254740990,"output":1}', False),  # MAX_TOKENS exactly
+        (b'{"totalTokens":0,"input":9007199254740990,"output":2}', True),
+        (b'{"input":4503599627370496,"output":4503599627370496}', True),  # 2**53 in all
+        (b'{"totalTokens":null,"input":9007199254740992,"output":-1}', False),  # a negative part: in doubles
+        (b'{"input":9007199254740995,"output":-4}', True),  # 2**53+3 is 2**53+4 as a double: past, 2**53-1 exact
+        (b'{"input":-9007199254740993,"output":18014398509481985}', True),
+        (b'{"input":1.5,"output":9007199254740990}', True),  # a fraction: added in doubles
+        (b'{"input":true,"output":9007199254740991}', False),  # a boolean part counts nothing
+        (b'{"input":"9007199254740992"}', False),  # a string part counts nothing
+        (b'{"input":1e400}', True),  # infinity
+        (b'{"input":9007199254740991,"output":9007199254740991,"cacheRead":-9007199254740991}', False),
+        (b'{"totalTokens":0.0,"input":9007199254740992}', True),
     ],
 )
 def test_a_stated_integer_total_within_the_count_needs_no_sum(usage: bytes, reported: bool) -> None:

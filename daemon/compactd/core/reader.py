@@ -19,7 +19,7 @@ import orjson
 from compactd.core.collector import collector_paused
 from compactd.core.jsjson import is_js_blank, js_to_number, js_trim_bounds, nesting
 from compactd.core.jsjson import loads as js_loads
-from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, role_of, tool_call_id
+from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, tool_call_id
 from compactd.core.tokens import MAX_TOKENS, usage_total
 
 __all__ = [
@@ -1047,10 +1047,12 @@ def _branch_problems(branch: list[Entry], lines: Sequence[int | None]) -> list[P
                     )
                 )
             continue
-        message = entry.get("message")
-        if kind != "message" or not isinstance(message, dict):
+        if kind != "message":
             continue
-        role = role_of(message)
+        message = entry.get("message")
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")  # ``role_of`` without the call: only compared with strings below
         if role == "toolResult":
             call_id = tool_call_id(message)
             if call_id is None or (call_id not in open_calls and call_id not in answered):
@@ -1094,6 +1096,19 @@ def _branch_problems(branch: list[Entry], lines: Sequence[int | None]) -> list[P
         stated = usage.get("totalTokens")
         if type(stated) is int and 0 < stated <= MAX_TOKENS:
             continue  # what ``usage_total`` returns then, exactly (a double holds it): within the count
+        if stated is None or (stated == 0 and type(stated) is int):  # then usage_total adds up the parts
+            parts = (
+                usage.get("input", 0),
+                usage.get("output", 0),
+                usage.get("cacheRead", 0),
+                usage.get("cacheWrite", 0),
+            )
+            if (
+                type(parts[0]) is type(parts[1]) is type(parts[2]) is type(parts[3]) is int
+                and min(parts) >= 0
+                and sum(parts) <= MAX_TOKENS
+            ):
+                continue  # whole, not negative, MAX_TOKENS at most in all: every partial sum exact in doubles
         total = usage_total(usage)
         if total > MAX_TOKENS or total != total:
             counted = f"counted as {MAX_TOKENS}" if total > MAX_TOKENS else "not counted"
