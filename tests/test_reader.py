@@ -947,7 +947,7 @@ def test_reuse_shares_equal_entries_once_and_never_those_of_an_older_version() -
         (b'{"totalTokens":0,"input":9007199254740990,"output":2}', True),
         (b'{"input":4503599627370496,"output":4503599627370496}', True),  # 2**53 in all
         (b'{"totalTokens":null,"input":9007199254740992,"output":-1}', False),  # a negative part: in doubles
-        (b'{"input":9007199254740995,"output":-4}', True),  # 2**53+3 is 2**53+4 as a double: past, 2**53-1 exact
+        (b'{"input":9007199254740995,"output":-4}', True),  # 2**53+3 is 2**53+4 as a double; 2**53-1 exact
         (b'{"input":-9007199254740993,"output":18014398509481985}', True),
         (b'{"input":1.5,"output":9007199254740990}', True),  # a fraction: added in doubles
         (b'{"input":true,"output":9007199254740991}', False),  # a boolean part counts nothing
