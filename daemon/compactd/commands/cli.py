@@ -174,15 +174,15 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
 
 def _predicted(config: Config, path: str, transcript: Transcript, plan: Plan) -> dict[str, Any]:
     """The route and flush the run would take (``job.predict_route``, ``job.flush_runs``): what ``once
-    --dry-run`` reports too, no model called."""
-    import anyio
-
+    --dry-run`` reports too, no model called. The prediction never waits (as in ``once --dry-run``): it is driven
+    without an event loop, so asyncio and anyio's backend are neither imported nor started (about 45 ms)."""
+    from compactd import offload
     from compactd.sources.files.job import flush_runs, predict_route
 
     decision = plan.decision
     out: dict[str, Any] = {"flush": bool(decision.flush) and flush_runs(config, path, transcript)}
     if decision.compact:
-        out["route"] = anyio.run(
+        out["route"] = offload.run_inline(
             functools.partial(predict_route, path, config, transcript, decision.job_route, plan=plan)
         )
     return out
