@@ -25,7 +25,7 @@ from compactd.core.context import (
     rules_reason,
 )
 from compactd.core.ledger import SessionLedger
-from compactd.core.messages import PI_1, RUNTIME_CONTEXT_TYPE, is_runtime_context
+from compactd.core.messages import PI_1, RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
 from compactd.core.tokens import estimate_for_planning, projected_estimate
 from compactd.reading import read_transcript
 from hypothesis import given, settings
@@ -79,6 +79,9 @@ def test_a_context_gives_each_message_with_its_entry_as_a_walk_of_the_branch_doe
     assert [e for e, _ in from_context] == [e for e, _ in walked]
     assert all(a is b for (a, _), (b, _) in zip(from_context, walked, strict=True))
     assert [m for _, m in from_context] == [m for _, m in walked]
+    tool_results = [(e, m) for e, m in walked if role_of(m) == "toolResult"]
+    assert len(context.tool_results()) == len(tool_results)
+    assert all(a is c and b is d for (a, b), (c, d) in zip(context.tool_results(), tool_results, strict=True))
 
 
 @settings(max_examples=300, deadline=None)
