@@ -113,3 +113,17 @@ def test_a_command_on_the_built_in_defaults_loads_no_yaml(tmp_path: Path) -> Non
     config = tmp_path / "config.yaml"
     config.write_text(f"state_dir: {tmp_path / 'state'}\n")
     assert "yaml" in modules_of("inspect", str(path), "--config", str(config))  # a file still needs it
+
+
+def test_inspect_of_a_due_session_predicts_its_route_without_an_event_loop(tmp_path: Path) -> None:
+    """``inspect`` predicts the route as ``once --dry-run`` does (``offload.run_inline``): no event loop either."""
+    path = tmp_path / "big.jsonl"
+    generate_session(path, 900_000, seed=3)  # over the threshold: a route is predicted
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\n")
+
+    code, out, modules = loaded_by("inspect", str(path), "--json", "--config", str(config))
+
+    assert code == 0 and json.loads(out)["route"] == "truncate_tool_results_only", out
+    event_loop = {"asyncio", "anyio._backends._asyncio", "anyio._core._synchronization"}
+    assert not modules & event_loop, sorted(modules & event_loop)

@@ -8,6 +8,7 @@ command prints; the console script itself is run as a subprocess where its proce
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any
 
 import pytest
 from compactd import __version__
-from compactd.commands.cli import main
+from compactd.commands import cli
+from compactd.commands.cli import main, run_as_process
 from compactd.config import load_config
 from compactd.core.context import build_context
 from compactd.core.decision import decide
@@ -316,6 +318,62 @@ def test_inspect_through_the_console_script(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert set(report) >= REQUIRED_KEYS | BUDGET_KEYS
     assert report["context_tokens"] == 40_000 + 10_500 + 2
+
+
+class _Exited(Exception):
+    pass
+
+
+def test_the_process_entry_point_ends_inspect_at_once_after_flushing_the_same_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_as_process`` ends an ``inspect`` by ``os._exit`` (its reading left to the process's end) with
+    ``main``'s code and output, flushed first; ``main`` called in a process that goes on holds nothing back."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(session())
+    expected = run_main(capsys, "inspect", "--json", str(path))
+    assert cli._left_to_exit is None
+    exits: list[tuple[int, bool]] = []
+
+    def exit_now(code: int) -> None:
+        exits.append((code, bool(cli._left_to_exit)))
+        raise _Exited
+
+    flushed: list[str] = []
+    monkeypatch.setattr(os, "_exit", exit_now)
+    monkeypatch.setattr(cli, "_left_to_exit", None)
+    monkeypatch.setattr(sys, "argv", ["compactd", "inspect", "--json", str(path)])
+    monkeypatch.setattr(sys.stdout, "flush", lambda: flushed.append("stdout"))
+    with pytest.raises(_Exited):
+        run_as_process()
+    assert exits == [(0, True)] and "stdout" in flushed
+    assert (0, capsys.readouterr().out) == expected
+
+
+def test_the_process_entry_point_exits_as_before_when_nothing_was_left_to_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(session())
+    monkeypatch.setattr(os, "_exit", lambda code: pytest.fail(f"os._exit({code})"))
+    monkeypatch.setattr(cli, "_left_to_exit", None)
+    monkeypatch.setattr(sys, "argv", ["compactd", "validate", str(path)])
+    with pytest.raises(SystemExit) as exited:
+        run_as_process()
+    assert exited.value.code == main(["validate", str(path)])
+
+
+def test_inspect_as_a_process_prints_what_main_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(session())
+    for extra in (["--json"], []):
+        code, out = run_main(capsys, "inspect", *extra, str(path))
+        done = subprocess.run(
+            [sys.executable, "-m", "compactd", "inspect", *extra, str(path)], capture_output=True, timeout=120
+        )
+        assert (done.returncode, done.stdout.decode()) == (code, out), done.stderr
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -806,6 +806,38 @@ def test_reducible_chars_measured_without_building_equals_the_rebuilt_cuts(
     assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    results=st.lists(
+        st.lists(st.lists(_PIECES, max_size=30).map("".join), min_size=1, max_size=2).filter(
+            lambda texts: len(texts) == 1 or len(texts[0]) % 5 == 0  # mostly one text: the first cut waits
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    max_chars=st.sampled_from([34, 35, 36, 40, 120, 700, 2_000, 6_000]),
+)
+def test_reducible_chars_with_first_cuts_made_only_when_needed_equals_the_rebuilt_cuts(
+    results: list[list[str]], max_chars: int
+) -> None:
+    """A one-text result over the cap that the aggregate pass cuts to the floor is counted at the floor without
+    its first cut (whose length cancels out of what remains); whenever what remains is uncertain the pending
+    cuts are made: the figure is OpenClaw's to the character (caps at and just over the floor, many results,
+    the remaining budget running out at any of them)."""
+    items = [
+        (
+            f"e{i}",
+            {
+                "role": "toolResult",
+                "toolCallId": f"c{i}",
+                "content": [{"type": "text", "text": t} for t in texts],
+            },
+        )
+        for i, texts in enumerate(results)
+    ]
+    assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)
+
+
 @given(st.text(alphabet=st.sampled_from(["a", "é", "€", "\ud83d", "\ude00", "\ud800", "\udfff", "😀"])))
 def test_code_units_come_back_as_python_text_pairs_joined_lone_surrogates_kept(units: str) -> None:
     assert _from_units(units) == units.encode("utf-16-le", "surrogatepass").decode(

@@ -12,15 +12,20 @@ from typing import Any
 from compactd.commands.inspection import inspect_transcript
 from compactd.core.context import (
     SessionContext,
+    _context_entries,
+    _projection,
+    _settings,
     build_context,
+    compaction_message,
     context_estimate,
     context_from_path,
+    entry_to_message,
     message_entries,
     rules_of,
     rules_reason,
 )
 from compactd.core.ledger import SessionLedger
-from compactd.core.messages import PI_1, RUNTIME_CONTEXT_TYPE, is_runtime_context
+from compactd.core.messages import PI_1, RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
 from compactd.core.tokens import estimate_for_planning, projected_estimate
 from compactd.reading import read_transcript
 from hypothesis import given, settings
@@ -74,12 +79,59 @@ def test_a_context_gives_each_message_with_its_entry_as_a_walk_of_the_branch_doe
     assert [e for e, _ in from_context] == [e for e, _ in walked]
     assert all(a is b for (a, _), (b, _) in zip(from_context, walked, strict=True))
     assert [m for _, m in from_context] == [m for _, m in walked]
+    tool_results = [(e, m) for e, m in walked if role_of(m) == "toolResult"]
+    assert len(context.tool_results()) == len(tool_results)
+    assert all(a is c and b is d for (a, b), (c, d) in zip(context.tool_results(), tool_results, strict=True))
 
 
 @settings(max_examples=300, deadline=None)
 @given(branches_with_notes())
 def test_the_rules_reason_from_known_rules_is_the_one_counted(path: list[dict[str, Any]]) -> None:
     assert rules_reason(path, rules_of(path)) == rules_reason(path)
+
+
+def reference_context(path: list[dict[str, Any]]) -> SessionContext:
+    """``context_from_path`` as it was before its one walk: the rules, the settings, then the messages."""
+    if rules_of(path) == PI_1:
+        return _projection(path)
+    thinking_level, model, compaction = _settings(path)
+    messages: list[dict[str, Any]] = []
+    sources: list[dict[str, Any]] = []
+    for entry in _context_entries(path, compaction):
+        message = compaction_message(entry) if entry is compaction else entry_to_message(entry)
+        if message is not None:
+            messages.append(message)
+            sources.append(entry)
+    return SessionContext(messages, thinking_level, model, sources=sources)
+
+
+_SETTINGS_AND_MARKERS = st.sampled_from(
+    [
+        {"type": "thinking_level_change", "thinkingLevel": "high"},
+        {"type": "thinking_level_change", "thinkingLevel": 7},
+        {"type": "model_change", "provider": "q", "modelId": "n"},
+        {"type": "message", "message": {"role": "assistant", "content": [], "provider": "r", "model": "o"}},
+        {"type": "message", "message": "not an object"},
+        {"type": "label", "targetId": "e0", "label": "x"},
+        {"type": "context_edit", "targetId": "e1", "replacement": None},
+        {"type": "usage", "input": 1},
+        {"type": "compaction", "summary": "s", "firstKeptEntryId": "e0", "systemMessage": {"role": "system"}},
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(branches_with_notes(), st.lists(st.tuples(st.integers(0, 40), _SETTINGS_AND_MARKERS), max_size=4))
+def test_the_context_built_in_one_walk_is_the_one_built_from_the_rules_and_settings(
+    path: list[dict[str, Any]], extra: list[tuple[int, dict[str, Any]]]
+) -> None:
+    for n, (at, entry) in enumerate(extra):  # settings, pi 1.x markers and odd entries anywhere, now and then
+        path.insert(min(at, len(path)), {"id": f"x{n}", **entry})
+    context = context_from_path(path)
+    expected = reference_context(path)
+    assert context == expected
+    assert len(context.sources) == len(expected.sources)
+    assert all(a is b for a, b in zip(context.sources, expected.sources, strict=True))
 
 
 def test_a_context_is_not_compared_or_shown_by_its_memo() -> None:

@@ -1,5 +1,5 @@
 """``python -m compactd`` is the ``compactd`` command."""
 
-from compactd.commands.cli import main
+from compactd.commands.cli import run_as_process
 
-raise SystemExit(main())
+run_as_process()

@@ -39,7 +39,7 @@ def tool_result_items(
     ``build_context(transcript)``, when the caller has it: its messages are taken with their entries instead of
     walking the branch again."""
     items: list[tuple[str, dict[str, Any]]] = []
-    shown = context.message_entries() if context is not None else message_entries(transcript.branch(), rules)
+    shown = context.tool_results() if context is not None else message_entries(transcript.branch(), rules)
     for entry, message in shown:
         entry_id = entry.get("id")
         if role_of(message) == "toolResult" and isinstance(entry_id, str):

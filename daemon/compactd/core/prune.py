@@ -565,8 +565,16 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
     if max_chars < 1:
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     suffix = _suffix_factory(None)
+    # OpenClaw's floor assumes a one-digit count and then slices its own suffix apart.
+    floor_chars = len(suffix(1))
     chars_before: list[int] = []
-    current: list[tuple[list[_Units], int]] = []
+    current: list[tuple[list[_Units], int | None]] = []
+    # One-text results over the cap whose first cut is not made yet (its length: None in ``current``). Such a
+    # cut is longer than the floor (the cap is), so a result the aggregate pass cuts down to the floor counts
+    # the floor whatever its first cut, and ``remaining`` loses that length again: most of a long session's
+    # results are never cut twice, nor their important tails looked for.
+    pending: dict[int, str] = {}  # index in ``current`` -> the one text
+    lazy = max_chars > floor_chars
     for _, message in items:
         if role_of(message) != "toolResult":
             continue
@@ -574,35 +582,69 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
         chars = sum(map(len, texts))
         chars_before.append(chars)
         blocks: list[_Units] = list(texts)
+        first: int | None = chars
         if chars > max_chars:
-            blocks = [
-                _PendingCut(units, budget, keep, suffix) if len(units) > budget else units
-                for units, (budget, keep) in zip(
-                    texts, _block_budgets(texts, chars, max_chars, suffix), strict=True
-                )
-            ]
-            chars = sum(map(len, blocks))
-        current.append((blocks, chars))
-    live = [i for i, (_, chars) in enumerate(current) if chars > 0]
-    total = sum(current[i][1] for i in live)
-    if len(live) >= 2 and total > max_chars:
-        remaining = total - max_chars
-        # OpenClaw's floor assumes a one-digit count and then slices its own suffix apart.
-        floor_chars = len(suffix(1))
-        for i in sorted(live, key=lambda i: (-i, -current[i][1])):
-            if remaining <= 0:
+            if lazy and len(texts) == 1:
+                pending[len(current)] = texts[0]
+                first = None
+            else:
+                blocks = _first_cut(texts, chars, max_chars, suffix)
+                first = sum(map(len, blocks))
+        current.append((blocks, first))
+
+    def settle() -> int:
+        """Make every pending first cut; the sum of their lengths (what ``remaining`` did not count yet)."""
+        added = 0
+        for i, units in pending.items():
+            cut = _first_cut([units], len(units), max_chars, suffix)
+            length = sum(map(len, cut))
+            current[i] = (cut, length)
+            added += length
+        pending.clear()
+        return added
+
+    live = [i for i, (_, first) in enumerate(current) if first is None or first > 0]
+    # What remains to cut is ``known`` plus the pending lengths, each of them at least 1 (over the floor).
+    known = sum(length for i in live if (length := current[i][1]) is not None)
+    if known + len(pending) <= max_chars:
+        known += settle()
+    if len(live) >= 2 and known + len(pending) > max_chars:
+        known -= max_chars
+        for i in sorted(live, reverse=True):  # the newest first (indices are unique: no tie to break)
+            if known + len(pending) <= 0 and pending:
+                known += settle()
+            if known + len(pending) <= 0:
                 break
-            blocks, chars = current[i]
-            reducible = max(0, chars - floor_chars)
+            blocks, length = current[i]
+            if length is None:
+                # What remains, ``known`` and at least 1 for each pending length, is past 0 here: with this
+                # result's own first cut it covers all of that cut down to the floor. Cut to the floor, and its
+                # first length leaves what remains again: it is never needed.
+                del pending[i]
+                known += floor_chars
+                current[i] = (blocks, floor_chars)
+                continue
+            reducible = max(0, length - floor_chars)
             if reducible <= 0:
                 continue
-            target = max(floor_chars, chars - min(reducible, remaining))
-            cut_chars = _cut_blocks_len(blocks, chars, target, suffix)
-            if chars - cut_chars <= 0:
+            if pending and known + len(pending) < reducible:
+                known += settle()
+            target = max(floor_chars, length - min(reducible, known + len(pending)))
+            cut_chars = _cut_blocks_len(blocks, length, target, suffix)
+            if length - cut_chars <= 0:
                 continue
-            remaining -= chars - cut_chars
+            known -= length - cut_chars
             current[i] = (blocks, cut_chars)
-    return sum(chars_before) - sum(chars for _, chars in current)
+    settle()
+    return sum(chars_before) - sum(length for _, length in current if length is not None)
+
+
+def _first_cut(texts: list[str], chars: int, max_chars: int, suffix: Suffix) -> list[_Units]:
+    """A result's texts (``chars`` long in all) after the cut of each to its share of ``max_chars``."""
+    return [
+        _PendingCut(units, budget, keep, suffix) if len(units) > budget else units
+        for units, (budget, keep) in zip(texts, _block_budgets(texts, chars, max_chars, suffix), strict=True)
+    ]
 
 
 def _block_budgets(

@@ -715,7 +715,8 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
         while current is not None and current not in seen:
             seen.add(current)
             path.append(current)
-            parent_key = link_key(parents[current])
+            parent = parents[current]
+            parent_key = (parent or None) if type(parent) is str else link_key(parent)  # a string: itself
             current = links.get(parent_key) if parent_key is not None else None
         path.reverse()
     cycle = bool(path) and (root_key := link_key(parents[path[0]])) is not None and root_key in links
@@ -778,14 +779,15 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
             )
         )
     # validate's problems, in its order: each entry's, the cycle, the branch's, the nesting.
-    at = 0
-    for index in range(n):
-        while at < len(early) and early[at][0] == index:
-            problems.append(early[at][1])
-            at += 1
-        parent = parents[index]
-        if parent is not None and isinstance(ids[index], str) and link_key(parent) not in links:
-            problems.append(_dangling(parent, lines[index]))
+    if early or not _all_found(parents, links):
+        at = 0
+        for index in range(n):
+            while at < len(early) and early[at][0] == index:
+                problems.append(early[at][1])
+                at += 1
+            parent = parents[index]
+            if parent is not None and isinstance(ids[index], str) and link_key(parent) not in links:
+                problems.append(_dangling(parent, lines[index]))
     if cycle:
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
     problems.extend(_branch_problems(branch, [lines[i] for i in path]))
@@ -796,6 +798,18 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
             problems.append(_too_deep(scan.header_line, depth))
     problems.extend(_too_deep(line, depth) for line, depth in deep)
     return transcript
+
+
+def _all_found(parents: list[Any], links: Mapping[Hashable, int]) -> bool:
+    """Whether every parent is None or an id filed in ``links`` as it is (a non-empty string: its own link key),
+    told by one C-level set difference: then no entry has a dangling parent, and the walk of every entry that
+    would look for one (42,000 link keys) is not needed. Any other parent (a number, ``true``, ``""``, a list)
+    is left to that walk."""
+    try:
+        missing = set(parents).difference(links)
+    except TypeError:  # an unhashable parent (a list, an object)
+        return False
+    return not missing or missing == {None}
 
 
 # Every byte but those that open a level of nesting and the newline, for ``bracket_heavy_lines``.

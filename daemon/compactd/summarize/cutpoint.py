@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
+from operator import methodcaller
 from typing import Any
 
 from compactd.core.context import entry_to_message, projected_entries, rules_of
@@ -109,6 +110,17 @@ def _shown_by(path: list[Entry]) -> tuple[Shown, bool]:
     return (lambda e: shown.get(id(e), [])), True
 
 
+_TYPE_OF = methodcaller("get", "type")
+
+
+def _shown_in(entries: list[Entry], shown: Shown, pi1: bool) -> list[dict[str, Any]]:
+    """What ``entries`` show the model, in order: under pi 0.73 each entry's own message (``entry_to_message``,
+    as ``shown`` gives it), listed without a one-message list and a call of ``shown`` per entry."""
+    if pi1:
+        return [m for e in entries for m in shown(e)]
+    return [m for m in map(entry_to_message, entries) if m is not None]
+
+
 def _entry_tokens(entry: Entry, shown: Shown, pi1: bool) -> int:
     """What one entry weighs in the context, as pi's token-bounded cut counts it."""
     if pi1:
@@ -163,7 +175,10 @@ def plan_cut(
     if not path or path[-1].get("type") == "compaction":
         return None
     shown, pi1 = _shown_by(path)
-    previous = next((i for i in range(len(path) - 1, -1, -1) if path[i].get("type") == "compaction"), -1)
+    # The last compaction, found in C-level passes over the types (most branches have none: a walk of every
+    # entry in Python, about 17 ms on a 42,000-entry branch, for nothing).
+    kinds = list(map(_TYPE_OF, path))
+    previous = len(kinds) - 1 - kinds[::-1].index("compaction") if "compaction" in kinds else -1
     start = 0
     if previous >= 0:
         first_kept = path[previous].get("firstKeptEntryId")
@@ -213,10 +228,10 @@ def plan_cut(
         return None  # an unmigrated entry cannot be named by firstKeptEntryId
     newest = users[-1] if users and users[-1] >= cut else -1  # the newest user turn, if it is kept
     plan = CutPlan(path, start, cut, turn_start, previous, newest)
-    plan.to_summarize = [m for e in path[start:history_end] for m in shown(e)]
+    plan.to_summarize = _shown_in(path[start:history_end], shown, pi1)
     if turn_start >= 0:
-        plan.turn_prefix = [m for e in path[turn_start:cut] for m in shown(e)]
-    plan.kept = [m for e in path[cut:] for m in shown(e)]
+        plan.turn_prefix = _shown_in(path[turn_start:cut], shown, pi1)
+    plan.kept = _shown_in(path[cut:], shown, pi1)
     if not plan.to_summarize and not plan.turn_prefix:
         return None
     return plan
