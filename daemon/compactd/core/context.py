@@ -275,6 +275,13 @@ def context_from_path(path: list[Entry], rules: str | None = None) -> SessionCon
     if rules == PI_1:
         return _projection(path)
     thinking_level, model, compaction = _settings(path)  # one walk of the branch for the settings
+    messages, sources = _listed(path, compaction)
+    return SessionContext(messages, thinking_level, model, sources=sources)
+
+
+def _listed(path: list[Entry], compaction: Entry | None) -> tuple[list[dict[str, Any]], list[Entry]]:
+    """The messages pi 0.73's context shows from ``path`` (from ``compaction``, the last one, when there is one),
+    and the entry each comes from."""
     messages: list[dict[str, Any]] = []
     sources: list[Entry] = []
     for entry in _context_entries(path, compaction):
@@ -282,7 +289,7 @@ def context_from_path(path: list[Entry], rules: str | None = None) -> SessionCon
         if message is not None:
             messages.append(message)
             sources.append(entry)
-    return SessionContext(messages, thinking_level, model, sources=sources)
+    return messages, sources
 
 
 def _pi073_context(path: list[Entry]) -> SessionContext | None:
@@ -318,12 +325,7 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
             messages.append(shown)
             sources.append(entry)
     if compaction is not None:  # the last one wins: the context starts from it
-        messages, sources = [], []
-        for entry in _context_entries(path, compaction):
-            message = compaction_message(entry) if entry is compaction else entry_to_message(entry)
-            if message is not None:
-                messages.append(message)
-                sources.append(entry)
+        messages, sources = _listed(path, compaction)
     return SessionContext(messages, thinking_level, model, sources=sources)
 
 
