@@ -4,9 +4,16 @@ the reference."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import pytest
+from compactd.commands.cli import main
+from compactd.core.context import rules_of
 from compactd.core.tokens import estimate_tokens
+from compactd.summarize import cutpoint, engine
 from compactd.summarize.cutpoint import (
     CutPlan,
     _budget_cut,
@@ -18,6 +25,8 @@ from compactd.summarize.cutpoint import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from bench.corpus import generate_session
 
 
 def reference_plan_cut(
@@ -135,3 +144,45 @@ def test_the_cut_is_the_one_the_whole_branch_scans_made(
     assert plan_cut(path, **limits, keep_budget_tokens=budget) == reference_plan_cut(
         path, **limits, keep_budget_tokens=budget
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    branches(),
+    st.integers(0, 6),
+    st.integers(0, 600),
+    st.one_of(st.none(), st.integers(0, 600)),
+)
+def test_known_rules_give_the_plan_read_off_the_branch(
+    path: list[dict[str, Any]], turns: int, tokens: int, budget: int | None
+) -> None:
+    """A caller whose context was built from the branch passes its rules: the branch is not walked for them
+    (``rules_of`` is not called), and the plan is the one read off the branch."""
+    limits: dict[str, Any] = {"keep_recent_turns": turns, "keep_recent_tokens": tokens}
+    expected = reference_plan_cut(path, **limits, keep_budget_tokens=budget)
+    rules = rules_of(path)
+    with mock.patch.object(cutpoint, "rules_of", side_effect=AssertionError("the rules were read again")):
+        assert plan_cut(path, **limits, keep_budget_tokens=budget, rules=rules) == expected
+
+
+@pytest.mark.parametrize(("window", "seed"), [(30_000, 7), (60_000, 11)])
+def test_inspect_hands_its_context_rules_to_the_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], window: int, seed: int
+) -> None:
+    """``inspect`` predicts a compaction's route with the rules of the context it built (``predict_route``'s
+    ``context``): the same report, and no cut reads the rules off the branch again."""
+    path = tmp_path / "session.jsonl"
+    generate_session(path, 400_000, seed=seed)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps({"agents": {"defaults": {"context_tokens": window}}, "state_dir": str(tmp_path / "state")})
+    )
+    argv = ["inspect", str(path), "--json", "--config", str(config)]
+    with mock.patch.object(engine, "plan_cut", wraps=cutpoint.plan_cut) as cuts:
+        assert main(argv) == 0
+    expected = capsys.readouterr().out
+    assert json.loads(expected)["route"] in ("compact_only", "compact_then_truncate")
+    assert cuts.call_count >= 1
+    with mock.patch.object(cutpoint, "rules_of", side_effect=AssertionError("the rules were read again")):
+        assert main(argv) == 0
+    assert capsys.readouterr().out == expected

@@ -18,6 +18,7 @@ from compactd.heap import collector_paused
 
 if TYPE_CHECKING:
     from compactd.config import Config
+    from compactd.core.context import SessionContext
     from compactd.core.reader import Transcript
     from compactd.sources.files.job import Plan
 
@@ -149,7 +150,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         figures = figures_of(config, transcript, context=context)
         plan = Plan(figures, decide(config, figures, now=0.0, force=True))
         report.update(plan.decision.as_json())
-        report.update(_predicted(config, os.path.realpath(args.file), transcript, plan))
+        report.update(_predicted(config, os.path.realpath(args.file), transcript, plan, context))
     if args.json:
         _print_json(report, out)
         return 0
@@ -183,18 +184,24 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _predicted(config: Config, path: str, transcript: Transcript, plan: Plan) -> dict[str, Any]:
+def _predicted(
+    config: Config, path: str, transcript: Transcript, plan: Plan, context: SessionContext
+) -> dict[str, Any]:
     """The route and flush the run would take (``job.predict_route``, ``job.flush_runs``): what ``once
     --dry-run`` reports too, no model called. The prediction never waits (as in ``once --dry-run``): it is driven
-    without an event loop, so asyncio and anyio's backend are neither imported nor started (about 45 ms)."""
+    without an event loop, so asyncio and anyio's backend are neither imported nor started (about 45 ms).
+    ``context``: the report's, built from ``transcript``: its rules spare each cut a walk of the branch."""
     from compactd import offload
     from compactd.sources.files.job import flush_runs, predict_route
 
     decision = plan.decision
-    out: dict[str, Any] = {"flush": bool(decision.flush) and flush_runs(config, path, transcript)}
+    flush = bool(decision.flush) and flush_runs(config, path, transcript, rules=context.rules)
+    out: dict[str, Any] = {"flush": flush}
     if decision.compact:
         out["route"] = offload.run_inline(
-            functools.partial(predict_route, path, config, transcript, decision.job_route, plan=plan)
+            functools.partial(
+                predict_route, path, config, transcript, decision.job_route, plan=plan, context=context
+            )
         )
     return out
 

@@ -94,13 +94,14 @@ def _is_user(entry: Entry) -> bool:
 Shown = Callable[[Entry], list[dict[str, Any]]]
 
 
-def _shown_by(path: list[Entry]) -> tuple[Shown, bool]:
-    """What each entry of the branch shows the model, by the branch's rules, and whether they are pi 1.x's.
+def _shown_by(path: list[Entry], rules: str | None = None) -> tuple[Shown, bool]:
+    """What each entry of the branch shows the model, by the branch's rules (``rules_of``, unless the caller
+    knows them: ``rules``), and whether they are pi 1.x's.
 
     pi 1.x: the projection's messages (context edits applied, omitted ones gone), system messages left out:
     they are prompt state, which the compaction's checkpoint carries (pi's ``prepareCompaction`` does the same).
     """
-    if rules_of(path) != PI_1:
+    if (rules_of(path) if rules is None else rules) != PI_1:
         return (lambda e: [] if (m := entry_to_message(e)) is None else [m]), False
     shown = {
         id(entry): [m for m in messages if role_of(m) != "system"]
@@ -167,14 +168,17 @@ def plan_cut(
     keep_recent_turns: int,
     keep_recent_tokens: int,
     keep_budget_tokens: int | None = None,
+    rules: str | None = None,
 ) -> CutPlan | None:
     """The cut for a root → leaf path, or None when there is nothing to summarize.
 
     ``keep_budget_tokens``: keep whole turns within min(this, ``keep_recent_tokens``), the newest always.
+    ``rules``: the branch's (``rules_of``), when the caller knows them already (its context was built from this
+    very branch: ``SessionContext.rules``); else they are read off the branch (a walk of every entry).
     """
     if not path or path[-1].get("type") == "compaction":
         return None
-    shown, pi1 = _shown_by(path)
+    shown, pi1 = _shown_by(path, rules)
     # The last compaction, found in C-level passes over the types (most branches have none: a walk of every
     # entry in Python, about 17 ms on a 42,000-entry branch, for nothing).
     kinds = list(map(_TYPE_OF, path))

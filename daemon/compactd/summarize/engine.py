@@ -255,12 +255,14 @@ class CompactionEngine:
         self.settings = settings
         self.client = client
 
-    def plan(self, transcript: Transcript) -> CutPlan | None:
+    def plan(self, transcript: Transcript, *, rules: str | None = None) -> CutPlan | None:
+        """The cut of the transcript's branch; ``rules``: the branch's, when the caller's context knows them."""
         return plan_cut(
             transcript.branch(),
             keep_recent_turns=self.settings.keep_recent_turns,
             keep_recent_tokens=self.settings.keep_recent_tokens,
             keep_budget_tokens=self.settings.keep_budget_tokens,
+            rules=rules,
         )
 
     async def compact(
@@ -299,7 +301,7 @@ class CompactionEngine:
         # collector paused: they make hundreds of thousands of containers (records, copies, sections), and the
         # collector's passes over them took about a twentieth of a followed compaction. Refcounting frees as before.
         with collector_paused():
-            plan = self.plan(transcript)
+            plan = self.plan(transcript, rules=context.rules if context is not None else None)
             if plan is None:
                 return None
             started = time.monotonic()

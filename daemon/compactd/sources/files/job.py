@@ -375,11 +375,13 @@ async def _plan_job(
     route: Route | None = None,
     report: bool = True,
     route_only: bool = False,
+    context: SessionContext | None = None,
 ) -> JobResult | tuple[JobResult, dict[str, dict[str, Any]]]:
     """The job up to its commit, in :func:`compactd.offload.run_async`'s thread: a JobResult when it stops
     there (a turn in flight, nothing to compact, a dry run), else the result and the pruning's replacements.
     ``route_only`` (a dry run's prediction): only ``route`` counts, and no summary is written when any summary
-    the engine could write leads to the same one (:func:`_route_without_summary`)."""
+    the engine could write leads to the same one (:func:`_route_without_summary`). ``context``:
+    ``build_context(transcript)`` when the caller has it (``inspect``): its rules spare the cut a walk."""
     if not dry_run:
         # Every check that can refuse the commit, before anything is spent on the model; the commit asks
         # again under the lock (an agent may start meanwhile).
@@ -388,9 +390,9 @@ async def _plan_job(
             return JobResult(path, "none", reason=refusal[1], status=refusal[0])
     # The caller's decision on this reading, or (asked for by name) one made here, forced: a session that fits
     # is compacted anyway, on the ``compact_only`` route. ``route``: a dry run's prediction of another route.
-    context = None  # the plan's, when it is made here: the engine's too
+    # The caller's, or the plan's when it is made here: the engine's too.
     if plan is None:
-        context = build_context(transcript)
+        context = context if context is not None else build_context(transcript)
         plan = plan_of(config, transcript, context=context)
     figures, decision = plan.figures, plan.decision
     budget = decision.budget
@@ -426,6 +428,7 @@ async def _plan_job(
         return pruning.tokens_saved
 
     pi1 = figures.edited_tokens is not None  # pi 1.x's rules: the checkpoint, system messages, user images
+    rules = context.rules if context is not None else None  # the branch's, for the cut (else read off it)
     settings = engine_settings(config, figures.provider, figures.model)
     # The kept turns fill the target at most; the summary's tokens come out of the older kept results.
     settings.keep_budget_tokens = target
@@ -441,15 +444,20 @@ async def _plan_job(
         pruned_tokens = prune(_ids(branch) - newest_ids, max(remaining, measured) - target)
         need = max(remaining, measured) - prune_target_tokens(budget, chosen)
         pruned_tokens += prune(newest_ids, need - pruned_tokens)
-        if max(remaining, measured) - pruned_tokens > target and engine.plan(transcript) is not None:
+        if (
+            max(remaining, measured) - pruned_tokens > target
+            and engine.plan(transcript, rules=rules) is not None
+        ):
             log.debug("path=%s truncation alone cannot leave room to work: compacting instead", path)
             chosen, pruned_tokens, result.chars_saved = "compact_then_truncate", 0, 0
             replacements.clear()
     if chosen != "truncate_tool_results_only":
         workspace = trusted_workspace(config, path, transcript.header)
-        rules = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
+        agents_md = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
         if route_only:
-            known = _route_without_summary(engine, transcript, chosen, rules, budget, target, pi1=pi1)
+            known = _route_without_summary(
+                engine, transcript, chosen, agents_md, budget, target, pi1=pi1, rules=rules
+            )
             if known is not None:
                 result.route = known
                 result.reason = "dry run"
@@ -459,7 +467,7 @@ async def _plan_job(
         # Each message's redaction and identifiers as the daemon made them when it read the message.
         result.engine = await engine.compact(
             transcript,
-            agents_md=rules,
+            agents_md=agents_md,
             now=now,
             prepared=lambda: store_lines(config.state_dir, path),
             context=context,
@@ -530,24 +538,26 @@ def _route_without_summary(
     engine: CompactionEngine,
     transcript: Transcript,
     route: Route,
-    rules: str | None,
+    agents_md: str | None,
     budget: Any,
     target: int,
     *,
     pi1: bool,
+    rules: str | None = None,
 ) -> Route | None:
     """The route :func:`_plan_job` ends with after the engine, decided without writing the summary: the kept
     turns, the post-compaction message and the checkpoint are known from the cut alone, and the summary counts
     between :meth:`CompactionEngine.summary_token_bounds`; when the fewest and the most give the same answers
     (over the threshold or not, over the target or not), that is the route. None: it depends on the summary
-    (the caller writes it), or there is nothing to compact (the caller says so, as before)."""
-    plan = engine.plan(transcript)
+    (the caller writes it), or there is nothing to compact (the caller says so, as before). ``rules``: the
+    branch's, when the caller's context knows them."""
+    plan = engine.plan(transcript, rules=rules)
     if plan is None:
         return None
     kept_ids = _ids(plan.path[plan.first_kept_index :])
     newest_ids = _ids(plan.path[plan.newest_turn_index :]) if plan.newest_turn_index >= 0 else set()
     older = bool(kept_ids - newest_ids)
-    text = engine.post_text(rules, None, datetime.now().astimezone())
+    text = engine.post_text(agents_md, None, datetime.now().astimezone())
     post_tokens = 0
     if text:
         post = entry_to_message(post_compaction_entry(text, "", js_iso(None)))
@@ -627,14 +637,20 @@ def _newest_turn_start(branch: list[dict[str, Any]]) -> int:
 
 
 async def predict_route(
-    path: str, config: Config, transcript: Transcript, route: Route, *, plan: Plan | None = None
+    path: str,
+    config: Config,
+    transcript: Transcript,
+    route: Route,
+    *,
+    plan: Plan | None = None,
+    context: SessionContext | None = None,
 ) -> Route:
     """The route a compaction of ``transcript`` asked to take ``route`` ends with, for a dry run: the job
     planned exactly as the real one (the cut, the kept turns, the pruning), with the digest standing in for
     the summary, so no model is called. The real route differs only where a model's summary is so much
     longer or shorter than the digest that it alone does or does not leave room to work; the digest itself is
     written only when its length could change the route. ``plan``: the caller's decision on this reading (its
-    figures are not counted again)."""
+    figures are not counted again). ``context``: ``build_context(transcript)``, when the caller has it."""
     if route == "fits":
         return route
     planned = await offload.run_async(
@@ -651,6 +667,7 @@ async def predict_route(
             route=route,
             report=False,
             route_only=True,
+            context=context,
         ),
         client=None,
         name="compactd-predict",
@@ -659,14 +676,15 @@ async def predict_route(
     return result.route  # type: ignore[return-value]
 
 
-def flush_runs(config: Config, path: str, transcript: Transcript) -> bool:
+def flush_runs(config: Config, path: str, transcript: Transcript, *, rules: str | None = None) -> bool:
     """Whether a memory flush of ``transcript`` does anything: hooks to start, or a trusted workspace to write
-    and a span before the kept turns to extract from (what ``FileSource.flush`` does, asked beforehand)."""
+    and a span before the kept turns to extract from (what ``FileSource.flush`` does, asked beforehand).
+    ``rules``: the branch's, when the caller's context knows them."""
     if config.memory_flush.hooks:
         return True
     if trusted_workspace(config, path, transcript.header) is None:
         return False
-    return CompactionEngine(engine_settings(config)).plan(transcript) is not None
+    return CompactionEngine(engine_settings(config)).plan(transcript, rules=rules) is not None
 
 
 def refusal_before_spending(
