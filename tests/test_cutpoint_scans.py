@@ -186,3 +186,29 @@ def test_inspect_hands_its_context_rules_to_the_cut(
     with mock.patch.object(cutpoint, "rules_of", side_effect=AssertionError("the rules were read again")):
         assert main(argv) == 0
     assert capsys.readouterr().out == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(branches(), st.integers(0, 6), st.integers(0, 600))
+def test_what_a_plan_summarizes_is_listed_when_read(
+    path: list[dict[str, Any]], turns: int, tokens: int
+) -> None:
+    """A plan is made (or not) without listing its span: the list is made on its first read, then kept, and
+    it is the one the whole-branch scans listed."""
+    limits: dict[str, Any] = {"keep_recent_turns": turns, "keep_recent_tokens": tokens}
+    expected = reference_plan_cut(path, **limits)
+    plan = plan_cut(path, **limits)
+    assert (plan is None) == (expected is None)
+    if plan is None or expected is None:
+        return
+    assert callable(plan.__dict__["_to_summarize"])  # not listed yet
+    listed = plan.to_summarize
+    assert listed == expected.to_summarize and plan.to_summarize is listed
+    assert plan == expected
+
+
+def test_a_plan_made_without_its_lists_has_empty_ones_of_its_own() -> None:
+    first, second = CutPlan([], 0, 0, -1, -1), CutPlan([], 0, 0, -1, -1)
+    assert first.to_summarize == [] and first.to_summarize is not second.to_summarize
+    first.to_summarize.append({"role": "user"})
+    assert second.to_summarize == [] and first == CutPlan([], 0, 0, -1, -1, to_summarize=[{"role": "user"}])

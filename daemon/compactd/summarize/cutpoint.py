@@ -27,6 +27,29 @@ _CUT_ROLES = ("bashExecution", "custom", "branchSummary", "compactionSummary", "
 _TURN_START_ROLES = ("user", "bashExecution")
 
 
+Messages = list[dict[str, Any]]
+
+
+class _Later:
+    """A plan's list that may be given as a function of no argument instead, called on its first read (and
+    kept): a route prediction only asks whether a plan is made, not what it summarizes (a 42,000-entry branch's
+    span is every message of it). Any other reader (the engine, ``==``, ``repr``) reads the list as before."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, plan: Any, owner: type | None = None) -> Any:
+        if plan is None:
+            return None  # the dataclass's default: an empty list of the plan's own (``__set__``)
+        value = plan.__dict__[self.slot]
+        if callable(value):
+            value = plan.__dict__[self.slot] = value()
+        return value
+
+    def __set__(self, plan: Any, value: Messages | Callable[[], Messages] | None) -> None:
+        plan.__dict__[self.slot] = [] if value is None else value
+
+
 @dataclass
 class CutPlan:
     path: list[Entry]
@@ -35,7 +58,7 @@ class CutPlan:
     turn_start_index: int
     previous_compaction_index: int
     newest_turn_index: int = -1  # where the newest kept turn starts (its user message), -1 when not known
-    to_summarize: list[dict[str, Any]] = field(default_factory=list)
+    to_summarize: _Later = _Later()
     turn_prefix: list[dict[str, Any]] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
 
@@ -232,10 +255,18 @@ def plan_cut(
         return None  # an unmigrated entry cannot be named by firstKeptEntryId
     newest = users[-1] if users and users[-1] >= cut else -1  # the newest user turn, if it is kept
     plan = CutPlan(path, start, cut, turn_start, previous, newest)
-    plan.to_summarize = _shown_in(path[start:history_end], shown, pi1)
     if turn_start >= 0:
         plan.turn_prefix = _shown_in(path[turn_start:cut], shown, pi1)
-    plan.kept = _shown_in(path[cut:], shown, pi1)
-    if not plan.to_summarize and not plan.turn_prefix:
+    if not plan.turn_prefix and not _shows_any(path, start, history_end, shown, pi1):
         return None
+    plan.to_summarize = lambda: _shown_in(path[start:history_end], shown, pi1)  # listed when read
+    plan.kept = _shown_in(path[cut:], shown, pi1)
     return plan
+
+
+def _shows_any(path: list[Entry], start: int, end: int, shown: Shown, pi1: bool) -> bool:
+    """Whether ``_shown_in(path[start:end], ...)`` lists anything, told from its first entry that shows a
+    message (most often ``path[start]``) instead of listing them all."""
+    if pi1:
+        return any(shown(path[i]) for i in range(start, end))
+    return any(entry_to_message(path[i]) is not None for i in range(start, end))
