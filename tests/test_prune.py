@@ -904,3 +904,40 @@ def test_important_tail_is_either_word_list_or_a_closing_brace(text: str) -> Non
         or _SUMMARY_WORDS.search(tail) is not None
     )
     assert has_important_tail(text) is expected
+
+
+_ODD_CONTENT = st.one_of(
+    st.lists(_PIECES, max_size=30).map("".join),  # a string content: no text block
+    st.lists(
+        st.one_of(
+            st.lists(_PIECES, max_size=30).map(lambda p: {"type": "text", "text": "".join(p)}),
+            st.just({"type": "image", "data": "x", "mimeType": "image/png"}),
+            st.sampled_from(
+                [{"type": "text", "text": 5}, {"type": "text"}, {"text": "no type"}, "text", None]
+            ),
+        ),
+        max_size=2,
+    ),
+    st.none(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    results=st.lists(
+        st.tuples(st.sampled_from(["toolResult", "toolResult", "user", 7]), _ODD_CONTENT),
+        min_size=1,
+        max_size=8,
+    ),
+    max_chars=st.sampled_from([34, 40, 300, 2_000]),
+)
+def test_reducible_chars_reads_one_text_results_and_odd_ones_as_the_rebuilt_cuts_do(
+    results: list[tuple[Any, Any]], max_chars: int
+) -> None:
+    """The one-text reading (an ASCII text taken as its own code units) and the general one for everything else
+    (a string content, images, a text that is not a string, no block, another role) give the rebuilt figure."""
+    items = [
+        (f"e{i}", {"role": role, "toolCallId": f"c{i}", "content": content})
+        for i, (role, content) in enumerate(results)
+    ]
+    assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)

@@ -576,9 +576,19 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
     pending: dict[int, str] = {}  # index in ``current`` -> the one text
     lazy = max_chars > floor_chars
     for _, message in items:
-        if role_of(message) != "toolResult":
+        if (
+            message.get("role") != "toolResult"
+        ):  # role_of's "" for a role that is not a string: not one either
             continue
-        texts = [_to_units(block["text"]) for block in _text_blocks(message)]
+        # Most results are one text block: read without a generator and three calls (``_text_blocks``,
+        # ``_to_units``, ``js_len``); an ASCII text is its own code units. Anything else: the general reading.
+        content = message.get("content")
+        block = content[0] if type(content) is list and len(content) == 1 else None
+        text = block.get("text") if type(block) is dict and block.get("type") == "text" else None
+        if type(text) is str and text.isascii():
+            texts = [text]
+        else:
+            texts = [_to_units(block["text"]) for block in _text_blocks(message)]
         chars = sum(map(len, texts))
         chars_before.append(chars)
         blocks: list[_Units] = list(texts)
