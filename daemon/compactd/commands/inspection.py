@@ -7,7 +7,7 @@ from typing import Any
 
 from compactd.core.context import SessionContext, build_context, rules_reason
 from compactd.core.ledger import SessionLedger, tool_result_chars
-from compactd.core.messages import PI_1, role_of
+from compactd.core.messages import PI_1
 from compactd.core.reader import FATAL_KINDS, Transcript
 from compactd.core.tokens import estimate_tokens
 from compactd.defaults import CHARS_PER_TOKEN
@@ -32,13 +32,16 @@ def inspect_transcript(
     ledger = SessionLedger.from_transcript(transcript, context=context)
     figures = ledger.figures()
     by_role: dict[str, int] = {}
-    tool_chars = count = 0
+    tool_chars = 0
     pi1 = context.rules == PI_1
     # What reaches the model (``llm_visible``), without its copies of the tool results: the estimate never
     # counts their ``details``. A tool result is measured once for its estimate and its text characters.
-    for message in context.visible():
-        role = role_of(message)
-        count += 1
+    visible = context.visible()
+    count = len(visible)
+    for message in visible:
+        role = message.get("role")
+        if not isinstance(role, str):
+            role = ""  # as role_of reads it, without its call for each of 42,000 messages
         if role == "toolResult":
             chars, text = tool_result_chars(message.get("content"))
             tokens = -(-chars // CHARS_PER_TOKEN)
