@@ -779,6 +779,21 @@ def _reducible_by_rebuilding(items: list[tuple[str, dict[str, Any]]], max_chars:
 _PIECES = st.sampled_from(["a", "b ", "\n", "é", "你", "😀", "error", "}", "done", "x" * 700, "\n" * 3])
 
 
+def _tool_results(results: list[list[str]]) -> list[tuple[str, dict[str, Any]]]:
+    """Tool results of the given texts, one result per list, as the routing figure takes them."""
+    return [
+        (
+            f"e{i}",
+            {
+                "role": "toolResult",
+                "toolCallId": f"c{i}",
+                "content": [{"type": "text", "text": t} for t in texts],
+            },
+        )
+        for i, texts in enumerate(results)
+    ]
+
+
 @pytest.mark.slow  # hypothesis-heavy
 @settings(max_examples=150, deadline=None)
 @given(
@@ -792,17 +807,7 @@ def test_reducible_chars_measured_without_building_equals_the_rebuilt_cuts(
 ) -> None:
     """Lengths only, first cuts built lazily, second cuts never: the figure stays OpenClaw's to the character
     (multi-block results, astral characters, important tails, newlines near every cut)."""
-    items = [
-        (
-            f"e{i}",
-            {
-                "role": "toolResult",
-                "toolCallId": f"c{i}",
-                "content": [{"type": "text", "text": t} for t in texts],
-            },
-        )
-        for i, texts in enumerate(results)
-    ]
+    items = _tool_results(results)
     assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)
 
 
@@ -824,17 +829,7 @@ def test_reducible_chars_with_first_cuts_made_only_when_needed_equals_the_rebuil
     its first cut (whose length cancels out of what remains); whenever what remains is uncertain the pending
     cuts are made: the figure is OpenClaw's to the character (caps at and just over the floor, many results,
     the remaining budget running out at any of them)."""
-    items = [
-        (
-            f"e{i}",
-            {
-                "role": "toolResult",
-                "toolCallId": f"c{i}",
-                "content": [{"type": "text", "text": t} for t in texts],
-            },
-        )
-        for i, texts in enumerate(results)
-    ]
+    items = _tool_results(results)
     assert reducible_chars(items, max_chars) == _reducible_by_rebuilding(items, max_chars)
 
 
