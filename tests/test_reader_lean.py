@@ -350,3 +350,50 @@ def test_a_deep_line_is_found_among_heavy_ones_and_not_elsewhere() -> None:
     assert lean.lean
     assert [(p.kind, p.line) for p in lean.problems] == [("too_deep", 4)]
     assert lean.problems == parse_transcript(data).problems
+
+
+def chain(seed: int, size: int) -> bytes:
+    """A straight chain (every entry the child of the one before: the lean reading's shortcut, no walk), with
+    at most one twist drawn from those that end the shortcut or must not be taken for one: the first entry's
+    parent naming a later one (a cycle), the last one forking, an id repeated or empty or not a string (or
+    ``5`` then ``5.0``, one link key), a line repeated byte for byte, a junk leaf, a null leaf, a parent that
+    is a number where the chain's ids are numbers."""
+    rng = random.Random(seed)
+    numeric = rng.random() < 0.2
+    ids: list[Any] = [(n + 1 if numeric else f"c{n}") for n in range(size)]
+    parents: list[Any] = [None, *ids[:-1]]
+    twist = rng.choice(
+        ["none", "cycle", "fork", "repeat", "empty", "not_str", "same_line", "junk", "null_leaf", "float"]
+    )
+    at = rng.randrange(size)
+    if twist == "cycle":
+        parents[0] = ids[at]
+    elif twist == "fork" and size > 2:
+        parents[-1] = ids[rng.randrange(size - 2)]
+    elif twist == "repeat" and at > 0:
+        ids[at] = ids[rng.randrange(at)]
+    elif twist == "empty":
+        ids[at] = ""
+    elif twist == "not_str":
+        ids[at] = rng.choice([None, True, ["l"]])
+    elif twist == "null_leaf":
+        ids[-1] = None
+    elif twist == "float" and numeric and at > 0:
+        parents[at] = float(parents[at]) if parents[at] is not None else None
+    rows = [
+        orjson.dumps(_message(i, p, rng.choice(["user", "assistant"]), f"t{n}"))
+        for n, (i, p) in enumerate(zip(ids, parents, strict=True))
+    ]
+    if twist == "same_line" and at > 0:
+        rows.insert(at, rows[at - 1])
+    if twist == "junk":
+        rows.append(b"42")
+    return b"\n".join([orjson.dumps(HEADER), *rows]) + b"\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 12))
+def test_a_straight_chain_read_lean_is_the_full_reading(seed: int, size: int) -> None:
+    """The shortcut for a chain read whole (``_parse_lean``'s ``chain``) gives the walk's branch, cycle and
+    problems, and is not taken where the chain is broken."""
+    assert_same_reading(chain(seed, size))

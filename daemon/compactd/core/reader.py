@@ -701,6 +701,10 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
         return None
     n = len(ids)
     junk_leaf = scan.junk_leaf
+    # Every entry kept as it was read, each under a link key filed for it alone: each continued the one
+    # before it (that is how it was kept), so the walk from the last goes back through every entry to the
+    # first, where it ends (the first's parent, if filed, is an entry already seen: the cycle below).
+    chain = len(kept) == n == len(links)
     if n:
         last = kept.get(n - 1)
         if last is None:
@@ -709,7 +713,9 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
     leaf = ids[-1] if n else None
     # The branch, walked as ``Transcript._walk`` walks it, by index.
     path: list[int] = []
-    if n and not junk_leaf and not lean.null_leaf:
+    if chain and not junk_leaf and not lean.null_leaf:
+        path = list(range(n))
+    elif n and not junk_leaf and not lean.null_leaf:
         seen: set[int] = set()
         current: int | None = n - 1
         while current is not None and current not in seen:
@@ -720,22 +726,24 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
             current = links.get(parent_key) if parent_key is not None else None
         path.reverse()
     cycle = bool(path) and (root_key := link_key(parents[path[0]])) is not None and root_key in links
-    on_branch = set(path)
-    on_branch.add(n - 1)
-    for index in [i for i in kept if i not in on_branch]:
-        del kept[index]
     shared = reuse is not None and bool(reuse)
-    for index in path:
-        entry = kept.get(index)
-        if entry is None:
-            entry = kept[index] = _reparse(data, spans, index)
-        if shared and isinstance(key := ids[index], str):
-            assert reuse is not None
-            known = reuse.get(key)
-            if known is not None:
-                kept[index] = _shared(entry, known)
+    if not (chain and path):  # else every entry is on the branch and kept: nothing to drop or parse again
+        on_branch = set(path)
+        on_branch.add(n - 1)
+        for index in [i for i in kept if i not in on_branch]:
+            del kept[index]
+        for index in path:
+            if index not in kept:
+                kept[index] = _reparse(data, spans, index)
+    if shared:
+        for index in path:
+            if isinstance(key := ids[index], str):
+                assert reuse is not None
+                known = reuse.get(key)
+                if known is not None:
+                    kept[index] = _shared(kept[index], known)
     # The other lines' bytes: the file's own when they are most of it, else a copy of just them.
-    off = [i for i in range(n) if i not in kept]
+    off = [] if len(kept) == n else [i for i in range(n) if i not in kept]
     off_bytes = sum(spans[i][1] - spans[i][0] for i in off)
     if off_bytes >= _RAW_SHARE * len(data):
         lean.raw, lean.raw_spans = data, spans
@@ -767,7 +775,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
         edge=data[max(0, complete - EDGE_BYTES) : complete],
         _lean=lean,
     )
-    branch = [kept[i] for i in path]
+    branch = list(kept.values()) if chain and path else [kept[i] for i in path]
     transcript._branch = (branch, cycle)
     transcript._branch_at = path
     if junk_leaf:
@@ -790,7 +798,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
                 problems.append(_dangling(parent, lines[index]))
     if cycle:
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
-    problems.extend(_branch_problems(branch, [lines[i] for i in path]))
+    problems.extend(_branch_problems(branch, lines if chain and path else [lines[i] for i in path]))
     header_span = scan.header_span
     if header_span is not None and count(b"{", *header_span) + count(b"[", *header_span) > MAX_DEPTH:
         depth = nesting(header)
