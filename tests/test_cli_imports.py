@@ -36,6 +36,7 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.stages",
     "compactd.summarize.quality",
     "compactd.summarize.sanitize",
+    "compactd.summarize.redact",  # the transcript's rules; a printed or logged line needs only ``_rules``'s
     # The commit (its journal, rotation, restore): a dry run writes nothing.
     "compactd.commit.commit",
     "compactd.commit.journal",
@@ -45,6 +46,10 @@ NOT_FOR_A_DRY_RUN = (
     "socket",  # systemd's notify socket: only ``run`` sends to it
     "anyio._core._synchronization",  # anyio's events and limiters: nothing waits, no model is called
 )
+
+# What ``inspect`` of a session whose route prunes alone never uses: the transcript's redaction rules (its
+# output and logs are scrubbed by ``_rules``'s URL rules alone).
+NOT_FOR_INSPECT = {"compactd.summarize.redact"}
 
 
 def loaded_by(*argv: str) -> tuple[int, str, set[str]]:
@@ -127,3 +132,4 @@ def test_inspect_of_a_due_session_predicts_its_route_without_an_event_loop(tmp_p
     assert code == 0 and json.loads(out)["route"] == "truncate_tool_results_only", out
     event_loop = {"asyncio", "anyio._backends._asyncio", "anyio._core._synchronization"}
     assert not modules & event_loop, sorted(modules & event_loop)
+    assert not modules & NOT_FOR_INSPECT, sorted(modules & NOT_FOR_INSPECT)
