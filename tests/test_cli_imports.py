@@ -40,6 +40,8 @@ NOT_FOR_A_DRY_RUN = (
     # The commit (its journal, rotation, restore): a dry run writes nothing.
     "compactd.commit.commit",
     "compactd.commit.journal",
+    "compactd.commit.atomic",  # the rewrite protocol and the successor's builder: a plan needs only ``notes``
+    "compactd.commit.successor",
     # An event loop: a dry run's work never waits (``offload.run_inline``).
     "asyncio",
     "anyio._backends._asyncio",
@@ -48,8 +50,8 @@ NOT_FOR_A_DRY_RUN = (
 )
 
 # What ``inspect`` of a session whose route prunes alone never uses: the transcript's redaction rules (its
-# output and logs are scrubbed by ``_rules``'s URL rules alone).
-NOT_FOR_INSPECT = {"compactd.summarize.redact"}
+# output and logs are scrubbed by ``_rules``'s URL rules alone) and the commit's modules.
+NOT_FOR_INSPECT = {"compactd.summarize.redact", "compactd.commit.atomic", "compactd.commit.successor"}
 
 
 def loaded_by(*argv: str) -> tuple[int, str, set[str]]:

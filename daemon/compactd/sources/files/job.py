@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from compactd import offload, progress
-from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
-from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
+from compactd.commit.notes import ARCHIVE_INFIX, FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
 from compactd.core.budget import target_tokens
 from compactd.core.context import SessionContext, build_context, compaction_message, entry_to_message
@@ -41,7 +40,7 @@ from compactd.core.decision import (
 from compactd.core.messages import llm_visible
 from compactd.core.planning import figures_of, prune_plan
 from compactd.core.reader import Transcript
-from compactd.core.timestamps import js_iso
+from compactd.core.timestamps import archive_stamp, js_iso
 from compactd.core.tokens import estimate_tokens, js_len
 from compactd.core.turns import turn_of_branch
 from compactd.defaults import SAFETY_MARGIN
@@ -271,7 +270,7 @@ MODEL_FAILED = "model failed, not committed"
 def committed_note_chars(path: str, mode: str) -> Callable[[str], int]:
     """entry id -> length of the note the commit puts for the placeholder (archive name or entry id)."""
     if mode == "rotate":
-        name = f"{os.path.basename(path)}{ARCHIVE_INFIX}{utc_stamp(time.time())}"
+        name = f"{os.path.basename(path)}{ARCHIVE_INFIX}{archive_stamp(time.time())}"
         chars = js_len(archive_note(name))
         return lambda _entry_id: chars
     return lambda entry_id: js_len(entry_note(entry_id))
