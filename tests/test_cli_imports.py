@@ -36,6 +36,7 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.stages",
     "compactd.summarize.quality",
     "compactd.summarize.sanitize",
+    "compactd.summarize.augment",
     "compactd.summarize.redact",  # the transcript's rules; a printed or logged line needs only ``_rules``'s
     # The commit (its journal, rotation, restore): a dry run writes nothing.
     "compactd.commit.commit",
@@ -49,9 +50,15 @@ NOT_FOR_A_DRY_RUN = (
     "anyio._core._synchronization",  # anyio's events and limiters: nothing waits, no model is called
 )
 
-# What ``inspect`` of a session whose route prunes alone never uses: the transcript's redaction rules (its
-# output and logs are scrubbed by ``_rules``'s URL rules alone) and the commit's modules.
-NOT_FOR_INSPECT = {"compactd.summarize.redact", "compactd.commit.atomic", "compactd.commit.successor"}
+# What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit
+# needs (its output and logs are scrubbed by ``_rules``'s URL rules, not the transcript's redaction rules).
+NOT_FOR_INSPECT = {
+    "compactd.summarize.redact",
+    "compactd.summarize.augment",
+    "compactd.commit.atomic",
+    "compactd.commit.successor",
+    "compactd.sources.files.preparer",  # the store of what was prepared as read: a summary's
+}
 
 
 def loaded_by(*argv: str) -> tuple[int, str, set[str]]:

@@ -46,15 +46,15 @@ from compactd.core.tokens import estimate_tokens
 from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
 from compactd.heap import collector_paused
 from compactd.ids import fresh_id
-from compactd.summarize import augment
 from compactd.summarize.cutpoint import CutPlan, plan_cut
 from compactd.summarize.derived import DerivedOf, Lookup, nothing_derived
 from compactd.summarize.fileops import file_operations
 from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_sections
 
 # What only writing a summary needs (redaction, identifiers, the digest, the current state, the quality checks,
-# the model's stages) is imported when one is written: a dry run whose route the summary's length cannot change
-# (``job.predict_route``), and the daemon's start, load none of it (about a tenth of a second of regexes).
+# the model's stages, the augmentation) is imported when one is written: a dry run whose route the summary's
+# length cannot change (``job.predict_route``), and the daemon's start, load none of it (about a tenth of a
+# second of regexes).
 if TYPE_CHECKING:
     from compactd.summarize import quality
     from compactd.summarize.identifiers import FindingsMerge, Identifier, IdentifierReport
@@ -281,6 +281,7 @@ class CompactionEngine:
         it was read (``compactd.summarize.prepared``), by key; a message it does not hold is done here, as all
         are without it. Called here, so that the store is read only when the extraction needs it. ``context``:
         ``build_context(transcript)``, when the caller has it already."""
+        from compactd.summarize import augment
         from compactd.summarize.facts import (
             STATE_MAX_CHARS,
             STATE_SHARE_OF_TARGET,

@@ -47,7 +47,6 @@ from compactd.defaults import SAFETY_MARGIN
 from compactd.heap import frozen, release_free_memory
 from compactd.reading import read_transcript
 from compactd.roots import is_session_path
-from compactd.sources.files.preparer import store_lines
 from compactd.sources.openclaw import refusal as openclaw_refusal
 from compactd.summarize.engine import CompactionEngine, EngineResult, post_compaction_entry
 from compactd.summarize.settings import engine_settings
@@ -464,6 +463,8 @@ async def _plan_job(
         if report:
             progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         # Each message's redaction and identifiers as the daemon made them when it read the message.
+        from compactd.sources.files.preparer import store_lines  # a summary's import, not a dry run's
+
         result.engine = await engine.compact(
             transcript,
             agents_md=agents_md,
