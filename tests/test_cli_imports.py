@@ -48,6 +48,7 @@ NOT_FOR_A_DRY_RUN = (
     "anyio._backends._asyncio",
     "socket",  # systemd's notify socket: only ``run`` sends to it
     "anyio._core._synchronization",  # anyio's events and limiters: nothing waits, no model is called
+    "difflib",  # the configuration's "did you mean" for an unknown key
 )
 
 # What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit
@@ -58,6 +59,7 @@ NOT_FOR_INSPECT = {
     "compactd.commit.atomic",
     "compactd.commit.successor",
     "compactd.sources.files.preparer",  # the store of what was prepared as read: a summary's
+    "difflib",  # the configuration's "did you mean" for an unknown key
 }
 
 
