@@ -37,6 +37,8 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.quality",
     "compactd.summarize.sanitize",
     "compactd.summarize.augment",
+    "compactd.summarize.fileops",
+    "compactd.core.repair",
     "compactd.summarize.redact",  # the transcript's rules; a printed or logged line needs only ``_rules``'s
     # The commit (its journal, rotation, restore): a dry run writes nothing.
     "compactd.commit.commit",
@@ -56,6 +58,8 @@ NOT_FOR_A_DRY_RUN = (
 NOT_FOR_INSPECT = {
     "compactd.summarize.redact",
     "compactd.summarize.augment",
+    "compactd.summarize.fileops",
+    "compactd.core.repair",
     "compactd.commit.atomic",
     "compactd.commit.successor",
     "compactd.sources.files.preparer",  # the store of what was prepared as read: a summary's
