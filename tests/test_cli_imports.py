@@ -39,7 +39,7 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.augment",
     "compactd.summarize.fileops",
     "compactd.core.repair",
-    "compactd.summarize.redact",  # the transcript's rules; a printed or logged line needs only ``_rules``'s
+    "compactd.summarize.redact",  # the transcript's rules: a printed or logged line needs the URL rules alone
     # The commit (its journal, rotation, restore): a dry run writes nothing.
     "compactd.commit.commit",
     "compactd.commit.journal",
@@ -54,7 +54,7 @@ NOT_FOR_A_DRY_RUN = (
 )
 
 # What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit
-# needs (its output and logs are scrubbed by ``_rules``'s URL rules, not the transcript's redaction rules).
+# needs (its output and logs are scrubbed by ``secret_rules``' URL rules, not the transcript's rules).
 NOT_FOR_INSPECT = {
     "compactd.summarize.redact",
     "compactd.summarize.augment",

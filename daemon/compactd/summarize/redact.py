@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from compactd.core.messages import Message, role_of, text_of
-from compactd.summarize._rules import (
+from compactd.summarize.secret_rules import (
     _URL_RULES,
     Replacer,
     _any_needle,
