@@ -36,15 +36,35 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.summarize.stages",
     "compactd.summarize.quality",
     "compactd.summarize.sanitize",
+    "compactd.summarize.augment",
+    "compactd.summarize.fileops",
+    "compactd.core.repair",
+    "compactd.summarize.redact",  # the transcript's rules: a printed or logged line needs the URL rules alone
     # The commit (its journal, rotation, restore): a dry run writes nothing.
     "compactd.commit.commit",
     "compactd.commit.journal",
+    "compactd.commit.atomic",  # the rewrite protocol and the successor's builder: a plan needs only ``notes``
+    "compactd.commit.successor",
     # An event loop: a dry run's work never waits (``offload.run_inline``).
     "asyncio",
     "anyio._backends._asyncio",
     "socket",  # systemd's notify socket: only ``run`` sends to it
     "anyio._core._synchronization",  # anyio's events and limiters: nothing waits, no model is called
+    "difflib",  # the configuration's "did you mean" for an unknown key
 )
+
+# What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit
+# needs (its output and logs are scrubbed by ``secret_rules``' URL rules, not the transcript's rules).
+NOT_FOR_INSPECT = {
+    "compactd.summarize.redact",
+    "compactd.summarize.augment",
+    "compactd.summarize.fileops",
+    "compactd.core.repair",
+    "compactd.commit.atomic",
+    "compactd.commit.successor",
+    "compactd.sources.files.preparer",  # the store of what was prepared as read: a summary's
+    "difflib",  # the configuration's "did you mean" for an unknown key
+}
 
 
 def loaded_by(*argv: str) -> tuple[int, str, set[str]]:
@@ -127,3 +147,4 @@ def test_inspect_of_a_due_session_predicts_its_route_without_an_event_loop(tmp_p
     assert code == 0 and json.loads(out)["route"] == "truncate_tool_results_only", out
     event_loop = {"asyncio", "anyio._backends._asyncio", "anyio._core._synchronization"}
     assert not modules & event_loop, sorted(modules & event_loop)
+    assert not modules & NOT_FOR_INSPECT, sorted(modules & NOT_FOR_INSPECT)

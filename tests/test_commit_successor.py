@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 import pytest
+from compactd.commit.notes import FULL_TEXT_PLACEHOLDER
 from compactd.commit.successor import (
-    FULL_TEXT_PLACEHOLDER,
     PlanError,
     build_append,
     build_successor,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd.summarize import identifiers, redact
+from compactd.summarize import identifiers, redact, secret_rules
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -142,7 +142,7 @@ def test_redaction_equals_the_reference(text: str) -> None:
 def test_long_texts_are_redacted_as_the_reference(first: str, second: str) -> None:
     """A long text skips the one any-needle search and tests its needles by group and by ``in``: the same text
     and counts as the reference."""
-    text = first + " " * (redact._ANY_NEEDLE_MAX_CHARS + 1) + second
+    text = first + " " * (secret_rules._ANY_NEEDLE_MAX_CHARS + 1) + second
     assert redact.redact_secrets_counted(text) == ref_redact.redact_secrets_counted(text)
 
 

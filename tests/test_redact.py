@@ -200,16 +200,16 @@ def test_the_needle_prefilter_never_skips_a_secret(parts: list[str]) -> None:
     everything (each rule then checks its own needles), the result and the counts are the same."""
     import re
 
-    from compactd.summarize import redact
+    from compactd.summarize import redact, secret_rules
 
     text = "".join(parts)
     everything = re.compile("")
     assert redact._redact(text, redact._RULES, redact._ANY_NEEDLE) == redact._redact(
         text, redact._RULES, everything
     )
-    assert redact._redact(text, redact._URL_RULES, redact._ANY_URL_NEEDLE) == redact._redact(
-        text, redact._URL_RULES, everything
-    )
+    assert secret_rules._redact(
+        text, secret_rules._URL_RULES, secret_rules._ANY_URL_NEEDLE
+    ) == secret_rules._redact(text, secret_rules._URL_RULES, everything)
     for secret in _SECRET_SAMPLES:
         assert redact_secrets(secret) != secret  # each sample is one the rules redact
 

@@ -28,7 +28,7 @@ from urllib.parse import unquote_plus, urlsplit
 
 from compactd.core.timestamps import js_iso
 from compactd.display import display_name
-from compactd.summarize.redact import redact_url_secrets
+from compactd.summarize.secret_rules import redact_url_secrets
 
 if TYPE_CHECKING:
     from compactd.config import Config

@@ -350,7 +350,7 @@ class Service:
     def log_start(self) -> None:
         """One line with what this process serves: version, config, roots, sources and the summarizer
         (endpoint with its credentials masked, model, the context it is given)."""
-        from compactd.summarize.redact import redact_url_secrets
+        from compactd.summarize.secret_rules import redact_url_secrets
 
         s = self.config.summarizer
         roots = expand_roots(self.config.sessions.roots, state_dir=self.config.state_dir)

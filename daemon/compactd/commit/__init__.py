@@ -16,9 +16,10 @@ if TYPE_CHECKING:
     from compactd.commit.atomic import CRASH_POINTS
     from compactd.commit.commit import CommitMode, CommitResult, CompactionEntries, commit
     from compactd.commit.journal import Journal, RecoveryReport, recover
+    from compactd.commit.notes import FULL_TEXT_PLACEHOLDER
     from compactd.commit.retention import apply_retention
     from compactd.commit.seal import seal_torn_line
-    from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, LEAF_POINTER_TYPE
+    from compactd.commit.successor import LEAF_POINTER_TYPE
 
 __all__ = [
     "CRASH_POINTS",
@@ -46,7 +47,7 @@ _HOME = {
     "recover": "journal",
     "apply_retention": "retention",
     "seal_torn_line": "seal",
-    "FULL_TEXT_PLACEHOLDER": "successor",
+    "FULL_TEXT_PLACEHOLDER": "notes",
     "LEAF_POINTER_TYPE": "successor",
 }
 

@@ -24,13 +24,13 @@ from compactd.commit.atomic import (
     os_reason,
     pread_all,
 )
+from compactd.commit.notes import entry_note
 from compactd.commit.request import CommitRequest
 from compactd.commit.successor import (
     Entry,
     PlanError,
     build_append,
     dumps_entry,
-    entry_note,
     fresh_id,
     newest_tip,
     verify,

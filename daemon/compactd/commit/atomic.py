@@ -41,6 +41,7 @@ from typing import Literal
 import orjson
 
 from compactd.commit.durable import fsync_dir, os_reason, write_all
+from compactd.commit.notes import ARCHIVE_INFIX
 from compactd.commit.successor import dumps_entry, fresh_id, leaf_pointer_entry, misplaced_leaf
 from compactd.core.reader import Transcript, parse_line, parse_transcript, same_reading
 from compactd.core.timestamps import archive_stamp
@@ -113,7 +114,6 @@ TORN_GRACE_EXTRA_SECONDS = 2.0
 # The carry-over loop stops after this long even if a writer never pauses; the rescue picks up the rest.
 CARRY_MAX_SECONDS = 2.0
 READ_CHUNK = 1 << 20
-ARCHIVE_INFIX = ".bak."
 TMP_MARK = ".compactd."
 TMP_SUFFIX = ".tmp"
 

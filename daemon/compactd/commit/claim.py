@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compactd.commit.atomic import fsync_dir
+from compactd.commit.durable import fsync_dir
 from compactd.core.reader import Transcript
 
 __all__ = ["ClaimBusy", "SessionClaim", "flush_cycle", "prune_claims"]

@@ -20,8 +20,9 @@ from compactd.commit.atomic import (
     tmp_path_for,
 )
 from compactd.commit.journal import successor_digest
+from compactd.commit.notes import archive_note
 from compactd.commit.request import CommitRequest
-from compactd.commit.successor import archive_note, build_successor, verify
+from compactd.commit.successor import build_successor, verify
 from compactd.core.reader import parse_line
 from compactd.heap import release_free_memory
 

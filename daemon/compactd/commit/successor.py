@@ -39,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from compactd.commit.notes import FULL_TEXT_PLACEHOLDER, entry_note
 from compactd.core.context import (
     compaction_message,
     context_from_path,
@@ -73,19 +74,6 @@ STRUCTURE_KINDS = frozenset(
 )
 # customType of the entry appended under the true leaf when a rescued late line landed after its own child.
 LEAF_POINTER_TYPE = "compactd.leaf"
-# A pruned tool result may carry this token; the commit replaces it with where the full text still is (the
-# archive in rotate mode, the original entry id in append mode), which only the commit knows.
-FULL_TEXT_PLACEHOLDER = "{compactd:full-text}"
-
-
-def archive_note(archive_name: str) -> str:
-    """The placeholder's text in rotate mode: the archive keeps the full text."""
-    return f"full text in {archive_name}"
-
-
-def entry_note(entry_id: str) -> str:
-    """The placeholder's text in append mode: the original entry stays in the file, on an abandoned branch."""
-    return f"full text in entry {entry_id}"
 
 
 class PlanError(Exception):

@@ -84,6 +84,8 @@ class SessionsConfig:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
+    """One model's entry under ``models.providers.<provider>.models``: its context window."""
+
     context_tokens: int | None = _opt(None, gt=0)
 
 
@@ -93,6 +95,8 @@ def _parse_models(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> Mapping
 
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
+    """One provider's entry under ``models.providers``: its models."""
+
     models: Mapping[str, ModelConfig] = _opt(factory=_empty_mapping, parse=_parse_models)
 
 
@@ -129,6 +133,8 @@ class ModelsConfig:
 
 @dataclass(frozen=True, slots=True)
 class AgentDefaults:
+    """``agents.defaults``: what applies to every agent's sessions."""
+
     # A cap on every window: it can only lower the resolved window, never raise it.
     context_tokens: int | None = _opt(None, gt=0)
 
@@ -165,12 +171,16 @@ class AgentsConfig:
 
 @dataclass(frozen=True, slots=True)
 class QualityGuardConfig:
+    """``compaction.quality_guard``: whether a model's summary is checked, and how often it is retried."""
+
     enabled: bool = _opt(d.QUALITY_GUARD_ENABLED)
     max_retries: int = _opt(d.QUALITY_GUARD_RETRIES, ge=0, le=d.QUALITY_GUARD_MAX_RETRIES)
 
 
 @dataclass(frozen=True, slots=True)
 class ArchivesConfig:
+    """``compaction.archives``: how long rotated-out transcripts are kept, and when their size is warned of."""
+
     keep_days: float = _opt(d.ARCHIVE_KEEP_DAYS, ge=0)  # 0: no age limit
     keep_count: int = _opt(d.ARCHIVE_KEEP_COUNT, ge=0)  # 0: no count cap
     warn_bytes: int = _opt(d.ARCHIVE_WARN_BYTES, gt=0)
@@ -178,6 +188,8 @@ class ArchivesConfig:
 
 @dataclass(frozen=True, slots=True)
 class CompactionConfig:
+    """``compaction``: when a session is compacted, what its summary keeps, how it is pruned and committed."""
+
     reserve_tokens: int = _opt(d.RESERVE_TOKENS, ge=0)
     keep_recent_turns: int = _opt(d.KEEP_RECENT_TURNS, ge=0, le=d.MAX_KEEP_RECENT_TURNS)
     keep_recent_tokens: int = _opt(d.KEEP_RECENT_TOKENS, ge=0)
@@ -226,6 +238,8 @@ def _parse_hooks(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[Ho
 
 @dataclass(frozen=True, slots=True)
 class MemoryFlushConfig:
+    """``memory_flush``: what is saved from a span (hooks, the workspace's memory/) before it is compacted."""
+
     enabled: bool = _opt(d.MEMORY_FLUSH_ENABLED)
     soft_threshold_tokens: int = _opt(d.MEMORY_FLUSH_SOFT_THRESHOLD_TOKENS, ge=0)
     # 0 disables the size trigger.
@@ -238,6 +252,8 @@ class MemoryFlushConfig:
 
 @dataclass(frozen=True, slots=True)
 class RetryConfig:
+    """``summarizer.retry``: the backoff between the attempts of a failed model call."""
+
     attempts: int = _opt(d.SUMMARIZER_RETRY_ATTEMPTS, ge=1)
     base_seconds: float = _opt(d.SUMMARIZER_RETRY_BASE_SECONDS, ge=0)
     max_seconds: float = _opt(d.SUMMARIZER_RETRY_MAX_SECONDS, ge=0)
@@ -350,6 +366,8 @@ class PiConfig:
 
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
+    """``service``: the daemon's rescans, watching, status, backoff and metrics."""
+
     rescan_seconds: float = _opt(d.RESCAN_SECONDS, gt=0)
     debounce_ms: int = _opt(d.WATCH_DEBOUNCE_MS, ge=0)
     step_ms: int = _opt(d.WATCH_STEP_MS, gt=0)

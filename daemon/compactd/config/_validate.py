@@ -8,7 +8,6 @@ hint and the rules :func:`_opt` stores in its metadata (bounds, or a parser), an
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import re
@@ -222,6 +221,8 @@ class _Ctx:
         return cls(**kwargs)
 
     def _unknown(self, key: Any, path: tuple[str | int, ...], valid: list[str]) -> None:
+        import difflib  # here: only an unknown key needs it (with heapq, about 1 ms of every command's start)
+
         name = str(key)
         close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
         if _snake(name) in valid and _snake(name) not in close:

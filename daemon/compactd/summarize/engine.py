@@ -40,23 +40,20 @@ from compactd.core.messages import (
     text_of,
 )
 from compactd.core.reader import Transcript
-from compactd.core.repair import repair_tool_pairing
 from compactd.core.timestamps import js_iso
 from compactd.core.tokens import estimate_tokens
 from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
 from compactd.heap import collector_paused
 from compactd.ids import fresh_id
-from compactd.summarize import augment
 from compactd.summarize.cutpoint import CutPlan, plan_cut
-from compactd.summarize.derived import DerivedOf, Lookup, nothing_derived
-from compactd.summarize.fileops import file_operations
-from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_sections
 
 # What only writing a summary needs (redaction, identifiers, the digest, the current state, the quality checks,
-# the model's stages) is imported when one is written: a dry run whose route the summary's length cannot change
-# (``job.predict_route``), and the daemon's start, load none of it (about a tenth of a second of regexes).
+# the model's stages, the augmentation, the span's repair and file operations) is imported when one is written:
+# a dry run whose route the summary's length cannot change (``job.predict_route``), and the daemon's start,
+# load none of it (about a tenth of a second of regexes).
 if TYPE_CHECKING:
     from compactd.summarize import quality
+    from compactd.summarize.derived import Lookup
     from compactd.summarize.identifiers import FindingsMerge, Identifier, IdentifierReport
     from compactd.summarize.pace import Pace
     from compactd.summarize.prepared import Stored
@@ -229,6 +226,8 @@ def _fit_body(body: str, budget: int) -> str:
     state sections (both are exact and already budgeted)."""
     if len(body) <= budget:
         return body
+    from compactd.summarize.headings import CURRENT_STATE, EXACT_IDENTIFIERS, split_sections
+
     preamble, sections = split_sections(body)
     fixed = [(h, lines) for h, lines in sections if h in (CURRENT_STATE, EXACT_IDENTIFIERS)]
     others = [(h, lines) for h, lines in sections if h not in (CURRENT_STATE, EXACT_IDENTIFIERS)]
@@ -281,12 +280,16 @@ class CompactionEngine:
         it was read (``compactd.summarize.prepared``), by key; a message it does not hold is done here, as all
         are without it. Called here, so that the store is read only when the extraction needs it. ``context``:
         ``build_context(transcript)``, when the caller has it already."""
+        from compactd.core.repair import repair_tool_pairing
+        from compactd.summarize import augment
+        from compactd.summarize.derived import DerivedOf, nothing_derived
         from compactd.summarize.facts import (
             STATE_MAX_CHARS,
             STATE_SHARE_OF_TARGET,
             merge_state,
             working_state,
         )
+        from compactd.summarize.fileops import file_operations
         from compactd.summarize.identifiers import (
             IdentifierReport,
             ensure_identifiers,

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from compactd import offload, progress
-from compactd.commit.atomic import ARCHIVE_INFIX, utc_stamp
-from compactd.commit.successor import FULL_TEXT_PLACEHOLDER, archive_note, entry_note
+from compactd.commit.notes import ARCHIVE_INFIX, FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
 from compactd.core.budget import target_tokens
 from compactd.core.context import SessionContext, build_context, compaction_message, entry_to_message
@@ -41,14 +40,13 @@ from compactd.core.decision import (
 from compactd.core.messages import llm_visible
 from compactd.core.planning import figures_of, prune_plan
 from compactd.core.reader import Transcript
-from compactd.core.timestamps import js_iso
+from compactd.core.timestamps import archive_stamp, js_iso
 from compactd.core.tokens import estimate_tokens, js_len
 from compactd.core.turns import turn_of_branch
 from compactd.defaults import SAFETY_MARGIN
 from compactd.heap import frozen, release_free_memory
 from compactd.reading import read_transcript
 from compactd.roots import is_session_path
-from compactd.sources.files.preparer import store_lines
 from compactd.sources.openclaw import refusal as openclaw_refusal
 from compactd.summarize.engine import CompactionEngine, EngineResult, post_compaction_entry
 from compactd.summarize.settings import engine_settings
@@ -271,7 +269,7 @@ MODEL_FAILED = "model failed, not committed"
 def committed_note_chars(path: str, mode: str) -> Callable[[str], int]:
     """entry id -> length of the note the commit puts for the placeholder (archive name or entry id)."""
     if mode == "rotate":
-        name = f"{os.path.basename(path)}{ARCHIVE_INFIX}{utc_stamp(time.time())}"
+        name = f"{os.path.basename(path)}{ARCHIVE_INFIX}{archive_stamp(time.time())}"
         chars = js_len(archive_note(name))
         return lambda _entry_id: chars
     return lambda entry_id: js_len(entry_note(entry_id))
@@ -465,6 +463,8 @@ async def _plan_job(
         if report:
             progress.stage("summarizing", f"route {chosen}, {budget.estimated_tokens:,} tokens")
         # Each message's redaction and identifiers as the daemon made them when it read the message.
+        from compactd.sources.files.preparer import store_lines  # a summary's import, not a dry run's
+
         result.engine = await engine.compact(
             transcript,
             agents_md=agents_md,

@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from compactd import __version__
-from compactd.commit.atomic import write_all
-from compactd.commit.durable import write_atomic
+from compactd.commit.durable import write_all, write_atomic
 from compactd.core.context import entry_to_message
 from compactd.core.messages import Message, is_runtime_context, strip_for_llm
 from compactd.reading import read_transcript
