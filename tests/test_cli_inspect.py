@@ -350,6 +350,61 @@ def test_the_process_entry_point_ends_inspect_at_once_after_flushing_the_same_ou
     assert (0, capsys.readouterr().out) == expected
 
 
+def _dry_run_argv(tmp_path: Path) -> list[str]:
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    (sessions / "s.jsonl").write_bytes(session(total=400_000))
+    os.utime(sessions / "s.jsonl", (1, 1))  # idle for long: due
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sessions:\n  roots: [{str(sessions)!r}]\nstate_dir: {str(tmp_path / 'state')!r}\n")
+    return ["once", "--dry-run", "--json", "--config", str(config)]
+
+
+def test_the_process_entry_point_ends_a_dry_run_at_once_after_flushing_the_same_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``once --dry-run`` writes nothing and starts no thread: its process ends as ``inspect``'s does."""
+    argv = _dry_run_argv(tmp_path)
+    expected = run_main(capsys, *argv)
+    assert json.loads(expected[1])[0]["action"] != "fits"
+    exits: list[tuple[int, bool]] = []
+
+    def exit_now(code: int) -> None:
+        exits.append((code, bool(cli._left_to_exit)))
+        raise _Exited
+
+    monkeypatch.setattr(os, "_exit", exit_now)
+    monkeypatch.setattr(cli, "_left_to_exit", None)
+    monkeypatch.setattr(sys, "argv", ["compactd", *argv])
+    with pytest.raises(_Exited):
+        run_as_process()
+    assert exits == [(expected[0], True)]
+    assert (expected[0], capsys.readouterr().out) == expected
+
+
+def test_the_process_entry_point_exits_as_before_while_another_thread_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread still running (a source's, a library's) is never cut short: the interpreter's exit joins it."""
+    import threading
+
+    argv = _dry_run_argv(tmp_path)
+    expected = run_main(capsys, *argv)
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    monkeypatch.setattr(os, "_exit", lambda code: pytest.fail(f"os._exit({code})"))
+    monkeypatch.setattr(cli, "_left_to_exit", None)
+    monkeypatch.setattr(sys, "argv", ["compactd", *argv])
+    try:
+        with pytest.raises(SystemExit) as exited:
+            run_as_process()
+    finally:
+        release.set()
+        other.join()
+    assert (exited.value.code, capsys.readouterr().out) == expected
+
+
 def test_the_process_entry_point_exits_as_before_when_nothing_was_left_to_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
