@@ -95,12 +95,14 @@ def prune_plan(
     only: Collection[str] | None = None,
     note: str | None = None,
     committed_note_chars: Callable[[str], int] | None = None,
+    context: SessionContext | None = None,
 ) -> PrunePlan:
     """The tool-result cuts that free ``need_tokens`` from this session's context, oldest first.
 
     ``only`` restricts the plan to those entries (after a compaction: what remains, the kept turns).
+    ``context``: ``build_context(transcript)``, when the caller has it (its tool results, no walk of the branch).
     """
-    items = tool_result_items(transcript)
+    items = tool_result_items(transcript, context=context)
     if only is not None:
         items = [(entry_id, message) for entry_id, message in items if entry_id in only]
     return plan_pruning(

@@ -495,7 +495,7 @@ class FileSource:
             plan, cycle = await self._decide_step(session, read, claim, force=force, kept=kept)
             decision = plan.decision
             if dry_run:
-                return await self._predicted(path, read, plan)
+                return await self._predicted(path, read, plan, kept[1] if kept is not None else None)
             flushed = False
             if decision.flush:
                 stage = self.host.at(path, "flush")
@@ -582,19 +582,28 @@ class FileSource:
             return Outcome(path, Action.SKIPPED, detail={"reason": st.skipped})
         return None
 
-    async def _predicted(self, path: str, transcript: Transcript, plan: Plan) -> Outcome:
+    async def _predicted(
+        self, path: str, transcript: Transcript, plan: Plan, context: SessionContext | None = None
+    ) -> Outcome:
         """A dry run's outcome: the route the job would end with and whether the flush would do anything,
-        worked out as the real run does them (``job.predict_route``, ``job.flush_runs``), no model called."""
+        worked out as the real run does them (``job.predict_route``, ``job.flush_runs``), no model called.
+        ``context``: the discovery's, built from ``transcript`` (its rules and tool results are not looked for
+        again)."""
         from compactd.sources.files.job import flush_runs, predict_route
 
         decision = plan.decision
         if decision.skip is not None:
             return Outcome(path, Action.SKIPPED, detail={"reason": decision.skip})
         config = self.config
-        flush = decision.flush and await offload.run_sync(lambda: flush_runs(config, path, transcript))
+        rules = context.rules if context is not None else None
+        flush = decision.flush and await offload.run_sync(
+            lambda: flush_runs(config, path, transcript, rules=rules)
+        )
         route = decision.route
         if decision.compact:
-            route = await predict_route(path, config, transcript, decision.job_route, plan=plan)
+            route = await predict_route(
+                path, config, transcript, decision.job_route, plan=plan, context=context
+            )
         action = route if decision.compact else decision.action
         return Outcome(path, Action(action), detail={**decision.figures(), "flush": flush, "route": route})
 

@@ -420,6 +420,7 @@ async def _plan_job(
             only=only,
             note=FULL_TEXT_PLACEHOLDER,  # the commit swaps it for where the full text still is
             committed_note_chars=note_chars,
+            context=context,
         )
         replacements.update({edit.entry_id: edit.new_message for edit in pruning.edits})
         result.chars_saved += pruning.chars_saved
