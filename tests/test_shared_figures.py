@@ -56,12 +56,26 @@ def test_the_visible_messages_are_listed_once_and_are_those_that_reach_the_model
     visible = context.visible()
     assert visible == [m for m in context.messages if not is_runtime_context(m)]
     assert context.visible() is visible  # one list, shared by every reader of this context
+    if all(m.get("role") != "custom" for m in context.messages):
+        assert visible is context.messages  # nothing to leave out: no copy (the messages are never changed)
     expected = (
         projected_estimate(context.messages, context.trusted_from)
         if context.rules == PI_1
         else estimate_for_planning([m for m in context.messages if not is_runtime_context(m)])
     )
     assert context_estimate(context) == expected
+
+
+def test_custom_messages_that_are_not_runtime_context_stay_visible() -> None:
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "custom", "customType": "note", "content": "b"},
+        {"role": "custom", "customType": RUNTIME_CONTEXT_TYPE, "content": "R"},
+        {"role": ["custom"], "customType": RUNTIME_CONTEXT_TYPE, "content": "not a string role"},
+    ]
+    context = SessionContext(messages, "off", None)
+    assert context.visible() == [messages[0], messages[1], messages[3]]
+    assert SessionContext(messages[:2], "off", None).visible() == messages[:2]
 
 
 @settings(max_examples=300, deadline=None)

@@ -14,6 +14,7 @@ judges); which one applies is read off the branch itself (:func:`rules_of`, desi
 from __future__ import annotations
 
 import math
+import operator
 import re
 import time
 from collections.abc import Hashable, Iterator
@@ -60,9 +61,14 @@ class SessionContext:
     def visible(self) -> list[dict[str, Any]]:
         """The messages that reach the model (runtime context left out), in order: listed once per context,
         as its estimate, its ledger and ``inspect``'s report each walk them (``messages`` is never changed
-        once built)."""
+        once built, and no reader changes this list: it may be ``messages`` itself)."""
         if self._visible is None:
-            self._visible = [m for m in self.messages if not is_runtime_context(m)]
+            # Runtime context is a custom message: a context without one (most) is its own visible list, told by
+            # a look at each role in C instead of a call per message (42,000 messages: about 10 ms).
+            if "custom" in map(_ROLE, self.messages):
+                self._visible = [m for m in self.messages if not is_runtime_context(m)]
+            else:
+                self._visible = self.messages
         return self._visible
 
     def message_entries(self) -> Iterator[tuple[Entry, dict[str, Any]]]:
@@ -82,6 +88,7 @@ class SessionContext:
         ]
 
 
+_ROLE = operator.methodcaller("get", "role")
 UNDEFINED: Any = object()  # a key the entry does not have: ``undefined`` in JavaScript
 # ECMAScript's date-time string format (the only one Date.parse must accept; V8's legacy fallback is not copied).
 _ES_DATE = re.compile(
