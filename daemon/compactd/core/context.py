@@ -14,7 +14,6 @@ judges); which one applies is read off the branch itself (:func:`rules_of`, desi
 from __future__ import annotations
 
 import math
-import operator
 import re
 import time
 from collections.abc import Hashable, Iterator
@@ -61,14 +60,10 @@ class SessionContext:
     def visible(self) -> list[dict[str, Any]]:
         """The messages that reach the model (runtime context left out), in order: listed once per context,
         as its estimate, its ledger and ``inspect``'s report each walk them (``messages`` is never changed
-        once built, and no reader changes this list: it may be ``messages`` itself)."""
+        once built, and no reader changes this list: it is ``messages`` itself when the builder saw no custom
+        message, see ``_pi073_context``)."""
         if self._visible is None:
-            # Runtime context is a custom message: a context without one (most) is its own visible list, told by
-            # a look at each role in C instead of a call per message (42,000 messages: about 10 ms).
-            if "custom" in map(_ROLE, self.messages):
-                self._visible = [m for m in self.messages if not is_runtime_context(m)]
-            else:
-                self._visible = self.messages
+            self._visible = [m for m in self.messages if not is_runtime_context(m)]
         return self._visible
 
     def message_entries(self) -> Iterator[tuple[Entry, dict[str, Any]]]:
@@ -88,7 +83,6 @@ class SessionContext:
         ]
 
 
-_ROLE = operator.methodcaller("get", "role")
 UNDEFINED: Any = object()  # a key the entry does not have: ``undefined`` in JavaScript
 # ECMAScript's date-time string format (the only one Date.parse must accept; V8's legacy fallback is not copied).
 _ES_DATE = re.compile(
@@ -309,6 +303,7 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
     compaction: Entry | None = None
     messages: list[dict[str, Any]] = []
     sources: list[Entry] = []
+    custom = False  # a custom message is on the branch: some message may be runtime context
     for entry in path:
         # ``is_pi1_marker`` read inline, from the type and the role this walk reads anyway (two calls fewer for
         # each of 42,000 entries): a system message, a context edit, a usage record or a checkpoint.
@@ -321,6 +316,8 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
                     return None
                 if role == "assistant":
                     model = {"provider": message.get("provider"), "modelId": message.get("model")}
+                elif role == "custom":
+                    custom = True
                 if compaction is None:
                     messages.append(message)
                     sources.append(entry)
@@ -333,12 +330,19 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
             model = {"provider": entry.get("provider"), "modelId": entry.get("modelId")}
         elif kind == "compaction":
             compaction = entry
+        elif kind == "custom_message":
+            custom = True
         if compaction is None and (shown := entry_to_message(entry)) is not None:
             messages.append(shown)
             sources.append(entry)
     if compaction is not None:  # the last one wins: the context starts from it
         messages, sources = _listed(path, compaction)
-    return SessionContext(messages, thinking_level, model, sources=sources)
+    context = SessionContext(messages, thinking_level, model, sources=sources)
+    if not custom:
+        # No runtime context (a custom message) anywhere: the messages are the visible ones, known without
+        # another look at each of them (42,000 messages: about 15 ms, each message's memory read again).
+        context._visible = messages
+    return context
 
 
 def message_entries(path: list[Entry], rules: str | None = None) -> Iterator[tuple[Entry, dict[str, Any]]]:
