@@ -606,11 +606,17 @@ class ReducibleCount:
         block = content[0] if type(content) is list and len(content) == 1 else None
         text = block.get("text") if type(block) is dict and block.get("type") == "text" else None
         if type(text) is str:
-            texts = [text if text.isascii() else _to_units(text)]
+            units = text if text.isascii() else _to_units(text)
+            chars = len(units)
+            self._before += chars
+            if chars <= self.max_chars:
+                self._current.append(([units], chars))
+                return
+            texts = [units]
         else:
             texts = [_to_units(block["text"]) for block in _text_blocks(message)]
-        chars = sum(map(len, texts))
-        self._before += chars
+            chars = sum(map(len, texts))
+            self._before += chars
         blocks: list[_Units] = list(texts)
         first: int | None = chars
         max_chars = self.max_chars
@@ -671,7 +677,7 @@ class ReducibleCount:
                 if pending and known + len(pending) < reducible:
                     known += settle()
                 target = max(floor_chars, length - min(reducible, known + len(pending)))
-                cut_chars = _cut_blocks_len(blocks, length, target, suffix)
+                cut_chars = _cut_blocks_len(blocks, length, target, suffix, floor_chars)
                 if length - cut_chars <= 0:
                     continue
                 known -= length - cut_chars
@@ -700,11 +706,14 @@ def _block_budgets(
         yield max(1, min(max_chars, max(floor_chars, proportional))), eff_min_keep
 
 
-def _cut_blocks_len(blocks: Sequence[_Units], total: int, max_chars: int, suffix: Suffix) -> int:
-    """The length of a result's text blocks once OpenClaw's recovery cuts them, without building them."""
+def _cut_blocks_len(
+    blocks: Sequence[_Units], total: int, max_chars: int, suffix: Suffix, floor_chars: int
+) -> int:
+    """The length of a result's text blocks once OpenClaw's recovery cuts them, without building them.
+    ``floor_chars``: ``len(suffix(1))``, known to the caller (not written again for each of 8,000 results)."""
     if total <= max_chars:
         return total
-    if len(blocks) == 1 and max_chars == len(suffix(1)):
+    if len(blocks) == 1 and max_chars == floor_chars:
         # One text cut to the bare one-digit suffix (the aggregate pass's floor): no character of it fits
         # beside the longer suffix its count needs, so the bounded cut is that length, not walked.
         return max_chars
