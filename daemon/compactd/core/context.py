@@ -304,6 +304,10 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
     messages: list[dict[str, Any]] = []
     sources: list[Entry] = []
     custom = False  # a custom message is on the branch: some message may be runtime context
+    # What names the model: the last assistant message (its "model") or model_change (its "modelId"), read at
+    # the end instead of a dict made for each of 20,000 assistant messages.
+    said: dict[str, Any] | None = None
+    said_key = "model"
     for entry in path:
         # ``is_pi1_marker`` read inline, from the type and the role this walk reads anyway (two calls fewer for
         # each of 42,000 entries): a system message, a context edit, a usage record or a checkpoint.
@@ -315,7 +319,7 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
                 if role == "system":
                     return None
                 if role == "assistant":
-                    model = {"provider": message.get("provider"), "modelId": message.get("model")}
+                    said, said_key = message, "model"  # the model, read once the walk is over
                 elif role == "custom":
                     custom = True
                 if compaction is None:
@@ -327,7 +331,7 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
         if kind == "thinking_level_change":
             thinking_level = entry.get("thinkingLevel")  # type: ignore[assignment]
         elif kind == "model_change":
-            model = {"provider": entry.get("provider"), "modelId": entry.get("modelId")}
+            said, said_key = entry, "modelId"
         elif kind == "compaction":
             compaction = entry
         elif kind == "custom_message":
@@ -337,6 +341,8 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
             sources.append(entry)
     if compaction is not None:  # the last one wins: the context starts from it
         messages, sources = _listed(path, compaction)
+    if said is not None:
+        model = {"provider": said.get("provider"), "modelId": said.get(said_key)}
     context = SessionContext(messages, thinking_level, model, sources=sources)
     if not custom:
         # No runtime context (a custom message) anywhere: the messages are the visible ones, known without
