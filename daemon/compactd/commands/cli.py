@@ -146,6 +146,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     # The routing figure's tool results are counted in the report's pass over the context (each read once).
     cap = context_cap(config, context)
     count = ReducibleCount(cap) if cap >= 1 else None  # else figures_of says why, as before
+    _leave_to_exit(count)  # its lists of every tool result's texts: about 3 ms to free one by one
     report = inspect_transcript(args.file, transcript, context=context, reducible=count)
     if transcript.usable:
         from compactd.core.decision import decide
