@@ -56,12 +56,44 @@ def test_the_visible_messages_are_listed_once_and_are_those_that_reach_the_model
     visible = context.visible()
     assert visible == [m for m in context.messages if not is_runtime_context(m)]
     assert context.visible() is visible  # one list, shared by every reader of this context
+    customs = [e for e in path if e.get("type") == "custom_message" or _role(e) == "custom"]
+    if context.rules != PI_1 and not customs:
+        assert visible is context.messages  # the one walk saw nothing to leave out: no copy, no second look
     expected = (
         projected_estimate(context.messages, context.trusted_from)
         if context.rules == PI_1
         else estimate_for_planning([m for m in context.messages if not is_runtime_context(m)])
     )
     assert context_estimate(context) == expected
+
+
+def _role(entry: dict[str, Any]) -> Any:
+    message = entry.get("message")
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def test_custom_messages_that_are_not_runtime_context_stay_visible() -> None:
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "custom", "customType": "note", "content": "b"},
+        {"role": "custom", "customType": RUNTIME_CONTEXT_TYPE, "content": "R"},
+        {"role": ["custom"], "customType": RUNTIME_CONTEXT_TYPE, "content": "not a string role"},
+    ]
+    context = SessionContext(messages, "off", None)
+    assert context.visible() == [messages[0], messages[1], messages[3]]
+    assert SessionContext(messages[:2], "off", None).visible() == messages[:2]
+
+
+def test_runtime_context_written_as_a_message_entry_is_left_out_too() -> None:
+    note = {"role": "custom", "customType": RUNTIME_CONTEXT_TYPE, "content": "R", "display": False}
+    path: list[dict[str, Any]] = [
+        {"type": "message", "id": "u", "parentId": None, "message": {"role": "user", "content": "a"}},
+        {"type": "message", "id": "n", "parentId": "u", "message": note},
+        {"type": "message", "id": "a", "parentId": "n", "message": {"role": "assistant", "content": []}},
+    ]
+    context = context_from_path(path)
+    assert context.messages[1] is note
+    assert context.visible() == [context.messages[0], context.messages[2]]
 
 
 @settings(max_examples=300, deadline=None)

@@ -133,6 +133,8 @@ def _missing(command: str, path: str) -> bool:
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     from compactd.commands.inspection import inspect_transcript
     from compactd.core.context import build_context
+    from compactd.core.planning import context_cap, figures_of
+    from compactd.core.prune import ReducibleCount
     from compactd.reading import read_transcript
 
     config = _load_config(args)
@@ -142,13 +144,17 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     transcript = read_transcript(args.file, lean=True)
     context = build_context(transcript)  # once, for the report and the figures
     _leave_to_exit(transcript, context)
-    report = inspect_transcript(args.file, transcript, context=context)
+    # The routing figure's tool results are counted in the report's pass over the context (each read once).
+    cap = context_cap(config, context)
+    count = ReducibleCount(cap) if cap >= 1 else None  # else figures_of says why, as before
+    _leave_to_exit(count)  # its lists of every tool result's texts: about 3 ms to free one by one
+    report = inspect_transcript(args.file, transcript, context=context, reducible=count)
     if transcript.usable:
         from compactd.core.decision import decide
-        from compactd.core.planning import figures_of
         from compactd.sources.files.job import Plan
 
-        figures = figures_of(config, transcript, context=context)
+        counted = (cap, count.total()) if count is not None else None
+        figures = figures_of(config, transcript, context=context, counted=counted)
         plan = Plan(figures, decide(config, figures, now=0.0, force=True))
         report.update(plan.decision.as_json())
         report.update(_predicted(config, os.path.realpath(args.file), transcript, plan, context))

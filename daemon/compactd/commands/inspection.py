@@ -7,9 +7,10 @@ from typing import Any
 
 from compactd.core.context import SessionContext, build_context, rules_reason
 from compactd.core.ledger import SessionLedger, tool_result_chars
-from compactd.core.messages import PI_1
+from compactd.core.messages import PI_1, RUNTIME_CONTEXT_TYPE
+from compactd.core.prune import ReducibleCount
 from compactd.core.reader import FATAL_KINDS, Transcript
-from compactd.core.tokens import estimate_tokens
+from compactd.core.tokens import message_chars
 from compactd.defaults import CHARS_PER_TOKEN
 from compactd.reading import read_transcript
 
@@ -23,10 +24,13 @@ def inspect_transcript(
     transcript: Transcript | None = None,
     *,
     context: SessionContext | None = None,
+    reducible: ReducibleCount | None = None,
 ) -> dict[str, Any]:
     """The figures of one read: the branch is walked once (the transcript caches it), the context is built
     once (or taken from the caller, who passes it on to ``figures_of``) and each of its messages is estimated
-    and measured in the same pass."""
+    and measured in the same pass. ``reducible``: fed every tool result ``figures_of`` counts (those of an
+    entry with an id, a compaction's excepted: ``planning.tool_result_items``) in that pass, while its blocks
+    are at hand, so that the caller passes its total on to ``figures_of`` instead of a second walk."""
     transcript = transcript if transcript is not None else read_transcript(path)
     context = context if context is not None else build_context(transcript)
     ledger = SessionLedger.from_transcript(transcript, context=context)
@@ -34,11 +38,11 @@ def inspect_transcript(
     by_role: dict[str, int] = {}
     tool_chars = 0
     pi1 = context.rules == PI_1
+    add = reducible.add if reducible is not None else None
     # What reaches the model (``llm_visible``), without its copies of the tool results: the estimate never
     # counts their ``details``. A tool result is measured once for its estimate and its text characters.
-    visible = context.visible()
-    count = len(visible)
-    for message in visible:
+    count = len(context.visible())
+    for entry, message in zip(context.sources, context.messages, strict=True):
         role = message.get("role")
         if not isinstance(role, str):
             role = ""  # as role_of reads it, without its call for each of 42,000 messages
@@ -46,8 +50,12 @@ def inspect_transcript(
             chars, text = tool_result_chars(message.get("content"))
             tokens = -(-chars // CHARS_PER_TOKEN)
             tool_chars += text
+            if add is not None and entry.get("type") != "compaction" and isinstance(entry.get("id"), str):
+                add(message)
+        elif role == "custom" and message.get("customType") == RUNTIME_CONTEXT_TYPE:
+            continue  # runtime context: not visible (``SessionContext.visible``)
         else:
-            tokens = estimate_tokens(message, pi1=pi1)
+            tokens = -(-message_chars(message, pi1=pi1) // CHARS_PER_TOKEN)  # ``estimate_tokens``, inline
         by_role[role] = by_role.get(role, 0) + tokens
     return {
         "path": os.fspath(path),

@@ -60,7 +60,8 @@ class SessionContext:
     def visible(self) -> list[dict[str, Any]]:
         """The messages that reach the model (runtime context left out), in order: listed once per context,
         as its estimate, its ledger and ``inspect``'s report each walk them (``messages`` is never changed
-        once built)."""
+        once built, and no reader changes this list: it is ``messages`` itself when the builder saw no custom
+        message, see ``_pi073_context``)."""
         if self._visible is None:
             self._visible = [m for m in self.messages if not is_runtime_context(m)]
         return self._visible
@@ -302,6 +303,11 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
     compaction: Entry | None = None
     messages: list[dict[str, Any]] = []
     sources: list[Entry] = []
+    custom = False  # a custom message is on the branch: some message may be runtime context
+    # What names the model: the last assistant message (its "model") or model_change (its "modelId"), read at
+    # the end instead of a dict made for each of 20,000 assistant messages.
+    said: dict[str, Any] | None = None
+    said_key = "model"
     for entry in path:
         # ``is_pi1_marker`` read inline, from the type and the role this walk reads anyway (two calls fewer for
         # each of 42,000 entries): a system message, a context edit, a usage record or a checkpoint.
@@ -313,7 +319,9 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
                 if role == "system":
                     return None
                 if role == "assistant":
-                    model = {"provider": message.get("provider"), "modelId": message.get("model")}
+                    said, said_key = message, "model"  # the model, read once the walk is over
+                elif role == "custom":
+                    custom = True
                 if compaction is None:
                     messages.append(message)
                     sources.append(entry)
@@ -323,15 +331,24 @@ def _pi073_context(path: list[Entry]) -> SessionContext | None:
         if kind == "thinking_level_change":
             thinking_level = entry.get("thinkingLevel")  # type: ignore[assignment]
         elif kind == "model_change":
-            model = {"provider": entry.get("provider"), "modelId": entry.get("modelId")}
+            said, said_key = entry, "modelId"
         elif kind == "compaction":
             compaction = entry
+        elif kind == "custom_message":
+            custom = True
         if compaction is None and (shown := entry_to_message(entry)) is not None:
             messages.append(shown)
             sources.append(entry)
     if compaction is not None:  # the last one wins: the context starts from it
         messages, sources = _listed(path, compaction)
-    return SessionContext(messages, thinking_level, model, sources=sources)
+    if said is not None:
+        model = {"provider": said.get("provider"), "modelId": said.get(said_key)}
+    context = SessionContext(messages, thinking_level, model, sources=sources)
+    if not custom:
+        # No runtime context (a custom message) anywhere: the messages are the visible ones, known without
+        # another look at each of them (42,000 messages: about 15 ms, each message's memory read again).
+        context._visible = messages
+    return context
 
 
 def message_entries(path: list[Entry], rules: str | None = None) -> Iterator[tuple[Entry, dict[str, Any]]]:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from compactd.config import Config
     from compactd.core.ledger import SessionLedger
 
-__all__ = ["figures_of", "prune_plan", "route_cap", "tool_result_cap", "tool_result_items"]
+__all__ = ["context_cap", "figures_of", "prune_plan", "route_cap", "tool_result_cap", "tool_result_items"]
 
 
 def tool_result_items(
@@ -58,18 +58,16 @@ def figures_of(
     """The exact figures of a loaded transcript, reducible tool-result characters counted (what ``inspect``
     prints and a compaction acts on); ``mtime`` is when the file was last written, for the idle rule.
     ``context``: ``build_context(transcript)`` when the caller has it already (``inspect``). ``counted``: the
-    (cap, reducible characters) of this very reading's ledger (``SessionLedger.reducible``), taken when the
+    (cap, reducible characters) of this very reading's ledger (``SessionLedger.reducible``) or of the context's
+    tool results counted by the caller (``inspect``: ``context_cap``, ``prune.ReducibleCount``), taken when the
     cap is this session's instead of counting them again."""
     context = context if context is not None else build_context(transcript)
-    model = context.model or {}
-    provider = model.get("provider") if isinstance(model.get("provider"), str) else None
-    model_id = model.get("modelId") if isinstance(model.get("modelId"), str) else None
+    provider, model_id = _model_of(context)
     estimate = context_estimate(context)
     edited = None
     if context.rules == PI_1:  # the figure pi computes once a context edit follows every usage anchor
         edited = projected_estimate(context.messages, len(context.messages) + 1).tokens
-    window, _ = resolve_window(config, provider, model_id)
-    cap = tool_result_max_chars(config, window)
+    cap = tool_result_cap(config, provider, model_id)
     if counted is not None and counted[0] == cap:
         reducible = counted[1]
     else:
@@ -84,6 +82,19 @@ def figures_of(
         reducible_chars=reducible,
         edited_tokens=edited,
     )
+
+
+def _model_of(context: SessionContext) -> tuple[str | None, str | None]:
+    model = context.model or {}
+    provider = model.get("provider") if isinstance(model.get("provider"), str) else None
+    model_id = model.get("modelId") if isinstance(model.get("modelId"), str) else None
+    return provider, model_id
+
+
+def context_cap(config: Config, context: SessionContext) -> int:
+    """The per-result cap ``figures_of`` counts this context's reducible characters at: a caller that counts
+    them itself (``inspect``, with ``prune.ReducibleCount``) passes them on as ``counted``."""
+    return tool_result_cap(config, *_model_of(context))
 
 
 def prune_plan(

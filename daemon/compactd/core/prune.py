@@ -39,6 +39,7 @@ __all__ = [
     "MIDDLE_MARKER",
     "PruneEdit",
     "PrunePlan",
+    "ReducibleCount",
     "has_important_tail",
     "max_tool_result_chars",
     "plan_pruning",
@@ -562,91 +563,127 @@ def reducible_chars(items: Sequence[tuple[str, Message]], max_chars: int) -> int
     Only lengths matter here, so the texts stay in code units from start to end (each converted once, never
     back, never re-measured) and no message is rebuilt: ``inspect`` and every decision pay for this figure.
     """
-    if max_chars < 1:
-        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
-    suffix = _suffix_factory(None)
-    # OpenClaw's floor assumes a one-digit count and then slices its own suffix apart.
-    floor_chars = len(suffix(1))
-    chars_before: list[int] = []
-    current: list[tuple[list[_Units], int | None]] = []
-    # One-text results over the cap whose first cut is not made yet (its length: None in ``current``). Such a
-    # cut is longer than the floor (the cap is), so a result the aggregate pass cuts down to the floor counts
-    # the floor whatever its first cut, and ``remaining`` loses that length again: most of a long session's
-    # results are never cut twice, nor their important tails looked for.
-    pending: dict[int, str] = {}  # index in ``current`` -> the one text
-    lazy = max_chars > floor_chars
+    count = ReducibleCount(max_chars)
+    add = count.add
     for _, message in items:
-        if (
-            message.get("role") != "toolResult"
-        ):  # role_of's "" for a role that is not a string: not one either
-            continue
-        # Most results are one text block: read without a generator and three calls (``_text_blocks``,
-        # ``_to_units``, ``js_len``); an ASCII text is its own code units. Anything else: the general reading.
+        add(message)
+    return count.total()
+
+
+class ReducibleCount:
+    """``reducible_chars`` fed one message at a time, oldest first, then totalled once: a caller that walks
+    the context's tool results anyway (``inspect``'s report, which measures each of them) reads each one
+    here while its blocks are at hand, instead of a second walk of every result in memory (200 MB session:
+    the two walks are about 40 ms)."""
+
+    __slots__ = ("_before", "_current", "_floor", "_lazy", "_pending", "_suffix", "_total", "max_chars")
+
+    def __init__(self, max_chars: int) -> None:
+        if max_chars < 1:
+            raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+        self.max_chars = max_chars
+        self._suffix = _suffix_factory(None)
+        # OpenClaw's floor assumes a one-digit count and then slices its own suffix apart.
+        self._floor = len(self._suffix(1))
+        self._before = 0  # every result's text characters, before any cut
+        self._current: list[tuple[list[_Units], int | None]] = []
+        # One-text results over the cap whose first cut is not made yet (its length: None in ``current``).
+        # Such a cut is longer than the floor (the cap is), so a result the aggregate pass cuts down to the
+        # floor counts the floor whatever its first cut, and ``remaining`` loses that length again: most of a
+        # long session's results are never cut twice, nor their important tails looked for.
+        self._pending: dict[int, str] = {}  # index in ``current`` -> the one text
+        self._lazy = self.max_chars > self._floor
+        self._total: int | None = None
+
+    def add(self, message: Message) -> None:
+        """Count one message of the context (anything but a tool result counts nothing)."""
+        # role_of's "" for a role that is not a string: not a tool result either
+        if message.get("role") != "toolResult":
+            return
+        # Most results are one text block: read without a generator and two calls (``_text_blocks``,
+        # ``js_len``); an ASCII text is its own code units. Anything else: the general reading.
         content = message.get("content")
         block = content[0] if type(content) is list and len(content) == 1 else None
         text = block.get("text") if type(block) is dict and block.get("type") == "text" else None
-        if type(text) is str and text.isascii():
-            texts = [text]
+        if type(text) is str:
+            units = text if text.isascii() else _to_units(text)
+            chars = len(units)
+            self._before += chars
+            if chars <= self.max_chars:
+                self._current.append(([units], chars))
+                return
+            texts = [units]
         else:
             texts = [_to_units(block["text"]) for block in _text_blocks(message)]
-        chars = sum(map(len, texts))
-        chars_before.append(chars)
+            chars = sum(map(len, texts))
+            self._before += chars
         blocks: list[_Units] = list(texts)
         first: int | None = chars
+        max_chars = self.max_chars
         if chars > max_chars:
-            if lazy and len(texts) == 1:
-                pending[len(current)] = texts[0]
+            if self._lazy and len(texts) == 1:
+                self._pending[len(self._current)] = texts[0]
                 first = None
             else:
-                blocks = _first_cut(texts, chars, max_chars, suffix)
+                blocks = _first_cut(texts, chars, max_chars, self._suffix)
                 first = sum(map(len, blocks))
-        current.append((blocks, first))
+        self._current.append((blocks, first))
 
-    def settle() -> int:
-        """Make every pending first cut; the sum of their lengths (what ``remaining`` did not count yet)."""
-        added = 0
-        for i, units in pending.items():
-            cut = _first_cut([units], len(units), max_chars, suffix)
-            length = sum(map(len, cut))
-            current[i] = (cut, length)
-            added += length
-        pending.clear()
-        return added
+    def total(self) -> int:
+        """The characters the rewrite removes from every result added (nothing may be added after)."""
+        if self._total is None:
+            self._total = self._count()
+        return self._total
 
-    live = [i for i, (_, first) in enumerate(current) if first is None or first > 0]
-    # What remains to cut is ``known`` plus the pending lengths, each of them at least 1 (over the floor).
-    known = sum(length for i in live if (length := current[i][1]) is not None)
-    if known + len(pending) <= max_chars:
-        known += settle()
-    if len(live) >= 2 and known + len(pending) > max_chars:
-        known -= max_chars
-        for i in sorted(live, reverse=True):  # the newest first (indices are unique: no tie to break)
-            if known + len(pending) <= 0 and pending:
-                known += settle()
-            if known + len(pending) <= 0:
-                break
-            blocks, length = current[i]
-            if length is None:
-                # What remains, ``known`` and at least 1 for each pending length, is past 0 here: with this
-                # result's own first cut it covers all of that cut down to the floor. Cut to the floor, and its
-                # first length leaves what remains again: it is never needed.
-                del pending[i]
-                known += floor_chars
-                current[i] = (blocks, floor_chars)
-                continue
-            reducible = max(0, length - floor_chars)
-            if reducible <= 0:
-                continue
-            if pending and known + len(pending) < reducible:
-                known += settle()
-            target = max(floor_chars, length - min(reducible, known + len(pending)))
-            cut_chars = _cut_blocks_len(blocks, length, target, suffix)
-            if length - cut_chars <= 0:
-                continue
-            known -= length - cut_chars
-            current[i] = (blocks, cut_chars)
-    settle()
-    return sum(chars_before) - sum(length for _, length in current if length is not None)
+    def _count(self) -> int:
+        max_chars, suffix, floor_chars = self.max_chars, self._suffix, self._floor
+        current, pending = self._current, self._pending
+
+        def settle() -> int:
+            """Make every pending first cut; the sum of their lengths (what ``remaining`` did not count yet)."""
+            added = 0
+            for i, units in pending.items():
+                cut = _first_cut([units], len(units), max_chars, suffix)
+                length = sum(map(len, cut))
+                current[i] = (cut, length)
+                added += length
+            pending.clear()
+            return added
+
+        live = [i for i, (_, first) in enumerate(current) if first is None or first > 0]
+        # What remains to cut is ``known`` plus the pending lengths, each of them at least 1 (over the floor).
+        known = sum(length for i in live if (length := current[i][1]) is not None)
+        if known + len(pending) <= max_chars:
+            known += settle()
+        if len(live) >= 2 and known + len(pending) > max_chars:
+            known -= max_chars
+            for i in sorted(live, reverse=True):  # the newest first (indices are unique: no tie to break)
+                if known + len(pending) <= 0 and pending:
+                    known += settle()
+                if known + len(pending) <= 0:
+                    break
+                blocks, length = current[i]
+                if length is None:
+                    # What remains, ``known`` and at least 1 for each pending length, is past 0 here: with this
+                    # result's own first cut it covers all of that cut down to the floor. Cut to the floor, and
+                    # its first length leaves what remains again: it is never needed.
+                    del pending[i]
+                    known += floor_chars
+                    current[i] = (blocks, floor_chars)
+                    continue
+                reducible = max(0, length - floor_chars)
+                if reducible <= 0:
+                    continue
+                if pending and known + len(pending) < reducible:
+                    known += settle()
+                target = max(floor_chars, length - min(reducible, known + len(pending)))
+                cut_chars = _cut_blocks_len(blocks, length, target, suffix, floor_chars)
+                if length - cut_chars <= 0:
+                    continue
+                known -= length - cut_chars
+                current[i] = (blocks, cut_chars)
+        settle()
+        return self._before - sum(length for _, length in current if length is not None)
 
 
 def _first_cut(texts: list[str], chars: int, max_chars: int, suffix: Suffix) -> list[_Units]:
@@ -669,11 +706,14 @@ def _block_budgets(
         yield max(1, min(max_chars, max(floor_chars, proportional))), eff_min_keep
 
 
-def _cut_blocks_len(blocks: Sequence[_Units], total: int, max_chars: int, suffix: Suffix) -> int:
-    """The length of a result's text blocks once OpenClaw's recovery cuts them, without building them."""
+def _cut_blocks_len(
+    blocks: Sequence[_Units], total: int, max_chars: int, suffix: Suffix, floor_chars: int
+) -> int:
+    """The length of a result's text blocks once OpenClaw's recovery cuts them, without building them.
+    ``floor_chars``: ``len(suffix(1))``, known to the caller (not written again for each of 8,000 results)."""
     if total <= max_chars:
         return total
-    if len(blocks) == 1 and max_chars == len(suffix(1)):
+    if len(blocks) == 1 and max_chars == floor_chars:
         # One text cut to the bare one-digit suffix (the aggregate pass's floor): no character of it fits
         # beside the longer suffix its count needs, so the bounded cut is that length, not walked.
         return max_chars
