@@ -645,11 +645,20 @@ async def test_a_stream_that_ends_without_an_event_is_asked_again_without_stream
 # --- the pure part ------------------------------------------------------------------------------------------
 
 _SDK_ROOTS = ("openai", "pydantic", "httpx", "httpx2")
+# What was loaded, printed as the process ends: at its exit handlers, or when it ends at once (``os._exit``, as
+# ``cli.run_as_process`` ends a dry run), whichever comes.
 _PROBE = """
-import atexit, runpy, sys
+import atexit, os, runpy, sys
 ROOTS = {roots!r}
-atexit.register(lambda: print("LOADED=" + ",".join(sorted(
-    m for m in sys.modules if m.split(".")[0] in ROOTS)), file=sys.stderr))
+def report():
+    print("LOADED=" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in ROOTS)), file=sys.stderr)
+atexit.register(report)
+_exit = os._exit
+def exit_now(code):
+    report()
+    sys.stderr.flush()
+    _exit(code)
+os._exit = exit_now
 sys.argv = ["compactd", *sys.argv[1:]]
 runpy.run_module("compactd", run_name="__main__")
 """
