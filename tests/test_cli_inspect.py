@@ -324,6 +324,12 @@ class _Exited(Exception):
     pass
 
 
+def _alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's process as the console script runs it: its only thread (a test process may hold others,
+    left by earlier tests' servers and watchers; a real one is tested below)."""
+    monkeypatch.setattr(cli.threading, "active_count", lambda: 1)
+
+
 def test_the_process_entry_point_ends_inspect_at_once_after_flushing_the_same_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -342,6 +348,7 @@ def test_the_process_entry_point_ends_inspect_at_once_after_flushing_the_same_ou
     flushed: list[str] = []
     monkeypatch.setattr(os, "_exit", exit_now)
     monkeypatch.setattr(cli, "_left_to_exit", None)
+    _alone(monkeypatch)
     monkeypatch.setattr(sys, "argv", ["compactd", "inspect", "--json", str(path)])
     monkeypatch.setattr(sys.stdout, "flush", lambda: flushed.append("stdout"))
     with pytest.raises(_Exited):
@@ -375,6 +382,7 @@ def test_the_process_entry_point_ends_a_dry_run_at_once_after_flushing_the_same_
 
     monkeypatch.setattr(os, "_exit", exit_now)
     monkeypatch.setattr(cli, "_left_to_exit", None)
+    _alone(monkeypatch)
     monkeypatch.setattr(sys, "argv", ["compactd", *argv])
     with pytest.raises(_Exited):
         run_as_process()
