@@ -51,6 +51,10 @@ NOT_FOR_A_DRY_RUN = (
     "socket",  # systemd's notify socket: only ``run`` sends to it
     "anyio._core._synchronization",  # anyio's events and limiters: nothing waits, no model is called
     "difflib",  # the configuration's "did you mean" for an unknown key
+    "anyio",  # nothing waits: no loop, no worker, no thread to hand work to (the lazy imports are where used)
+    "signal",  # the service's signal handlers, and the workspace's child acting as another user
+    "select",
+    "compactd.state._status",  # status.json and the ``status`` table: a dry run writes and shows no status
 )
 
 # What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit
@@ -64,6 +68,10 @@ NOT_FOR_INSPECT = {
     "compactd.commit.successor",
     "compactd.sources.files.preparer",  # the store of what was prepared as read: a summary's
     "difflib",  # the configuration's "did you mean" for an unknown key
+    "anyio",  # as a dry run: nothing waits
+    "signal",
+    "select",
+    "compactd.state._status",
 }
 
 

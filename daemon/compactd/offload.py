@@ -20,8 +20,6 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
@@ -110,6 +108,8 @@ async def run_async(
 
     if _inline.get() and client is None:
         return await func()
+    import anyio
+
     if client is None:
         return await run_sync(functools.partial(anyio.run, main), name=name)
     outcome: list[tuple[bool, Any]] = []
@@ -149,6 +149,8 @@ class LoopClient:
         return self._call(functools.partial(self.client.complete, system, user, max_tokens=max_tokens))
 
     def pace(self) -> Any:
+        import anyio.from_thread
+
         return anyio.from_thread.run_sync(self.client.pace, token=self._token)
 
     async def prepare(self) -> Any:
@@ -158,6 +160,8 @@ class LoopClient:
 
     def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
         from concurrent.futures import Future
+
+        import anyio.from_thread
 
         answer: Future[Any] = Future()
         anyio.from_thread.run_sync(self._send.send_nowait, (call, answer), token=self._token)

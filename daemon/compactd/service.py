@@ -12,14 +12,10 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TextIO
-
-import anyio
-import anyio.abc
 
 from compactd import __version__, offload
 from compactd.commit.locks import AlreadyRunning, InstanceLock
@@ -30,20 +26,12 @@ from compactd.logs import apply_config_level
 from compactd.progress import ActivityHandler
 from compactd.sources import Host, Outcome, Source, build_sources, one_pass, work
 from compactd.sources.watch import expand_roots
-from compactd.state import (
-    STATUS_MAX_SESSIONS,
-    Metrics,
-    SessionState,
-    StateStore,
-    archive_usage,
-    build_status,
-    describe_error,
-    dump_json,
-    write_status,
-)
+from compactd.state import Metrics, SessionState, StateStore, describe_error, dump_json
 from compactd.systemd import Notifier
 
 if TYPE_CHECKING:
+    import anyio
+
     from compactd.httpd import HttpEndpoint
     from compactd.summarize.llm import SummarizerClient
 
@@ -122,6 +110,8 @@ class Service:
     def limiter(self) -> anyio.CapacityLimiter:
         """The model calls' concurrency limit, which every client this service makes shares: made with the first
         client (a dry run makes none, and anyio's synchronisation primitives cost 12 ms to load)."""
+        import anyio
+
         return anyio.CapacityLimiter(self._max_concurrency)
 
     def _mark_dirty(self) -> None:
@@ -176,6 +166,8 @@ class Service:
     async def status_loop(self) -> None:
         """Refresh status.json, sessions.json and metrics.prom every few seconds when something changed, and
         at least once a minute (status.json's ``updated_at`` doubles as a heartbeat for ``compactd status``)."""
+        import anyio  # in each loop, not with the module: ``once`` and ``inspect`` run no loop (2 ms to load)
+
         while not self.stopping:
             if self.dirty or time.monotonic() - self.last_written >= STATE_HEARTBEAT_SECONDS:
                 await anyio.to_thread.run_sync(self.write_state)
@@ -188,6 +180,8 @@ class Service:
         """status.json alone, its counts without the rows (the start-up's: it shows the daemon serving; the
         rows, sorted fullest first, follow at the first state write, right after READY); everything is still
         dirty."""
+        from compactd.state import write_status  # the status module: not loaded by ``once --dry-run``
+
         try:
             write_status(self.config.state_dir, self.status(rows=False))
         except Exception as exc:  # as write_state: the sessions are still served
@@ -196,6 +190,8 @@ class Service:
 
     def write_activity(self) -> None:
         """status.json with the actions in progress (see :meth:`_at`)."""
+        from compactd.state import write_status
+
         self.activity_changed = False
         try:
             write_status(self.config.state_dir, self.status())
@@ -203,6 +199,8 @@ class Service:
             log.warning("action=state_write_failed error=%s", describe_error(exc))
 
     def write_state(self) -> None:
+        from compactd.state import archive_usage, write_status
+
         self.dirty = False
         self.activity_changed = False
         self.last_written = time.monotonic()
@@ -240,6 +238,8 @@ class Service:
         interval = self.notifier.watchdog_interval
         if not interval:
             return
+        import anyio
+
         while not self.stopping:
             watching, heartbeat = self._watchers()
             stale = time.monotonic() - heartbeat > max(2 * interval, 2 * WATCH_HEARTBEAT_MS / 1000)
@@ -249,6 +249,8 @@ class Service:
 
     async def tick_loop(self) -> None:
         """The loop's own heartbeat for /healthz: a tick that stops when anything holds the loop."""
+        import anyio
+
         while not self.stopping:
             self.loop_tick = time.monotonic()
             await anyio.sleep(LOOP_TICK_SECONDS)
@@ -308,6 +310,8 @@ class Service:
         return f"watching {len(states)} sessions, {near} near threshold, {compactions} compactions"
 
     def status(self, *, rows: bool = True) -> dict[str, Any]:
+        from compactd.state import STATUS_MAX_SESSIONS, build_status
+
         roots = [root for source in self.sources for root in source.roots()]
         doc = build_status(
             self.states(),
@@ -331,6 +335,10 @@ class Service:
         return doc
 
     async def signals(self, scope: anyio.CancelScope) -> None:
+        import signal
+
+        import anyio
+
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:
             async for signum in received:
                 if signum == signal.SIGHUP:
@@ -424,6 +432,8 @@ class Service:
 
     async def serve(self, shutdown_trigger: ShutdownTrigger | None = None) -> int:
         """Run until SIGTERM/SIGINT or ``shutdown_trigger`` returns; 0 on a clean stop, 3 if another runs."""
+        import anyio
+
         limit_malloc_arenas()
         fix_mmap_threshold()
         while True:
@@ -509,6 +519,8 @@ class Service:
 
 
 def run_service(config: Config, *, config_path: str | None = None) -> int:
+    import anyio
+
     return anyio.run(Service(config, config_path=config_path).serve)
 
 
@@ -554,8 +566,12 @@ def run_once(
                 await service._client.close()
 
     try:
-        # A dry run's work never waits (nothing else runs meanwhile): no event loop.
-        outcomes = offload.run_inline(go) if dry_run else anyio.run(go)
+        if dry_run:  # its work never waits (nothing else runs meanwhile): no event loop, nor anyio loaded
+            outcomes = offload.run_inline(go)
+        else:
+            import anyio
+
+            outcomes = anyio.run(go)
     finally:
         if lock is not None:
             lock.release()

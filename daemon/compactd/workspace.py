@@ -17,8 +17,6 @@ import contextlib
 import logging
 import os
 import pwd
-import select
-import signal
 import stat
 import time
 import warnings
@@ -246,6 +244,8 @@ class WorkspaceChildError(Exception):
 
 
 def _child(identity: Identity, fn: Callable[[], Any], write_fd: int) -> None:  # pragma: no cover - a child
+    import signal  # loaded by ``run_as`` before the fork: the child imports nothing
+
     code = 1
     try:
         with contextlib.suppress(ValueError, OSError):
@@ -268,6 +268,8 @@ def _child(identity: Identity, fn: Callable[[], Any], write_fd: int) -> None:  #
 
 
 def _read_reply(read_fd: int, timeout: float) -> bytes:
+    import select
+
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     size = 0
@@ -297,6 +299,8 @@ def run_as(
     """
     if identity is None:
         return fn()
+    import signal  # here, not with the module: only acting as another user needs it (and before the fork)
+
     read_fd, write_fd = os.pipe()
     try:
         with warnings.catch_warnings():

@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import anyio
-
 if TYPE_CHECKING:
     import anyio.abc
 
@@ -215,6 +213,8 @@ async def work(
 ) -> None:
     """One worker: act on the fullest ready session, else sleep until a change wakes it or time alone may make
     one ready (idle, a turn abandoned, a back-off over)."""
+    import anyio  # here: ``once`` and ``inspect`` run no worker, and anyio is 2 ms to import
+
     while not owner.stopping:
         now = time.time()
         due = ready(now)

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-import anyio
-
 if TYPE_CHECKING:
+    import anyio
     from watchfiles import Change
 
 from compactd.config import expand_user
@@ -192,7 +191,7 @@ async def watch_root(
         debounce=debounce_ms,
         step=step_ms,
         # watchfiles calls nothing but is_set() and set() on it
-        stop_event=stop if armed is None else cast(anyio.Event, _ArmedStop(stop, armed)),
+        stop_event=stop if armed is None else cast("anyio.Event", _ArmedStop(stop, armed)),
         recursive=False,
         rust_timeout=rust_timeout_ms,
         yield_on_timeout=True,

@@ -4,12 +4,13 @@ memory flush are given (the file job, OpenClaw's flush, Codex's appended compact
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-import anyio
+from typing import TYPE_CHECKING, Any
 
 from compactd.config import Config
 from compactd.summarize.engine import EngineSettings
+
+if TYPE_CHECKING:
+    import anyio
 
 __all__ = ["engine_settings", "make_client"]
 

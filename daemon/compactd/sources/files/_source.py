@@ -17,9 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import anyio
-import anyio.abc
-
 from compactd import offload
 from compactd.config import Config, file_kind
 from compactd.core.decision import Decision, Figures, Recorded, blocked_reason, decide
@@ -39,6 +36,9 @@ from compactd.sources.watch import expand_roots, scan_root, watch_root
 from compactd.state import Backoff, SessionState, StateStore, describe_error
 
 if TYPE_CHECKING:
+    import anyio
+    import anyio.abc
+
     from compactd.commit.claim import SessionClaim
     from compactd.commit.commit import Successor
     from compactd.core.budget import Budget
@@ -513,6 +513,8 @@ class FileSource:
             # The committed file's ledger, from the commit's own reading of it: a pass over every entry.
             ledger = None
             if successor is not None:
+                import anyio
+
                 try:
                     ledger = await offload.run_sync(
                         lambda: SessionLedger.from_transcript(successor.transcript)
@@ -878,6 +880,8 @@ class FileSource:
     async def watch_new_roots(self, tg: anyio.abc.TaskGroup) -> list[str]:
         """Start a watcher for every root not watched yet and return (those roots) once each is in place, so
         that a scan of them made now misses nothing: what changes after it is reported by its watcher."""
+        import anyio
+
         started: list[tuple[str, anyio.Event]] = []
         for root in self.root_paths():
             if root not in self.watchers:
@@ -893,6 +897,8 @@ class FileSource:
     async def watch_roots(self, tg: anyio.abc.TaskGroup) -> None:
         """Watch every root that appears (the start-up's are watched before :meth:`discover` reads them, so
         each is scanned once); rescan periodically."""
+        import anyio  # here, as in every loop: ``once`` and ``inspect`` follow nothing and never load it
+
         self.rescan_due = anyio.Event()
         while not self.stopping:
             for root in await self.watch_new_roots(tg):
@@ -907,6 +913,8 @@ class FileSource:
 
     async def _watch_one(self, root: str, stop: anyio.Event, armed: anyio.Event) -> None:
         """Follow one root's events; ``armed`` is set once its watch is in place (or it failed to start)."""
+        import anyio.from_thread
+
         s = self.config.service
 
         def on_armed() -> None:  # called in watchfiles' thread

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from compactd import offload, progress
 from compactd.commit.notes import ARCHIVE_INFIX, FULL_TEXT_PLACEHOLDER, archive_note, entry_note
 from compactd.config import Config
@@ -342,6 +340,8 @@ async def compact_file(
     # The commit writes: it runs in anyio's pool, whose thread a cancellation waits for (never abandoned
     # half way), and the commit is atomic and journalled anyway.
     progress.stage("committing", f"{result.route}, mode {commit_mode}")
+    import anyio.to_thread  # the commit's pool: a dry run commits nothing and never loads anyio
+
     with frozen():
         done = await anyio.to_thread.run_sync(
             lambda: _commit(path, config, transcript, result, replacements, commit_mode, force)
