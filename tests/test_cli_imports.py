@@ -55,6 +55,7 @@ NOT_FOR_A_DRY_RUN = (
     "signal",  # the service's signal handlers, and the workspace's child acting as another user
     "select",
     "compactd.state._status",  # status.json and the ``status`` table: a dry run writes and shows no status
+    "yaml",  # a configuration file of nested ``key: value`` lines is read without it (``config._plain``)
 )
 
 # What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit
@@ -72,6 +73,7 @@ NOT_FOR_INSPECT = {
     "signal",
     "select",
     "compactd.state._status",
+    "yaml",
 }
 
 
@@ -113,8 +115,9 @@ def test_a_model_free_compact_loads_no_model_stage(tmp_path: Path) -> None:
     assert not modules & unloaded, sorted(modules & unloaded)
 
 
-def test_a_command_on_the_built_in_defaults_loads_no_yaml(tmp_path: Path) -> None:
-    """yaml (about 17 ms to import) is loaded to read a configuration file, never for the built-in defaults."""
+def test_a_command_on_the_built_in_defaults_or_a_plain_file_loads_no_yaml(tmp_path: Path) -> None:
+    """yaml (about 15 ms to import) is loaded to read a configuration file of another shape than nested
+    ``key: value`` lines (``config._plain`` reads those), never for the built-in defaults."""
     path = tmp_path / "s.jsonl"
     generate_session(path, 50_000, seed=3)
     env = {k: v for k, v in os.environ.items() if k != "COMPACTD_CONFIG"}
@@ -140,7 +143,9 @@ def test_a_command_on_the_built_in_defaults_loads_no_yaml(tmp_path: Path) -> Non
     assert "yaml" not in modules_of("inspect", str(path))
     config = tmp_path / "config.yaml"
     config.write_text(f"state_dir: {tmp_path / 'state'}\n")
-    assert "yaml" in modules_of("inspect", str(path), "--config", str(config))  # a file still needs it
+    assert "yaml" not in modules_of("inspect", str(path), "--config", str(config))
+    config.write_text(f"state_dir: &dir {tmp_path / 'state'}\n")  # an anchor: PyYAML reads it
+    assert "yaml" in modules_of("inspect", str(path), "--config", str(config))
 
 
 def test_inspect_of_a_due_session_predicts_its_route_without_an_event_loop(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from compactd.config._checks import _check_across
 from compactd.config._env import CONFIG_MAX_BYTES, _Refused, read_small_file
+from compactd.config._plain import read_plain
 from compactd.config._schema import Config
 from compactd.config._validate import ConfigError, ConfigProblem, _Ctx, _dotted, _kind
 from compactd.pi_settings import pi_agent_dir, read_pi_compaction
@@ -59,6 +60,9 @@ def _build(
     return config
 
 
+_DUPLICATE = "duplicate key (a later value would silently win)"
+
+
 def _collect_marks(
     node: yaml.Node,
     path: tuple[str | int, ...],
@@ -84,7 +88,7 @@ def _collect_marks(
                 problems.append(
                     ConfigProblem(
                         _dotted(sub),
-                        "duplicate key (a later value would silently win)",
+                        _DUPLICATE,
                         mark.line + 1,
                         mark.column + 1,
                     )
@@ -102,8 +106,16 @@ def _parse_yaml(
 ) -> tuple[Any, dict[tuple[str | int, ...], tuple[int, int]], list[ConfigProblem]]:
     """The document, the position of every key path, and the duplicate keys (reported with the rest).
 
-    yaml is imported here, not with the module: only a configuration file needs it, and its import (about
-    17 ms) would otherwise be paid by every command, run on the built-in defaults or not."""
+    yaml is imported here, not with the module, and only for a file of another shape than :mod:`._plain` reads
+    (nested ``key: value`` lines): its import (about 15 ms) would otherwise be paid by every command."""
+    plain = read_plain(text)
+    if plain is not None:
+        document, positions, duplicates = plain
+        return (
+            document,
+            positions,
+            [ConfigProblem(_dotted(k), _DUPLICATE, ln, col) for k, ln, col in duplicates],
+        )
     import yaml
 
     marks: dict[tuple[str | int, ...], tuple[int, int]] = {}
