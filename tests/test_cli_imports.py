@@ -56,6 +56,8 @@ NOT_FOR_A_DRY_RUN = (
     "select",
     "compactd.state._status",  # status.json and the ``status`` table: a dry run writes and shows no status
     "yaml",  # a configuration file of nested ``key: value`` lines is read without it (``config._plain``)
+    "compactd.sources.files.preparer",  # what is prepared as read, while serving: made by ``start`` alone
+    "queue",  # the preparer's
 )
 
 # What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit

@@ -27,7 +27,6 @@ from compactd.heap import collector_paused
 from compactd.reading import read_transcript
 from compactd.roots import IntactDirs, is_session_path
 from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome, Unawaited
-from compactd.sources.files.preparer import Preparer
 from compactd.sources.files.resume import SnapshotStore, config_fingerprint
 from compactd.sources.files.tail import Change
 from compactd.sources.files.tracker import UNTOUCHED, SessionTracker
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
     from compactd.core.context import SessionContext
     from compactd.core.reader import Transcript
     from compactd.sources.files.job import JobResult, Plan
+    from compactd.sources.files.preparer import Preparer
 
 __all__ = ["FileSession", "FileSource", "committed_size", "seed_tracker"]
 
@@ -111,8 +111,10 @@ class FileSource:
         self.refused: set[str] = set()  # paths refused as symlinks (logged once)
         self.store = StateStore(host.config.state_dir)
         self.resume = SnapshotStore(host.config.state_dir)  # cursors and ledgers saved for the next start
-        # Appended messages' redaction and identifiers, made as they are read (while serving: ``start``).
-        self.preparer = Preparer(host.config.state_dir)
+        # Appended messages' redaction and identifiers, made as they are read: while serving (``start``) alone,
+        # so the preparer is made (and its module, its queue and thread, loaded) then, not by ``once``.
+        self.preparer: Preparer | None = None
+        self._preparer_dir = host.config.state_dir
         self.serving = False  # ``start``-ed: the daemon, not ``once``
         # ``once --dry-run``: the due sessions' readings are kept from the discovery for their action (read once).
         self.keep_readings = False
@@ -154,8 +156,12 @@ class FileSource:
         """Prepare appended messages while serving, if the configuration wants it (shares are made with
         redaction on: without it a compaction would not use them)."""
         if config.compaction.prepare_as_read and config.compaction.redact_secrets:
+            if self.preparer is None:
+                from compactd.sources.files.preparer import Preparer
+
+                self.preparer = Preparer(self._preparer_dir)
             self.preparer.start()
-        else:
+        elif self.preparer is not None:
             self.preparer.stop()
 
     # --- sessions -------------------------------------------------------------------------------------------
@@ -247,10 +253,11 @@ class FileSource:
             )
         offset = session.tracker.cursor.offset
         update = session.tracker.refresh(info)
-        if update.change is Change.APPENDED:
-            self.preparer.appended(path, update.entries, session.tracker.cursor.offset - offset)
-        elif update.change is Change.RELOADED:
-            self.preparer.reloaded(path, session.tracker.cursor.offset)
+        if self.preparer is not None:
+            if update.change is Change.APPENDED:
+                self.preparer.appended(path, update.entries, session.tracker.cursor.offset - offset)
+            elif update.change is Change.RELOADED:
+                self.preparer.reloaded(path, session.tracker.cursor.offset)
         if update.change is Change.UNCHANGED and path in self.state and not seeded:
             return  # nothing new: the rescan's common case, kept cheap
         self.host.changed()
@@ -1060,11 +1067,15 @@ class FileSource:
         self.store.save_sessions(self.state)
         self.resume.save(self.sessions)
         p = self.preparer
-        self.metrics.set_preparer(p.prepared, p.dropped, p.cpu_seconds)
+        if p is not None:
+            self.metrics.set_preparer(p.prepared, p.dropped, p.cpu_seconds)
+        else:  # never started: what a fresh preparer counts
+            self.metrics.set_preparer(0, 0, 0.0)
 
     def stop(self) -> None:
         self.stopping = True
-        self.preparer.stop()
+        if self.preparer is not None:
+            self.preparer.stop()
         for stop in self.watchers.values():
             stop.set()
         self.wakeup.set()
@@ -1122,7 +1133,8 @@ class FileSource:
         )
         if removed:
             log.info("action=retention removed=%d archive(s)", len(removed))
-        self.preparer.sweep()  # and the prepared stores of transcripts that are gone
+        if self.preparer is not None:
+            self.preparer.sweep()  # and the prepared stores of transcripts that are gone
 
 
 def committed_size(path: str, successor: Successor | None) -> int | None:
