@@ -1,7 +1,8 @@
 """The common shape of a configuration file, read without PyYAML: the same document, positions and duplicate keys.
 
-PyYAML's import is about 15 ms of CPU (its reader compiles a regex over all of Unicode), a tenth of what a
-``once --dry-run`` or an ``inspect`` costs on top of reading the transcripts. A configuration file is nearly
+PyYAML's import is about 15 ms of CPU (its reader compiles a regex over all of Unicode), paid by every command
+given a configuration file (``once --dry-run`` and ``inspect`` are compared with a bare read of the same
+transcripts, interpreter start included). A configuration file is nearly
 always nested ``key: value`` lines: this reads that shape, and only it, as PyYAML reads it (YAML 1.1 as PyYAML
 resolves it: ``yes`` is true, ``~`` null, ``1.5`` a float), the positions its nodes would carry included. Anything
 else (an anchor, a tag, a block scalar, a quoted string with an escape, a key that is not a plain word, an
@@ -16,11 +17,11 @@ from typing import Any
 
 __all__ = ["Marks", "read_plain"]
 
-Path = tuple[str | int, ...]
+KeyPath = tuple[str | int, ...]
 Marks = dict[tuple[str | int, ...], tuple[int, int]]
 # (document, every key path's line and column and its key's under ("key", *path), duplicate keys' paths and
 # positions in document order): what ``_load._parse_yaml`` makes of PyYAML's nodes.
-Read = tuple[Any, Marks, list[tuple[Path, int, int]]]
+Read = tuple[Any, Marks, list[tuple[KeyPath, int, int]]]
 
 _BOOLS = {
     **dict.fromkeys(("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
@@ -73,9 +74,9 @@ class _Reader:
     def __init__(self, rows: list[tuple[int, int, str]]) -> None:
         self.rows = rows
         self.marks: Marks = {}
-        self.duplicates: list[tuple[Path, int, int]] = []
+        self.duplicates: list[tuple[KeyPath, int, int]] = []
 
-    def mapping(self, index: int, indent: int, path: Path) -> tuple[dict[str, Any], int]:
+    def mapping(self, index: int, indent: int, path: KeyPath) -> tuple[dict[str, Any], int]:
         """The block mapping whose keys are at ``indent`` from row ``index``; and the row after it."""
         rows = self.rows
         if len(path) > _MAX_DEPTH:
@@ -122,7 +123,7 @@ class _Reader:
                 result[key] = None
         return result, index
 
-    def sequence(self, index: int, indent: int, path: Path) -> tuple[list[Any], int]:
+    def sequence(self, index: int, indent: int, path: KeyPath) -> tuple[list[Any], int]:
         """The block sequence of ``- scalar`` entries at ``indent`` from row ``index``; and the row after it."""
         rows = self.rows
         items: list[Any] = []
@@ -144,7 +145,7 @@ class _Reader:
                 raise _Other
         return items, index
 
-    def inline(self, text: str, line: int, column: int, path: Path) -> Any:
+    def inline(self, text: str, line: int, column: int, path: KeyPath) -> Any:
         """A value that starts on its key's line (or its ``-``'s) at ``column`` and ends with the line."""
         first = text[0]
         if first in "\"'":
@@ -165,7 +166,7 @@ class _Reader:
             raise _Other
         return _resolve(scalar)
 
-    def flow(self, text: str, line: int, column: int, path: Path) -> list[Any]:
+    def flow(self, text: str, line: int, column: int, path: KeyPath) -> list[Any]:
         """``[item, item]`` on one line: quoted strings and plain scalars."""
         items: list[Any] = []
         at = _skip(text, 1)
