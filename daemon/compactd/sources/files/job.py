@@ -54,6 +54,7 @@ from compactd.workspace import read_agents_md, trusted_workspace
 
 if TYPE_CHECKING:
     from compactd.commit.commit import CommitStatus, Successor
+    from compactd.core.prune import PruneEdit
 
 __all__ = [
     "EXIT_CODES",
@@ -397,7 +398,7 @@ async def _plan_job(
     chosen: Route = route or decision.job_route
     commit_mode = mode or config.compaction.commit
     result = JobResult(path, chosen, mode=commit_mode)
-    replacements: dict[str, dict[str, Any]] = {}
+    edits: dict[str, PruneEdit] = {}  # by entry id; their texts are built for a commit only
     kept_ids: set[str] | None = None
     summary_tokens = post_tokens = 0
     # What stays in the context before pruning. pi 1.x measures a context it sees an edit in without its usage
@@ -422,7 +423,7 @@ async def _plan_job(
             committed_note_chars=note_chars,
             context=context,
         )
-        replacements.update({edit.entry_id: edit.new_message for edit in pruning.edits})
+        edits.update({edit.entry_id: edit for edit in pruning.edits})
         result.chars_saved += pruning.chars_saved
         return pruning.tokens_saved
 
@@ -449,7 +450,7 @@ async def _plan_job(
         ):
             log.debug("path=%s truncation alone cannot leave room to work: compacting instead", path)
             chosen, pruned_tokens, result.chars_saved = "compact_then_truncate", 0, 0
-            replacements.clear()
+            edits.clear()
     if chosen != "truncate_tool_results_only":
         workspace = trusted_workspace(config, path, transcript.header)
         agents_md = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
@@ -504,7 +505,7 @@ async def _plan_job(
         if chosen == "compact_then_truncate":
             pruned_tokens = prune(older, room_need)
             pruned_tokens += prune(newest_ids, need - pruned_tokens)
-    result.pruned = len(replacements)
+    result.pruned = len(edits)
     after = measured - pruned_tokens
     result.fill = Fill(
         threshold=budget.compact_threshold,
@@ -522,7 +523,7 @@ async def _plan_job(
         result.reason = "dry run"
         result.status = JobStatus.DRY_RUN
         return result
-    return result, replacements
+    return result, {entry_id: edit.new_message for entry_id, edit in edits.items()}
 
 
 def _route_after(route: Route, need: int, room_need: int, *, older: bool) -> Route:
