@@ -442,30 +442,33 @@ def _message_cut(
     note: str | None,
     *,
     compat: bool,
-    total: int | None = None,
+    texts: list[_Text] | None = None,
 ) -> _MessageCut | None:
     """The cut of a message's text blocks, sharing ``max_chars`` in proportion to their lengths; None when it
-    has nothing to cut. ``total``: its text characters (``tool_result_text_chars``), when the caller has them."""
+    has nothing to cut. ``texts``: a tool result's ``_text_units``, when the caller has them (a plan cuts each
+    result up to three times)."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     content = message.get("content")
     if not isinstance(content, list):
         return None
-    if total is None:
-        total = tool_result_text_chars(message) if role_of(message) == "toolResult" else 0
+    if texts is None:
+        if role_of(message) != "toolResult":
+            return None  # no text characters to count: nothing over ``max_chars``
+        texts = _text_units(content)
+    lengths = [length for _, _, length in texts]
+    total = sum(lengths)
     if total <= max_chars:
         return None
     suffix = _suffix_factory(note)
-    indices = [i for i, block in enumerate(content) if _is_text_block(block)]
-    lengths = [js_len(content[i]["text"]) for i in indices]
-    budgets = _block_budgets(lengths, total, max_chars, suffix, min_keep)
     cuts: list[tuple[int, _TextCut | str]] = []
     chars = 0
-    for index, length, (budget, keep) in zip(indices, lengths, budgets, strict=True):
+    for (index, units, length), (budget, keep) in zip(
+        texts, _block_budgets(lengths, total, max_chars, suffix, min_keep), strict=True
+    ):
         if length <= budget:
             chars += length
             continue
-        units = _to_units(content[index]["text"])
         cut = (
             _cut_units(units, budget, keep, suffix, compat=True)
             if compat
@@ -474,6 +477,19 @@ def _message_cut(
         chars += len(cut)
         cuts.append((index, cut))
     return _MessageCut(message, cuts, chars)
+
+
+_Text = tuple[int, str, int]  # a text block: its index in the content, its text in code units, their count
+
+
+def _text_units(content: list[Any]) -> list[_Text]:
+    """The text blocks of a message's content, each in code units (``_to_units``) with its JS length."""
+    texts: list[_Text] = []
+    for index, block in enumerate(content):
+        if _is_text_block(block):
+            units = _to_units(block["text"])
+            texts.append((index, units, len(units)))
+    return texts
 
 
 # --- the plan -----------------------------------------------------------------------------------------------
@@ -536,6 +552,8 @@ class _Result:
     other_chars: int  # what pi counts besides the text blocks (images)
     chars_before: int
     tokens_before: int
+    texts: list[_Text]  # its text blocks (``_text_units``), read once for all its cuts
+    suffix_chars: int  # the longest suffix a cut of it can carry (``_suffix_chars``)
     planned: _MessageCut | None  # the cut kept so far (None: whole); its text is built for the edit only
     chars: int  # planned text characters
     growth: int = 0  # what the committed notes add to ``chars``
@@ -546,9 +564,7 @@ class _Result:
 
     def cut(self, max_chars: int, min_keep: int) -> None:
         """Cut the original (never a previous cut: the suffix must count every character left out)."""
-        cut = _message_cut(
-            self.original, max_chars, min_keep, self.note, compat=False, total=self.chars_before
-        )
+        cut = _message_cut(self.original, max_chars, min_keep, self.note, compat=False, texts=self.texts)
         if cut is None or cut.chars >= self.chars:
             return
         chars = cut.chars
@@ -594,19 +610,24 @@ def plan_pruning(
     for entry_id, message in items:
         if role_of(message) != "toolResult":
             continue
-        chars = tool_result_text_chars(message)
+        content = message.get("content")
+        texts = _text_units(content) if isinstance(content, list) else []
+        chars = sum(length for _, _, length in texts)  # ``tool_result_text_chars``
         other = message_chars(message) - chars
         tokens = -(-(other + chars) // CHARS_PER_TOKEN)
         note = note_for(entry_id) if note_for else None
         growth = committed_note_chars(entry_id) - js_len(note) if committed_note_chars and note else 0
-        results.append(_Result(entry_id, message, note, growth, other, chars, tokens, None, chars))
+        suffix = _suffix_chars(chars, note)
+        results.append(
+            _Result(entry_id, message, note, growth, other, chars, tokens, texts, suffix, None, chars)
+        )
 
     saved = sum(r.tokens_before - r.tokens for r in results)  # kept up to date as cuts are made: no rescan
 
     passes: tuple[tuple[Callable[[_Result], int], int], ...] = (
-        (lambda r: max(max_chars, _suffix_chars(r.chars_before, r.note)), min_keep),
-        (lambda r: min_keep + _suffix_chars(r.chars_before, r.note), min_keep),
-        (lambda r: _suffix_chars(r.chars_before, r.note), RECOVERY_MIN_KEEP_CHARS),
+        (lambda r: max(max_chars, r.suffix_chars), min_keep),
+        (lambda r: min_keep + r.suffix_chars, min_keep),
+        (lambda r: r.suffix_chars, RECOVERY_MIN_KEEP_CHARS),
     )
     for floor_of, keep in passes:
         for result in results:
