@@ -589,20 +589,21 @@ class FileSource:
         worked out as the real run does them (``job.predict_route``, ``job.flush_runs``), no model called.
         ``context``: the discovery's, built from ``transcript`` (its rules and tool results are not looked for
         again)."""
-        from compactd.sources.files.job import flush_runs, predict_route
+        from compactd.sources.files.job import flush_runs, predict_route, workspace_of
 
         decision = plan.decision
         if decision.skip is not None:
             return Outcome(path, Action.SKIPPED, detail={"reason": decision.skip})
         config = self.config
         rules = context.rules if context is not None else None
+        workspace = workspace_of(config, path, transcript)  # chosen once for both, if either asks
         flush = decision.flush and await offload.run_sync(
-            lambda: flush_runs(config, path, transcript, rules=rules)
+            lambda: flush_runs(config, path, transcript, rules=rules, workspace=workspace)
         )
         route = decision.route
         if decision.compact:
             route = await predict_route(
-                path, config, transcript, decision.job_route, plan=plan, context=context
+                path, config, transcript, decision.job_route, plan=plan, context=context, workspace=workspace
             )
         action = route if decision.compact else decision.action
         return Outcome(path, Action(action), detail={**decision.figures(), "flush": flush, "route": route})

@@ -55,6 +55,10 @@ from compactd.workspace import read_agents_md, trusted_workspace
 if TYPE_CHECKING:
     from compactd.commit.commit import CommitStatus, Successor
     from compactd.core.prune import PruneEdit
+    from compactd.workspace import Workspace
+
+# A session's workspace, chosen on the first call (``workspace_of``).
+WorkspaceOf = Callable[[], "Workspace | None"]
 
 __all__ = [
     "EXIT_CODES",
@@ -71,6 +75,7 @@ __all__ = [
     "refusal_before_spending",
     "snapshot_size",
     "turn_in_flight",
+    "workspace_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -375,12 +380,14 @@ async def _plan_job(
     report: bool = True,
     route_only: bool = False,
     context: SessionContext | None = None,
+    workspace: WorkspaceOf | None = None,
 ) -> JobResult | tuple[JobResult, dict[str, dict[str, Any]]]:
     """The job up to its commit, in :func:`compactd.offload.run_async`'s thread: a JobResult when it stops
     there (a turn in flight, nothing to compact, a dry run), else the result and the pruning's replacements.
     ``route_only`` (a dry run's prediction): only ``route`` counts, and no summary is written when any summary
     the engine could write leads to the same one (:func:`_route_without_summary`). ``context``:
-    ``build_context(transcript)`` when the caller has it (``inspect``): its rules spare the cut a walk."""
+    ``build_context(transcript)`` when the caller has it (``inspect``): its rules spare the cut a walk.
+    ``workspace``: the session's :func:`workspace_of`, when the caller asks it too (a dry run's flush)."""
     if not dry_run:
         # Every check that can refuse the commit, before anything is spent on the model; the commit asks
         # again under the lock (an agent may start meanwhile).
@@ -452,8 +459,10 @@ async def _plan_job(
             chosen, pruned_tokens, result.chars_saved = "compact_then_truncate", 0, 0
             edits.clear()
     if chosen != "truncate_tool_results_only":
-        workspace = trusted_workspace(config, path, transcript.header)
-        agents_md = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
+        chosen_workspace = (workspace or workspace_of(config, path, transcript))()
+        agents_md = (
+            read_agents_md(chosen_workspace) if chosen_workspace else None
+        )  # a small read: this thread may block
         if route_only:
             known = _route_without_summary(
                 engine, transcript, chosen, agents_md, budget, target, pi1=pi1, rules=rules
@@ -646,13 +655,15 @@ async def predict_route(
     *,
     plan: Plan | None = None,
     context: SessionContext | None = None,
+    workspace: WorkspaceOf | None = None,
 ) -> Route:
     """The route a compaction of ``transcript`` asked to take ``route`` ends with, for a dry run: the job
     planned exactly as the real one (the cut, the kept turns, the pruning), with the digest standing in for
     the summary, so no model is called. The real route differs only where a model's summary is so much
     longer or shorter than the digest that it alone does or does not leave room to work; the digest itself is
     written only when its length could change the route. ``plan``: the caller's decision on this reading (its
-    figures are not counted again). ``context``: ``build_context(transcript)``, when the caller has it."""
+    figures are not counted again). ``context``: ``build_context(transcript)``, when the caller has it.
+    ``workspace``: the session's :func:`workspace_of`, when the caller asks it too (:func:`flush_runs`)."""
     if route == "fits":
         return route
     planned = await offload.run_async(
@@ -670,6 +681,7 @@ async def predict_route(
             report=False,
             route_only=True,
             context=context,
+            workspace=workspace,
         ),
         client=None,
         name="compactd-predict",
@@ -678,13 +690,34 @@ async def predict_route(
     return result.route  # type: ignore[return-value]
 
 
-def flush_runs(config: Config, path: str, transcript: Transcript, *, rules: str | None = None) -> bool:
+def workspace_of(config: Config, path: str, transcript: Transcript) -> WorkspaceOf:
+    """The session's :func:`trusted_workspace`, chosen when first asked and then known: a dry run asks it for
+    the flush and for the route, one right after the other (the choice's system calls are made once)."""
+    chosen: list[Workspace | None] = []
+
+    def choice() -> Workspace | None:
+        if not chosen:
+            chosen.append(trusted_workspace(config, path, transcript.header))
+        return chosen[0]
+
+    return choice
+
+
+def flush_runs(
+    config: Config,
+    path: str,
+    transcript: Transcript,
+    *,
+    rules: str | None = None,
+    workspace: WorkspaceOf | None = None,
+) -> bool:
     """Whether a memory flush of ``transcript`` does anything: hooks to start, or a trusted workspace to write
     and a span before the kept turns to extract from (what ``FileSource.flush`` does, asked beforehand).
-    ``rules``: the branch's, when the caller's context knows them."""
+    ``rules``: the branch's, when the caller's context knows them. ``workspace``: the session's
+    :func:`workspace_of`, when the caller asks it too (:func:`predict_route`)."""
     if config.memory_flush.hooks:
         return True
-    if trusted_workspace(config, path, transcript.header) is None:
+    if (workspace or workspace_of(config, path, transcript))() is None:
         return False
     return CompactionEngine(engine_settings(config)).plan(transcript, rules=rules) is not None
 
