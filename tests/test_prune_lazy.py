@@ -171,3 +171,12 @@ def test_a_bare_suffix_cut_short_is_the_reference() -> None:
         for max_chars in range(1, 90):
             expected = reference._bounded("", "", "", len(units), max_chars, suffix)
             assert prune._bounded(units, 0, None, max_chars, suffix).text() == expected, (note, max_chars)
+
+
+@given(counts=st.lists(st.integers(-3, 10**7), max_size=30), note=NOTES)
+@settings(max_examples=200, deadline=None)
+def test_a_suffix_written_once_is_the_reference(counts: list[int], note: str | None) -> None:
+    """The suffixes a plan shares (each count's written once) are the ones written for each call."""
+    suffix, theirs = prune._suffix_factory(note), reference._suffix_factory(note)
+    for count in counts + counts:
+        assert suffix(count) == theirs(count)

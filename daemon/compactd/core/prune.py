@@ -139,9 +139,19 @@ def truncation_suffix(omitted: int, note: str | None = None) -> str:
 
 
 def _suffix_factory(note: str | None) -> Suffix:
-    if note is None or note.isascii():  # already in code units: no conversion per call
-        return lambda omitted: truncation_suffix(omitted, note)
-    return lambda omitted: _to_units(truncation_suffix(omitted, note))
+    """The suffix of each count, in code units, each written once: a plan or a count asks the same ones over and
+    over (the one-digit suffix for every minimum kept, each result's count for its budget and its fit)."""
+    made: dict[int, str] = {}
+    convert = note is not None and not note.isascii()  # else already in code units: no conversion
+
+    def suffix(omitted: int) -> str:
+        text = made.get(omitted)
+        if text is None:
+            text = truncation_suffix(omitted, note)
+            made[omitted] = text = _to_units(text) if convert else text
+        return text
+
+    return suffix
 
 
 def _effective_min_keep(max_chars: int, min_keep: int, suffix: Suffix) -> int:
@@ -443,10 +453,11 @@ def _message_cut(
     *,
     compat: bool,
     texts: list[_Text] | None = None,
+    suffix: Suffix | None = None,
 ) -> _MessageCut | None:
     """The cut of a message's text blocks, sharing ``max_chars`` in proportion to their lengths; None when it
     has nothing to cut. ``texts``: a tool result's ``_text_units``, when the caller has them (a plan cuts each
-    result up to three times)."""
+    result up to three times). ``suffix``: ``_suffix_factory(note)``, when the caller has it."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     content = message.get("content")
@@ -460,7 +471,7 @@ def _message_cut(
     total = sum(lengths)
     if total <= max_chars:
         return None
-    suffix = _suffix_factory(note)
+    suffix = suffix or _suffix_factory(note)
     cuts: list[tuple[int, _TextCut | str]] = []
     chars = 0
     for (index, units, length), (budget, keep) in zip(
@@ -553,6 +564,7 @@ class _Result:
     chars_before: int
     tokens_before: int
     texts: list[_Text]  # its text blocks (``_text_units``), read once for all its cuts
+    suffix: Suffix  # ``_suffix_factory(note)``, shared by the plan's results of one note
     suffix_chars: int  # the longest suffix a cut of it can carry (``_suffix_chars``)
     planned: _MessageCut | None  # the cut kept so far (None: whole); its text is built for the edit only
     chars: int  # planned text characters
@@ -564,7 +576,9 @@ class _Result:
 
     def cut(self, max_chars: int, min_keep: int) -> None:
         """Cut the original (never a previous cut: the suffix must count every character left out)."""
-        cut = _message_cut(self.original, max_chars, min_keep, self.note, compat=False, texts=self.texts)
+        cut = _message_cut(
+            self.original, max_chars, min_keep, self.note, compat=False, texts=self.texts, suffix=self.suffix
+        )
         if cut is None or cut.chars >= self.chars:
             return
         chars = cut.chars
@@ -607,6 +621,7 @@ def plan_pruning(
     if max_chars < 1:
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     results: list[_Result] = []
+    suffixes: dict[str | None, Suffix] = {}
     for entry_id, message in items:
         if role_of(message) != "toolResult":
             continue
@@ -617,9 +632,12 @@ def plan_pruning(
         tokens = -(-(other + chars) // CHARS_PER_TOKEN)
         note = note_for(entry_id) if note_for else None
         growth = committed_note_chars(entry_id) - js_len(note) if committed_note_chars and note else 0
-        suffix = _suffix_chars(chars, note)
+        suffix = suffixes.get(note) or suffixes.setdefault(note, _suffix_factory(note))
+        longest = _suffix_chars(chars, note)
         results.append(
-            _Result(entry_id, message, note, growth, other, chars, tokens, texts, suffix, None, chars)
+            _Result(
+                entry_id, message, note, growth, other, chars, tokens, texts, suffix, longest, None, chars
+            )
         )
 
     saved = sum(r.tokens_before - r.tokens for r in results)  # kept up to date as cuts are made: no rescan
