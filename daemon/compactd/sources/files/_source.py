@@ -653,13 +653,14 @@ class FileSource:
     ) -> tuple[Plan, str]:
         """The exact decision from the transcript just read, with what every process recorded of this cycle's
         flush (another compactd may have flushed or compacted it since this one last looked): the plan the
-        job is handed (it decides nothing again). ``kept``: the transcript is the discovery's reading, whose
-        context and ledger's reducible count are taken instead of worked out again."""
+        job is handed (it decides nothing again), and the cycle the claim records a flush in ("" without a
+        claim: a dry run records none). ``kept``: the transcript is the discovery's reading, whose context and
+        ledger's reducible count are taken instead of worked out again."""
         from compactd.commit.claim import flush_cycle
         from compactd.sources.files.job import Plan
 
         st = self.session_state(session.path)
-        cycle = flush_cycle(transcript)
+        cycle = flush_cycle(transcript) if claim is not None else ""  # a dry run (no claim) records no flush
         recorded = claim.flushed_in(cycle) if claim is not None else None
         if recorded is not None and recorded != st.flushed_this_cycle:
             st.flushed_cycle = st.compactions if recorded else None
