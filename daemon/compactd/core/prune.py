@@ -472,6 +472,17 @@ def _message_cut(
     if total <= max_chars:
         return None
     suffix = suffix or _suffix_factory(note)
+    if len(texts) == 1:
+        # One text block (most results), over the budget: ``_block_budgets`` gives it all of it, and the
+        # effective minimum; worked out here without the shares' arithmetic.
+        index, units, _ = texts[0]
+        keep = _effective_min_keep(max_chars, min_keep, suffix)
+        one = (
+            _cut_units(units, max_chars, keep, suffix, compat=True)
+            if compat
+            else _text_cut(units, max_chars, keep, suffix)
+        )
+        return _MessageCut(message, [(index, one)], len(one))
     cuts: list[tuple[int, _TextCut | str]] = []
     chars = 0
     for (index, units, length), (budget, keep) in zip(
