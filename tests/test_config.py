@@ -604,6 +604,23 @@ def test_workspaces_by_agent_id_then_glob(tmp_path: Path) -> None:
     assert agents.workspace_for(tmp_path / "rel" / "d" / "s.jsonl", env=home) == tmp_path / "ws"
 
 
+_PATH_PARTS = st.sampled_from(
+    ["h", ".openclaw", "agents", "main", "sessions", ".pi", "--x--", "a.jsonl", "*", ".."]
+)
+
+
+@given(parts=st.lists(_PATH_PARTS, min_size=1, max_size=7), agent=st.none() | st.sampled_from(["main", "*"]))
+@settings(max_examples=200, deadline=None)
+def test_no_workspaces_configured_is_none_for_any_session(parts: list[str], agent: str | None) -> None:
+    """Without ``agents.workspaces`` no session has a configured workspace: answered before the agent id and
+    the directory are worked out, as the whole lookup answers."""
+    from compactd.config import AgentsConfig
+
+    path = "/" + "/".join(parts)
+    assert AgentsConfig().workspace_for(path, agent_id=agent) is None
+    assert AgentsConfig().workspace_for(path, agent_id=agent, env={"HOME": "/h"}) is None
+
+
 def test_hooks_and_num_ctx(tmp_path: Path) -> None:
     text = (
         "memory_flush:\n  hooks:\n    - {command: [/usr/bin/notify, x]}\n    - command: echo hi | wc\n"

@@ -384,3 +384,43 @@ def test_a_dry_runs_route_is_the_one_the_written_digest_leads_to(
         lambda: compact_file(str(path), config, dry_run=True, force=True, plan=Plan(figures, decision))
     )
     assert predicted == given == written.route
+
+
+@pytest.mark.parametrize(("name", "turns", "route"), SESSIONS, ids=[n for n, _, _ in SESSIONS])
+@pytest.mark.parametrize("trusted", [False, True])
+def test_a_dry_run_chooses_the_workspace_once_for_the_flush_and_the_route(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, turns: Any, route: str, trusted: bool
+) -> None:
+    """``job.workspace_of``, shared by ``flush_runs`` and ``predict_route`` (a dry run asks both): the choice
+    is made once, and both answer as each does choosing it itself."""
+    import anyio
+    from compactd.sources.files import job
+    from compactd.workspace import Workspace
+
+    chosen: list[str] = []
+
+    def choose(config: Config, path: str, header: Any) -> Workspace | None:
+        chosen.append(path)
+        return Workspace(tmp_path, "cwd") if trusted else None
+
+    monkeypatch.setattr(job, "trusted_workspace", choose)
+    config = Config.from_mapping(
+        {"models": {"providers": {"ollama": {"models": {"tiny": {"context_tokens": 32_000}}}}}}, env=ENV
+    )
+    path = tmp_path / f"{name}.jsonl"
+    write_session(path, turns)
+    transcript = read_transcript(path)
+    decision = decide(config, figures_of(config, transcript), now=NOW, force=True)
+
+    def both(workspace: Any) -> tuple[bool, str]:
+        flush = job.flush_runs(config, str(path), transcript, workspace=workspace)
+        routed = anyio.run(
+            lambda: job.predict_route(str(path), config, transcript, decision.job_route, workspace=workspace)
+        )
+        return flush, routed
+
+    alone = both(None)
+    asked = len(chosen)
+    chosen.clear()
+    assert both(job.workspace_of(config, str(path), transcript)) == alone
+    assert len(chosen) == min(asked, 1)

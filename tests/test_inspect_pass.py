@@ -109,3 +109,20 @@ def test_inspect_passes_the_count_on_to_the_figures(tmp_path: Path) -> None:
     counted = figures_of(config, transcript, context=context, counted=(cap, count.total()))
     assert counted == figures_of(config, transcript, context=context)
     assert counted.reducible_chars == count.total()
+
+
+@settings(max_examples=200, deadline=None)
+@given(tool_heavy_branches())
+def test_a_contexts_tool_results_are_listed_once(path: list[dict[str, Any]]) -> None:
+    """``SessionContext.tool_results`` (the ledger's count and each pruning plan read it): the branch's tool
+    results as ``message_entries`` gives them, the same list each time it is asked."""
+    from compactd.core.context import message_entries
+
+    context = context_from_path(path)
+    listed = context.tool_results()
+    assert listed == [
+        (entry, message)
+        for entry, message in message_entries(path, context.rules)
+        if message.get("role") == "toolResult"
+    ]
+    assert context.tool_results() is listed

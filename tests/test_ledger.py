@@ -777,3 +777,18 @@ def test_ledger_reducible_left_to_the_full_read_when_no_compaction_may_be_built(
     tracker.refresh()
     assert read_transcript(path).committable is False
     assert tracker.ledger is not None and tracker.ledger.reducible is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(session_bytes(), st.sampled_from([1, 12, 40, 90, 400, 16_000]))
+def test_the_ledger_counts_the_tool_results_of_the_branch(data: bytes, cap: int) -> None:
+    """The ledger reads its items off the context (``SessionContext.tool_results``): the branch's tool results
+    as ``message_entries`` gives them, which ``figures_of`` counts without a context."""
+    from compactd.core.reader import parse_transcript
+
+    transcript = parse_transcript(data)
+    ledger = SessionLedger.from_transcript(transcript, cap_for=lambda _ledger: cap)
+    if not transcript.committable:
+        assert ledger.reducible is None
+        return
+    assert ledger.reducible == (cap, reducible_chars(tool_result_items(transcript), cap))

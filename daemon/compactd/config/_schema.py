@@ -159,6 +159,8 @@ class AgentsConfig:
         The agent id is OpenClaw's (``agents/<id>/sessions``) unless given; a glob key is matched against the
         directory holding the transcript, with ``~`` expanded.
         """
+        if not self.workspaces:  # the usual case: no agent id nor directory to work out for nothing
+            return None
         agent = agent_id if agent_id is not None else agent_id_for(session_file)
         if agent is not None and agent in self.workspaces and not _is_path_pattern(agent):
             return Path(expand_user(self.workspaces[agent], env))

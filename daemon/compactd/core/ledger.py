@@ -27,7 +27,6 @@ from compactd.core.context import (
     entry_to_message,
     is_pi1_marker,
     js_same,
-    message_entries,
 )
 from compactd.core.jsjson import nesting
 from compactd.core.messages import PI_0_73, PI_1, RUNTIME_CONTEXT_TYPE, is_runtime_context, role_of
@@ -169,10 +168,12 @@ class SessionLedger:
         cap = cap_for(self)
         if cap is None:  # most sessions (they fit): no tool result is looked at
             return
+        # The context's tool results: ``message_entries`` of the branch, taken from the context instead of walking
+        # the branch and converting each entry to its message again (``planning.tool_result_items``).
         items = [
-            (str(entry.get("id")), message)
-            for entry, message in message_entries(transcript.branch(), context.rules)
-            if role_of(message) == "toolResult" and isinstance(entry.get("id"), str)
+            (entry["id"], message)
+            for entry, message in context.tool_results()
+            if isinstance(entry.get("id"), str)
         ]
         self.reducible = (cap, reducible_chars(items, cap))
 

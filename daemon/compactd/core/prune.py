@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from compactd.core.messages import Message, role_of
@@ -138,9 +139,19 @@ def truncation_suffix(omitted: int, note: str | None = None) -> str:
 
 
 def _suffix_factory(note: str | None) -> Suffix:
-    if note is None or note.isascii():  # already in code units: no conversion per call
-        return lambda omitted: truncation_suffix(omitted, note)
-    return lambda omitted: _to_units(truncation_suffix(omitted, note))
+    """The suffix of each count, in code units, each written once: a plan or a count asks the same ones over and
+    over (the one-digit suffix for every minimum kept, each result's count for its budget and its fit)."""
+    made: dict[int, str] = {}
+    convert = note is not None and not note.isascii()  # else already in code units: no conversion
+
+    def suffix(omitted: int) -> str:
+        text = made.get(omitted)
+        if text is None:
+            text = truncation_suffix(omitted, note)
+            made[omitted] = text = _to_units(text) if convert else text
+        return text
+
+    return suffix
 
 
 def _effective_min_keep(max_chars: int, min_keep: int, suffix: Suffix) -> int:
@@ -184,13 +195,41 @@ def _cut_units(units: str, max_chars: int, min_keep: int, suffix: Suffix, *, com
     """``_truncate`` on a text already in code units, the result in code units (its length is its JS length)."""
     if len(units) <= max_chars:
         return units
-    head_end, tail_start = _cut_points(units, max_chars, min_keep, suffix, compat=compat)
+    if not compat:
+        return _text_cut(units, max_chars, min_keep, suffix).text()
+    head_end, tail_start = _cut_points(units, max_chars, min_keep, suffix, compat=True)
     head = units[:head_end]
     tail = units[tail_start:] if tail_start is not None else ""
     marker = MIDDLE_MARKER if tail_start is not None else ""
-    if compat:
-        return _bounded_openclaw(head + marker + tail, len(units), max_chars, suffix)
-    return _bounded(head, marker, tail, len(units), max_chars, suffix)
+    return _bounded_openclaw(head + marker + tail, len(units), max_chars, suffix)
+
+
+def _text_cut(units: str, max_chars: int, min_keep: int, suffix: Suffix) -> _TextCut:
+    """Our cut of a text longer than ``max_chars`` (in code units), as positions: no text built yet."""
+    head_end, tail_start = _cut_points(units, max_chars, min_keep, suffix, compat=False)
+    return _bounded(units, head_end, tail_start, max_chars, suffix)
+
+
+class _TextCut:
+    """A cut text as what it keeps of the original's code units: its length is known before the text is built,
+    so a plan that only counts (a dry run's route) never builds it, and one that does builds the last cut only.
+    """
+
+    __slots__ = ("head_end", "marker", "suffix", "tail_start", "units")
+
+    def __init__(self, units: str, head_end: int, tail_start: int, marker: str, suffix: str) -> None:
+        self.units = units
+        self.head_end = head_end  # the head is ``units[:head_end]``
+        self.tail_start = tail_start  # the tail is ``units[tail_start:]`` (empty: ``len(units)``)
+        self.marker = marker
+        self.suffix = suffix
+
+    def __len__(self) -> int:
+        return self.head_end + len(self.marker) + len(self.units) - self.tail_start + len(self.suffix)
+
+    def text(self) -> str:
+        """The cut text, in code units."""
+        return self.units[: self.head_end] + self.marker + self.units[self.tail_start :] + self.suffix
 
 
 def _cut_len(units: _Units, max_chars: int, min_keep: int, suffix: Suffix) -> int:
@@ -290,23 +329,30 @@ def _cut_points(
     return _safe_end(units, head_end), None if tail_start is None else _safe_start(units, tail_start)
 
 
-def _bounded(head: str, marker: str, tail: str, length: int, max_chars: int, suffix: Suffix) -> str:
-    """Append the suffix, shrinking the head (then the tail from its start) until the whole fits."""
+def _bounded(units: str, head_end: int, tail_start: int | None, max_chars: int, suffix: Suffix) -> _TextCut:
+    """Append the suffix, shrinking the head (then the tail from its start) until the whole fits.
+
+    Head and tail are positions in ``units``: a head shrinks to a shorter prefix, a tail to a shorter suffix,
+    so each test of a pair and each count reads the original (no text is built until the cut is wanted)."""
+    length = len(units)
+    marker = MIDDLE_MARKER if tail_start is not None else ""
+    tail_start = length if tail_start is None else tail_start
     while True:
-        final = head + marker + tail + suffix(max(1, length - len(head) - len(tail)))
-        if len(final) <= max_chars:
-            return final
-        overflow = len(final) - max_chars
-        if head:
-            end = _safe_end(head, max(0, len(head) - overflow))
-            head = head[: end if end < len(head) else len(head) - 1]
-        elif tail:
-            start = _safe_start(tail, min(len(tail), overflow))
-            tail = tail[start if start > 0 else 1 :]
+        text = suffix(max(1, tail_start - head_end))  # the characters left out between head and tail
+        size = head_end + len(marker) + length - tail_start + len(text)
+        if size <= max_chars:
+            return _TextCut(units, head_end, tail_start, marker, text)
+        overflow = size - max_chars
+        if head_end:
+            end = _safe_end(units, max(0, head_end - overflow))
+            head_end = end if end < head_end else head_end - 1
+        elif tail_start < length:
+            start = _safe_start(units, tail_start + min(length - tail_start, overflow)) - tail_start
+            tail_start += start if start > 0 else 1
         elif marker:
             marker = ""
         else:
-            return final[: _safe_end(final, max_chars)]
+            return _TextCut(units, 0, length, "", text[: _safe_end(text, max_chars)])
 
 
 def _bounded_openclaw(kept: str, length: int, max_chars: int, suffix: Suffix) -> str:
@@ -374,44 +420,114 @@ def truncate_tool_result(
 def _truncate_message(
     message: Message, max_chars: int, min_keep: int, note: str | None, *, compat: bool
 ) -> Message:
+    cut = _message_cut(message, max_chars, min_keep, note, compat=compat)
+    return message if cut is None else cut.build()
+
+
+class _MessageCut:
+    """``truncateToolResultMessage``'s cut of a message, block by block: its text characters and the blocks it
+    changes are known before any text is built (:meth:`build`), so a plan builds only the cuts it keeps."""
+
+    __slots__ = ("chars", "cuts", "original")
+
+    def __init__(self, original: Message, cuts: list[tuple[int, _TextCut | str]], chars: int) -> None:
+        self.original = original
+        # Each changed text block: its index in the content, its cut (positions, or OpenClaw's built in code units).
+        self.cuts = cuts
+        self.chars = chars  # the text blocks' characters once cut
+
+    def build(self) -> Message:
+        """The cut message: a new dict (images, other blocks and every other field kept)."""
+        content = list(self.original["content"])
+        for index, cut in self.cuts:
+            units = cut if isinstance(cut, str) else cut.text()
+            content[index] = {**content[index], "text": _from_units(units)}
+        return {**self.original, "content": content}
+
+
+def _message_cut(
+    message: Message,
+    max_chars: int,
+    min_keep: int,
+    note: str | None,
+    *,
+    compat: bool,
+    texts: list[_Text] | None = None,
+    suffix: Suffix | None = None,
+) -> _MessageCut | None:
+    """The cut of a message's text blocks, sharing ``max_chars`` in proportion to their lengths; None when it
+    has nothing to cut. ``texts``: a tool result's ``_text_units``, when the caller has them (a plan cuts each
+    result up to three times). ``suffix``: ``_suffix_factory(note)``, when the caller has it."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     content = message.get("content")
     if not isinstance(content, list):
-        return message
-    total = tool_result_text_chars(message) if role_of(message) == "toolResult" else 0
+        return None
+    if texts is None:
+        if role_of(message) != "toolResult":
+            return None  # no text characters to count: nothing over ``max_chars``
+        texts = _text_units(content)
+    lengths = [length for _, _, length in texts]
+    total = sum(lengths)
     if total <= max_chars:
-        return message
-    suffix = _suffix_factory(note)
-    eff_min_keep = _effective_min_keep(max_chars, min_keep, suffix)
-    new_content: list[Any] = []
-    for block in content:
-        if not _is_text_block(block):
-            new_content.append(block)
+        return None
+    suffix = suffix or _suffix_factory(note)
+    if len(texts) == 1:
+        # One text block (most results), over the budget: ``_block_budgets`` gives it all of it, and the
+        # effective minimum; worked out here without the shares' arithmetic.
+        index, units, _ = texts[0]
+        keep = _effective_min_keep(max_chars, min_keep, suffix)
+        one = (
+            _cut_units(units, max_chars, keep, suffix, compat=True)
+            if compat
+            else _text_cut(units, max_chars, keep, suffix)
+        )
+        return _MessageCut(message, [(index, one)], len(one))
+    cuts: list[tuple[int, _TextCut | str]] = []
+    chars = 0
+    for (index, units, length), (budget, keep) in zip(
+        texts, _block_budgets(lengths, total, max_chars, suffix, min_keep), strict=True
+    ):
+        if length <= budget:
+            chars += length
             continue
-        text: str = block["text"]
-        length = js_len(text)
-        proportional = math.floor(max_chars * (length / total))
-        floor_chars = eff_min_keep + len(suffix(max(1, length - proportional)))
-        block_budget = max(1, min(max_chars, max(floor_chars, proportional)))
-        new_text = _truncate(text, block_budget, eff_min_keep, note, compat=compat)
-        new_content.append(block if new_text is text else {**block, "text": new_text})
-    return {**message, "content": new_content}
+        cut = (
+            _cut_units(units, budget, keep, suffix, compat=True)
+            if compat
+            else _text_cut(units, budget, keep, suffix)
+        )
+        chars += len(cut)
+        cuts.append((index, cut))
+    return _MessageCut(message, cuts, chars)
+
+
+_Text = tuple[int, str, int]  # a text block: its index in the content, its text in code units, their count
+
+
+def _text_units(content: list[Any]) -> list[_Text]:
+    """The text blocks of a message's content, each in code units (``_to_units``) with its JS length."""
+    texts: list[_Text] = []
+    for index, block in enumerate(content):
+        if _is_text_block(block):
+            units = _to_units(block["text"])
+            texts.append((index, units, len(units)))
+    return texts
 
 
 # --- the plan -----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PruneEdit:
     """One toolResult entry whose text is cut; ``new_message`` derives from the message the plan was given.
 
     ``chars_after`` and ``tokens_saved`` are the figures as committed, i.e. with the note that replaces the
-    placeholder in the suffix (see ``plan_pruning``'s ``committed_note_chars``).
+    placeholder in the suffix (see ``plan_pruning``'s ``committed_note_chars``). ``planned`` is the new message
+    or what builds it, on first use: a plan read for its figures only (a dry run's route) builds no text.
     """
 
     entry_id: str
-    new_message: Message
+    planned: Message | Callable[[], Message] = field(repr=False)
     chars_before: int
     chars_after: int
     tokens_saved: int = 0
@@ -419,6 +535,11 @@ class PruneEdit:
     @property
     def saved(self) -> int:
         return self.chars_before - self.chars_after
+
+    @cached_property
+    def new_message(self) -> Message:
+        planned = self.planned
+        return planned() if callable(planned) else planned
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,7 +574,10 @@ class _Result:
     other_chars: int  # what pi counts besides the text blocks (images)
     chars_before: int
     tokens_before: int
-    message: Message
+    texts: list[_Text]  # its text blocks (``_text_units``), read once for all its cuts
+    suffix: Suffix  # ``_suffix_factory(note)``, shared by the plan's results of one note
+    suffix_chars: int  # the longest suffix a cut of it can carry (``_suffix_chars``)
+    planned: _MessageCut | None  # the cut kept so far (None: whole); its text is built for the edit only
     chars: int  # planned text characters
     growth: int = 0  # what the committed notes add to ``chars``
 
@@ -463,19 +587,16 @@ class _Result:
 
     def cut(self, max_chars: int, min_keep: int) -> None:
         """Cut the original (never a previous cut: the suffix must count every character left out)."""
-        message = _truncate_message(self.original, max_chars, min_keep, self.note, compat=False)
-        chars = tool_result_text_chars(message)
-        if chars >= self.chars:
+        cut = _message_cut(
+            self.original, max_chars, min_keep, self.note, compat=False, texts=self.texts, suffix=self.suffix
+        )
+        if cut is None or cut.chars >= self.chars:
             return
-        growth = self._suffixes(message) * self.note_growth
+        chars = cut.chars
+        growth = len(cut.cuts) * self.note_growth  # a suffix in each text block cut
         if -(-(self.other_chars + chars + growth) // CHARS_PER_TOKEN) >= self.tokens:
             return  # fewer characters, not fewer tokens: not worth an edit
-        self.message, self.chars, self.growth = message, chars, growth
-
-    def _suffixes(self, message: Message) -> int:
-        old_blocks = [b.get("text") for b in self.original.get("content") or () if _is_text_block(b)]
-        new_blocks = [b.get("text") for b in message.get("content") or () if _is_text_block(b)]
-        return sum(1 for a, b in zip(old_blocks, new_blocks, strict=True) if a != b)
+        self.planned, self.chars, self.growth = cut, chars, growth
 
 
 def _suffix_chars(chars_before: int, note: str | None) -> int:
@@ -511,22 +632,31 @@ def plan_pruning(
     if max_chars < 1:
         raise ValueError(f"max_chars must be at least 1, got {max_chars}")
     results: list[_Result] = []
+    suffixes: dict[str | None, Suffix] = {}
     for entry_id, message in items:
         if role_of(message) != "toolResult":
             continue
-        chars = tool_result_text_chars(message)
+        content = message.get("content")
+        texts = _text_units(content) if isinstance(content, list) else []
+        chars = sum(length for _, _, length in texts)  # ``tool_result_text_chars``
         other = message_chars(message) - chars
         tokens = -(-(other + chars) // CHARS_PER_TOKEN)
         note = note_for(entry_id) if note_for else None
         growth = committed_note_chars(entry_id) - js_len(note) if committed_note_chars and note else 0
-        results.append(_Result(entry_id, message, note, growth, other, chars, tokens, message, chars))
+        suffix = suffixes.get(note) or suffixes.setdefault(note, _suffix_factory(note))
+        longest = _suffix_chars(chars, note)
+        results.append(
+            _Result(
+                entry_id, message, note, growth, other, chars, tokens, texts, suffix, longest, None, chars
+            )
+        )
 
     saved = sum(r.tokens_before - r.tokens for r in results)  # kept up to date as cuts are made: no rescan
 
     passes: tuple[tuple[Callable[[_Result], int], int], ...] = (
-        (lambda r: max(max_chars, _suffix_chars(r.chars_before, r.note)), min_keep),
-        (lambda r: min_keep + _suffix_chars(r.chars_before, r.note), min_keep),
-        (lambda r: _suffix_chars(r.chars_before, r.note), RECOVERY_MIN_KEEP_CHARS),
+        (lambda r: max(max_chars, r.suffix_chars), min_keep),
+        (lambda r: min_keep + r.suffix_chars, min_keep),
+        (lambda r: r.suffix_chars, RECOVERY_MIN_KEEP_CHARS),
     )
     for floor_of, keep in passes:
         for result in results:
@@ -542,9 +672,9 @@ def plan_pruning(
             result.cut(max(floor, allowed, 1), keep)
             saved += tokens - result.tokens
     edits = tuple(
-        PruneEdit(r.entry_id, r.message, r.chars_before, r.chars + r.growth, r.tokens_before - r.tokens)
+        PruneEdit(r.entry_id, r.planned.build, r.chars_before, r.chars + r.growth, r.tokens_before - r.tokens)
         for r in results
-        if r.message is not r.original
+        if r.planned is not None
     )
     return PrunePlan(edits, max(0, need_tokens), sum(e.tokens_saved for e in edits))
 
@@ -690,17 +820,23 @@ def _first_cut(texts: list[str], chars: int, max_chars: int, suffix: Suffix) -> 
     """A result's texts (``chars`` long in all) after the cut of each to its share of ``max_chars``."""
     return [
         _PendingCut(units, budget, keep, suffix) if len(units) > budget else units
-        for units, (budget, keep) in zip(texts, _block_budgets(texts, chars, max_chars, suffix), strict=True)
+        for units, (budget, keep) in zip(
+            texts, _block_budgets(map(len, texts), chars, max_chars, suffix), strict=True
+        )
     ]
 
 
 def _block_budgets(
-    blocks: Sequence[_Units], total: int, max_chars: int, suffix: Suffix
+    lengths: Iterable[int],
+    total: int,
+    max_chars: int,
+    suffix: Suffix,
+    min_keep: int = RECOVERY_MIN_KEEP_CHARS,
 ) -> Iterator[tuple[int, int]]:
-    """OpenClaw's ``truncateToolResultMessage`` (recovery minimum 0): each block's budget and minimum kept."""
-    eff_min_keep = _effective_min_keep(max_chars, RECOVERY_MIN_KEEP_CHARS, suffix)
-    for units in blocks:
-        length = len(units)
+    """OpenClaw's ``truncateToolResultMessage``: each text block's budget and minimum kept, given the blocks'
+    lengths (``total`` in all); the recovery cuts' minimum unless ``min_keep`` is given."""
+    eff_min_keep = _effective_min_keep(max_chars, min_keep, suffix)
+    for length in lengths:
         proportional = math.floor(max_chars * (length / total))
         floor_chars = eff_min_keep + len(suffix(max(1, length - proportional)))
         yield max(1, min(max_chars, max(floor_chars, proportional))), eff_min_keep
@@ -717,5 +853,5 @@ def _cut_blocks_len(
         # One text cut to the bare one-digit suffix (the aggregate pass's floor): no character of it fits
         # beside the longer suffix its count needs, so the bounded cut is that length, not walked.
         return max_chars
-    budgets = _block_budgets(blocks, total, max_chars, suffix)
+    budgets = _block_budgets(map(len, blocks), total, max_chars, suffix)
     return sum(_cut_len(u, budget, keep, suffix) for u, (budget, keep) in zip(blocks, budgets, strict=True))

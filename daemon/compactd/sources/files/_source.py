@@ -598,20 +598,21 @@ class FileSource:
         worked out as the real run does them (``job.predict_route``, ``job.flush_runs``), no model called.
         ``context``: the discovery's, built from ``transcript`` (its rules and tool results are not looked for
         again)."""
-        from compactd.sources.files.job import flush_runs, predict_route
+        from compactd.sources.files.job import flush_runs, predict_route, workspace_of
 
         decision = plan.decision
         if decision.skip is not None:
             return Outcome(path, Action.SKIPPED, detail={"reason": decision.skip})
         config = self.config
         rules = context.rules if context is not None else None
+        workspace = workspace_of(config, path, transcript)  # chosen once for both, if either asks
         flush = decision.flush and await offload.run_sync(
-            lambda: flush_runs(config, path, transcript, rules=rules)
+            lambda: flush_runs(config, path, transcript, rules=rules, workspace=workspace)
         )
         route = decision.route
         if decision.compact:
             route = await predict_route(
-                path, config, transcript, decision.job_route, plan=plan, context=context
+                path, config, transcript, decision.job_route, plan=plan, context=context, workspace=workspace
             )
         action = route if decision.compact else decision.action
         return Outcome(path, Action(action), detail={**decision.figures(), "flush": flush, "route": route})
@@ -661,13 +662,14 @@ class FileSource:
     ) -> tuple[Plan, str]:
         """The exact decision from the transcript just read, with what every process recorded of this cycle's
         flush (another compactd may have flushed or compacted it since this one last looked): the plan the
-        job is handed (it decides nothing again). ``kept``: the transcript is the discovery's reading, whose
-        context and ledger's reducible count are taken instead of worked out again."""
+        job is handed (it decides nothing again), and the cycle the claim records a flush in ("" without a
+        claim: a dry run records none). ``kept``: the transcript is the discovery's reading, whose context and
+        ledger's reducible count are taken instead of worked out again."""
         from compactd.commit.claim import flush_cycle
         from compactd.sources.files.job import Plan
 
         st = self.session_state(session.path)
-        cycle = flush_cycle(transcript)
+        cycle = flush_cycle(transcript) if claim is not None else ""  # a dry run (no claim) records no flush
         recorded = claim.flushed_in(cycle) if claim is not None else None
         if recorded is not None and recorded != st.flushed_this_cycle:
             st.flushed_cycle = st.compactions if recorded else None

@@ -52,6 +52,11 @@ from compactd.workspace import read_agents_md, trusted_workspace
 
 if TYPE_CHECKING:
     from compactd.commit.commit import CommitStatus, Successor
+    from compactd.core.prune import PruneEdit
+    from compactd.workspace import Workspace
+
+# A session's workspace, chosen on the first call (``workspace_of``).
+WorkspaceOf = Callable[[], "Workspace | None"]
 
 __all__ = [
     "EXIT_CODES",
@@ -68,6 +73,7 @@ __all__ = [
     "refusal_before_spending",
     "snapshot_size",
     "turn_in_flight",
+    "workspace_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -374,12 +380,14 @@ async def _plan_job(
     report: bool = True,
     route_only: bool = False,
     context: SessionContext | None = None,
+    workspace: WorkspaceOf | None = None,
 ) -> JobResult | tuple[JobResult, dict[str, dict[str, Any]]]:
     """The job up to its commit, in :func:`compactd.offload.run_async`'s thread: a JobResult when it stops
     there (a turn in flight, nothing to compact, a dry run), else the result and the pruning's replacements.
     ``route_only`` (a dry run's prediction): only ``route`` counts, and no summary is written when any summary
     the engine could write leads to the same one (:func:`_route_without_summary`). ``context``:
-    ``build_context(transcript)`` when the caller has it (``inspect``): its rules spare the cut a walk."""
+    ``build_context(transcript)`` when the caller has it (``inspect``): its rules spare the cut a walk.
+    ``workspace``: the session's :func:`workspace_of`, when the caller asks it too (a dry run's flush)."""
     if not dry_run:
         # Every check that can refuse the commit, before anything is spent on the model; the commit asks
         # again under the lock (an agent may start meanwhile).
@@ -397,7 +405,7 @@ async def _plan_job(
     chosen: Route = route or decision.job_route
     commit_mode = mode or config.compaction.commit
     result = JobResult(path, chosen, mode=commit_mode)
-    replacements: dict[str, dict[str, Any]] = {}
+    edits: dict[str, PruneEdit] = {}  # by entry id; their texts are built for a commit only
     kept_ids: set[str] | None = None
     summary_tokens = post_tokens = 0
     # What stays in the context before pruning. pi 1.x measures a context it sees an edit in without its usage
@@ -422,7 +430,7 @@ async def _plan_job(
             committed_note_chars=note_chars,
             context=context,
         )
-        replacements.update({edit.entry_id: edit.new_message for edit in pruning.edits})
+        edits.update({edit.entry_id: edit for edit in pruning.edits})
         result.chars_saved += pruning.chars_saved
         return pruning.tokens_saved
 
@@ -449,10 +457,12 @@ async def _plan_job(
         ):
             log.debug("path=%s truncation alone cannot leave room to work: compacting instead", path)
             chosen, pruned_tokens, result.chars_saved = "compact_then_truncate", 0, 0
-            replacements.clear()
+            edits.clear()
     if chosen != "truncate_tool_results_only":
-        workspace = trusted_workspace(config, path, transcript.header)
-        agents_md = read_agents_md(workspace) if workspace else None  # a small read: this thread may block
+        chosen_workspace = (workspace or workspace_of(config, path, transcript))()
+        agents_md = (
+            read_agents_md(chosen_workspace) if chosen_workspace else None
+        )  # a small read: this thread may block
         if route_only:
             known = _route_without_summary(
                 engine, transcript, chosen, agents_md, budget, target, pi1=pi1, rules=rules
@@ -504,7 +514,7 @@ async def _plan_job(
         if chosen == "compact_then_truncate":
             pruned_tokens = prune(older, room_need)
             pruned_tokens += prune(newest_ids, need - pruned_tokens)
-    result.pruned = len(replacements)
+    result.pruned = len(edits)
     after = measured - pruned_tokens
     result.fill = Fill(
         threshold=budget.compact_threshold,
@@ -522,7 +532,7 @@ async def _plan_job(
         result.reason = "dry run"
         result.status = JobStatus.DRY_RUN
         return result
-    return result, replacements
+    return result, {entry_id: edit.new_message for entry_id, edit in edits.items()}
 
 
 def _route_after(route: Route, need: int, room_need: int, *, older: bool) -> Route:
@@ -645,13 +655,15 @@ async def predict_route(
     *,
     plan: Plan | None = None,
     context: SessionContext | None = None,
+    workspace: WorkspaceOf | None = None,
 ) -> Route:
     """The route a compaction of ``transcript`` asked to take ``route`` ends with, for a dry run: the job
     planned exactly as the real one (the cut, the kept turns, the pruning), with the digest standing in for
     the summary, so no model is called. The real route differs only where a model's summary is so much
     longer or shorter than the digest that it alone does or does not leave room to work; the digest itself is
     written only when its length could change the route. ``plan``: the caller's decision on this reading (its
-    figures are not counted again). ``context``: ``build_context(transcript)``, when the caller has it."""
+    figures are not counted again). ``context``: ``build_context(transcript)``, when the caller has it.
+    ``workspace``: the session's :func:`workspace_of`, when the caller asks it too (:func:`flush_runs`)."""
     if route == "fits":
         return route
     planned = await offload.run_async(
@@ -669,6 +681,7 @@ async def predict_route(
             report=False,
             route_only=True,
             context=context,
+            workspace=workspace,
         ),
         client=None,
         name="compactd-predict",
@@ -677,13 +690,34 @@ async def predict_route(
     return result.route  # type: ignore[return-value]
 
 
-def flush_runs(config: Config, path: str, transcript: Transcript, *, rules: str | None = None) -> bool:
+def workspace_of(config: Config, path: str, transcript: Transcript) -> WorkspaceOf:
+    """The session's :func:`trusted_workspace`, chosen when first asked and then known: a dry run asks it for
+    the flush and for the route, one right after the other (the choice's system calls are made once)."""
+    chosen: list[Workspace | None] = []
+
+    def choice() -> Workspace | None:
+        if not chosen:
+            chosen.append(trusted_workspace(config, path, transcript.header))
+        return chosen[0]
+
+    return choice
+
+
+def flush_runs(
+    config: Config,
+    path: str,
+    transcript: Transcript,
+    *,
+    rules: str | None = None,
+    workspace: WorkspaceOf | None = None,
+) -> bool:
     """Whether a memory flush of ``transcript`` does anything: hooks to start, or a trusted workspace to write
     and a span before the kept turns to extract from (what ``FileSource.flush`` does, asked beforehand).
-    ``rules``: the branch's, when the caller's context knows them."""
+    ``rules``: the branch's, when the caller's context knows them. ``workspace``: the session's
+    :func:`workspace_of`, when the caller asks it too (:func:`predict_route`)."""
     if config.memory_flush.hooks:
         return True
-    if trusted_workspace(config, path, transcript.header) is None:
+    if (workspace or workspace_of(config, path, transcript))() is None:
         return False
     return CompactionEngine(engine_settings(config)).plan(transcript, rules=rules) is not None
 
