@@ -114,7 +114,6 @@ class FileSource:
         # Appended messages' redaction and identifiers, made as they are read: while serving (``start``) alone,
         # so the preparer is made (and its module, its queue and thread, loaded) then, not by ``once``.
         self.preparer: Preparer | None = None
-        self._preparer_dir = host.config.state_dir
         self.serving = False  # ``start``-ed: the daemon, not ``once``
         # ``once --dry-run``: the due sessions' readings are kept from the discovery for their action (read once).
         self.keep_readings = False
@@ -159,7 +158,7 @@ class FileSource:
             if self.preparer is None:
                 from compactd.sources.files.preparer import Preparer
 
-                self.preparer = Preparer(self._preparer_dir)
+                self.preparer = Preparer(self.store.state_dir)
             self.preparer.start()
         elif self.preparer is not None:
             self.preparer.stop()

@@ -12,6 +12,7 @@ parsing the file again; the commit's own check of its result is the caller's nex
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import math
 import os
@@ -693,14 +694,7 @@ async def predict_route(
 def workspace_of(config: Config, path: str, transcript: Transcript) -> WorkspaceOf:
     """The session's :func:`trusted_workspace`, chosen when first asked and then known: a dry run asks it for
     the flush and for the route, one right after the other (the choice's system calls are made once)."""
-    chosen: list[Workspace | None] = []
-
-    def choice() -> Workspace | None:
-        if not chosen:
-            chosen.append(trusted_workspace(config, path, transcript.header))
-        return chosen[0]
-
-    return choice
+    return functools.cache(lambda: trusted_workspace(config, path, transcript.header))
 
 
 def flush_runs(
