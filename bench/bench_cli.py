@@ -6,11 +6,16 @@ by its CPU seconds (user + system, ``getrusage(RUSAGE_CHILDREN)``), so time the 
 processes does not count. The variants run in a shuffled order in every round; the ratio is
 ``bare CPU ÷ ours`` (1.0: as fast as parsing the lines and nothing else). Target: ≥ 0.5 for both.
 
-    python -m bench.bench_cli [--corpus DIR] [--big FILE] [--runs K] [--code DIR] [--baseline DIR] [--json] [--smoke]
+    python -m bench.bench_cli [--corpus DIR] [--big FILE] [--runs K] [--code DIR] [--baseline DIR] [--parts] [--json]
+                              [--smoke]
 
 ``--code DIR`` runs the ``compactd`` package found in ``DIR`` (e.g. an old version exported with
 ``git archive <rev> daemon | tar -x -C /tmp/old``, then ``--code /tmp/old/daemon``): the "before" figures.
 ``--baseline DIR`` runs that package as a third side in the same shuffled rounds: ours ÷ baseline, same run.
+``--parts`` splits the dry run, in the same rounds: the interpreter's start with every module the dry run loads
+imported and nothing else done, and the exact reading it starts from (``parse_transcript`` of every file, the
+checks included, with the reader's imports alone). ``bare ÷ the reading`` is the most any dry run that reads
+every session as compactd must can reach, before it imports or decides anything else.
 """
 
 from __future__ import annotations
@@ -46,6 +51,45 @@ for name in sys.argv[1:]:
     for line in data.split(b"\\n"):
         if line.strip():
             loads(line)
+"""
+
+# The dry run's exact reading alone: every file read and parsed as a dry run reads it, with the reader's checks.
+READING_ONLY = """
+import sys, os
+from compactd.core.reader import parse_transcript
+for name in sys.argv[1:]:
+    with open(name, "rb") as f:
+        data = f.read()
+    parse_transcript(data, lean=True)
+sys.stdout.flush()
+os._exit(0)  # as the dry run ends: without the interpreter's teardown
+"""
+
+# The modules a run of ``argv`` loaded (printed at its end), for the imports-only side.
+MODULES_OF = """
+import runpy, sys, os
+def dump():
+    sys.stderr.write("\\nMODULES " + " ".join(sorted(sys.modules)) + "\\n")
+real_exit = os._exit
+def at_exit(code):
+    dump()
+    real_exit(code)
+os._exit = at_exit
+sys.argv = ["compactd", *sys.argv[1:]]
+try:
+    runpy.run_module("compactd", run_name="__main__")
+except SystemExit:
+    dump()
+    raise
+"""
+
+IMPORTS_ONLY = """
+import sys, importlib
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ImportError:  # a module only its package's code can load by name (none among compactd's)
+        pass
 """
 
 
@@ -89,6 +133,9 @@ def measure(
     result: dict[str, dict[str, Any]] = {}
     for name in commands:
         ours_t, bare_t = times[(name, "ours")], times[(name, "bare")]
+        parts = {
+            side: round(min(t), 3) for (n, side), t in times.items() if n == name and side.startswith("part:")
+        }
         result[name] = {
             "ours_cpu_s": round(min(ours_t), 3),
             "bare_cpu_s": round(min(bare_t), 3),
@@ -97,6 +144,11 @@ def measure(
             "command": " ".join(commands[name]["ours"][1:]),
         }
         result[name]["meets_target"] = result[name]["ratio"] >= TARGET_RATIO
+        if parts:
+            result[name]["parts_cpu_s"] = {side.removeprefix("part:"): t for side, t in parts.items()}
+            result[name]["bare_over_parts"] = {
+                side.removeprefix("part:"): round(min(bare_t) / t, 3) for side, t in parts.items()
+            }
         if "base" in commands[name]:
             base_t = times[(name, "base")]
             result[name].update(
@@ -112,6 +164,18 @@ def measure(
     return result
 
 
+def _modules_loaded(argv: list[str], env: dict[str, str]) -> list[str]:
+    """Every module a run of ``argv`` had loaded at its end (the standard library's it loaded inside a function
+    too): importing them all again in a fresh process is the dry run's start and imports alone."""
+    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    lines = [
+        line for line in done.stderr.decode(errors="replace").splitlines() if line.startswith("MODULES ")
+    ]
+    if done.returncode not in (0, 1) or not lines:
+        raise RuntimeError(f"{argv} exited {done.returncode}: {done.stderr.decode(errors='replace')[-2000:]}")
+    return [n for n in lines[-1].split()[1:] if n != "__main__"]
+
+
 def run(
     corpus: Path | None = None,
     big: Path | None = None,
@@ -124,6 +188,7 @@ def run(
     code: Path | None = None,
     only: list[str] | None = None,
     baseline: Path | None = None,
+    parts: bool = False,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="compactd-bench-cli-") as tmp_name:
         tmp = Path(tmp_name)
@@ -160,7 +225,12 @@ def run(
             | ({"base": ours[name]} if baseline is not None else {})
             for name in (only or list(ours))
         }
-        measures = measure(commands, {"ours": env, "bare": env, "base": base_env}, runs)
+        if parts and "once --dry-run" in commands:
+            loaded = _modules_loaded([py, "-c", MODULES_OF, *ours["once --dry-run"][3:]], env)
+            commands["once --dry-run"]["part:start + imports"] = [py, "-c", IMPORTS_ONLY, *loaded]
+            commands["once --dry-run"]["part:reading"] = [py, "-c", READING_ONLY, *corpus_files]
+        envs = {"ours": env, "bare": env, "base": base_env, "part:start + imports": env, "part:reading": env}
+        measures = measure(commands, envs, runs)
         return {
             "corpus_files": len(corpus_files),
             "corpus_bytes": sum(os.path.getsize(p) for p in corpus_files),
@@ -185,6 +255,13 @@ def report(result: dict[str, Any]) -> str:
             f"{name:<16} {m['ours_cpu_s']:9.3f} {m['bare_cpu_s']:10.3f} {m['ratio']:7.3f} "
             f"{m['ratio_median']:7.3f}  {'met' if m['meets_target'] else 'NOT met'}"
         )
+    for name, m in result["measures"].items():
+        if "parts_cpu_s" in m:
+            shown = ", ".join(
+                f"{side} {t:.3f} (bare ÷ it {m['bare_over_parts'][side]:.3f})"
+                for side, t in m["parts_cpu_s"].items()
+            )
+            out.append(f"{name} in parts: {shown}")
     if result.get("baseline"):
         out.append(
             f"baseline {result['baseline']}, same run: {'command':<16} {'baseline':>9} {'its ratio':>9} ours/base"
@@ -220,6 +297,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--only", action="append", choices=("once --dry-run", "inspect"), help="measure only this command"
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="also the dry run's start and imports alone, and its reading alone",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to prove the bench works")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
@@ -236,6 +318,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         code=args.code,
         only=args.only,
         baseline=args.baseline,
+        parts=args.parts,
     )
     sys.stdout.write((orjson.dumps(result).decode() if args.json else report(result)) + "\n")
     return result

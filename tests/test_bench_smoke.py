@@ -6,7 +6,9 @@ benchmarks measure when run by hand (bench/README.md), never asserted here.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,6 +180,30 @@ def test_bench_cli_smoke_with_a_baseline() -> None:
             measure["ours_cpu_s"] / measure["base_cpu_s"], rel=0.02
         )
         assert measure["base_ratio"] == pytest.approx(measure["bare_cpu_s"] / measure["base_cpu_s"], rel=0.02)
+
+
+@pytest.mark.slow  # eight compactd and python processes, and one listing the modules it loaded
+def test_bench_cli_smoke_in_parts() -> None:
+    """``--parts`` adds the dry run's start with its imports, and its reading, as sides of the same rounds; the
+    imports side loads what the dry run loaded (its configuration reader among them), nothing else."""
+    result = bench_cli.main(["--smoke", "--parts", "--only", "once --dry-run"])
+    measure = result["measures"]["once --dry-run"]
+    assert set(measure["parts_cpu_s"]) == {"start + imports", "reading"}
+    for side, cpu in measure["parts_cpu_s"].items():
+        assert cpu > 0
+        assert measure["bare_over_parts"][side] == pytest.approx(measure["bare_cpu_s"] / cpu, rel=0.02)
+    assert "inspect" not in result["measures"]
+
+
+def test_the_imports_side_loads_what_the_dry_run_loaded(tmp_path: Path) -> None:
+    config = bench_cli.write_config(tmp_path, [tmp_path / "sessions"])
+    (tmp_path / "sessions").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "COMPACTD_CONFIG")}
+    loaded = bench_cli._modules_loaded(
+        [sys.executable, "-c", bench_cli.MODULES_OF, "once", "--dry-run", "--config", str(config)], env
+    )
+    assert {"compactd.commands.cli", "compactd.service", "compactd.config._schema", "orjson"} <= set(loaded)
+    assert "__main__" not in loaded and "compactd.summarize.llm" not in loaded
 
 
 def test_bench_json5_smoke() -> None:
