@@ -25,6 +25,7 @@ CORE_ALLOWED = {
     "collections.abc",
     "contextlib",  # core.collector's context manager
     "dataclasses",
+    "compactd.datarecord",  # dataclasses.dataclass, with generic methods; it does no I/O
     "datetime",
     "enum",
     "functools",

@@ -13,11 +13,13 @@ import os
 import shutil
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from compactd.datarecord import datarecord
 
 __all__ = ["PI_PACKAGES", "PiCompaction", "find_pi", "pi_agent_dir", "read_pi_compaction"]
 
@@ -26,7 +28,7 @@ _SAFE_MAX = 2**53 - 1
 _FIELDS = (("reserveTokens", "reserve_tokens"), ("keepRecentTokens", "keep_recent_tokens"))
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class PiCompaction:
     """What the user set in pi's ``settings.json`` (None where they set nothing), and where it was read."""
 

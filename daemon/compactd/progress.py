@@ -15,8 +15,10 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, TextIO
+
+from compactd.datarecord import datarecord
 
 __all__ = [
     "ActivityHandler",
@@ -32,7 +34,7 @@ __all__ = [
 log = logging.getLogger("compactd.progress")
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class Tally:
     """One summarization's calls so far: how many, how long they took, and how many are still expected."""
 
@@ -50,7 +52,7 @@ class Tally:
         return left * planned if planned else None
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Event:
     """What a progress record reports; ``kind`` is ``stage``, ``call`` (started) or ``done`` (finished)."""
 

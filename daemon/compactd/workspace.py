@@ -21,12 +21,12 @@ import stat
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
+from compactd.datarecord import datarecord
 from compactd.roots import within
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ CHILD_TIMEOUT_SECONDS = 30.0
 CHILD_MAX_REPLY_BYTES = 8 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Identity:
     """A user to act as: uid, primary gid and supplementary groups (looked up before forking)."""
 
@@ -99,7 +99,7 @@ class Identity:
     groups: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Workspace:
     """A directory a session may use. ``owner``: the uid AGENTS.md and ``memory/`` must belong to (None for a
     configured workspace, which is not checked); ``identity``: whom to act as (None: compactd itself)."""
@@ -119,7 +119,7 @@ class Workspace:
         return self.path / "memory"
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class WorkspaceChoice:
     """The workspace a session gets, or None with the reason a header ``cwd`` was not believed."""
 

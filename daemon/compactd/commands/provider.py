@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from compactd.config import Config
 from compactd.core.jsjson import js_int, nesting
 from compactd.core.reader import MAX_DEPTH, Transcript, parse_transcript
 from compactd.core.timestamps import js_iso
+from compactd.datarecord import datarecord
 from compactd.summarize.engine import CompactionEngine
 
 __all__ = ["ModelFailed", "RequestError", "SummaryRequest", "parse_request", "read_input", "run_summarize"]
@@ -53,7 +54,7 @@ class ModelFailed(Exception):
     OpenClaw plugin then lets OpenClaw summarize itself)."""
 
 
-@dataclass(frozen=True)
+@datarecord(frozen=True)
 class SummaryRequest:
     messages: list[dict[str, Any]]
     previous_summary: str | None = None

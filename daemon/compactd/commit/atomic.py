@@ -35,7 +35,6 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import orjson
@@ -45,6 +44,7 @@ from compactd.commit.notes import ARCHIVE_INFIX
 from compactd.commit.successor import dumps_entry, fresh_id, leaf_pointer_entry, misplaced_leaf
 from compactd.core.reader import Transcript, parse_line, parse_transcript, same_reading
 from compactd.core.timestamps import archive_stamp
+from compactd.datarecord import datarecord
 
 __all__ = [
     "ARCHIVE_INFIX",
@@ -214,7 +214,7 @@ def pread_all(fd: int, offset: int, length: int) -> bytes:
 # --- snapshots ----------------------------------------------------------------------------------------------
 
 
-@dataclass
+@datarecord
 class FileSnapshot:
     """The file as opened for a commit: an fd on its inode, and its complete lines."""
 
@@ -290,7 +290,7 @@ def current_transcript(
 # --- the rewrite --------------------------------------------------------------------------------------------
 
 
-@dataclass
+@datarecord
 class ReplaceResult:
     new_inode: int
     size: int
@@ -531,7 +531,7 @@ def _ids_in(fd: int) -> set[str]:
     return ids
 
 
-@dataclass
+@datarecord
 class Written:
     """What a committed append or rotation did (the parts of CommitResult the modes fill in)."""
 

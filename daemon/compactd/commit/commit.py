@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from compactd.commit.append import append_commit
@@ -37,6 +37,7 @@ from compactd.commit.successor import PlanError
 from compactd.core.context import rules_of
 from compactd.core.messages import PI_1
 from compactd.core.reader import Transcript
+from compactd.datarecord import datarecord
 from compactd.defaults import ARCHIVE_KEEP_COUNT, ARCHIVE_KEEP_DAYS, ROTATE_GRACE_SECONDS
 from compactd.reading import read_transcript
 
@@ -48,7 +49,7 @@ CommitMode = Literal["append", "rotate"]
 MODES: tuple[CommitMode, ...] = ("rotate", "append")
 
 
-@dataclass
+@datarecord
 class CompactionEntries:
     """What the compaction engine produced, and the snapshot it planned from."""
 
@@ -64,7 +65,7 @@ class CompactionEntries:
     replacements: dict[str, dict[str, Any]] = field(default_factory=dict)  # entry id -> pruned entry
 
 
-@dataclass(frozen=True)
+@datarecord(frozen=True)
 class Successor:
     """The file as a commit left it, parsed by the commit's own check: the caller's next reading of it, so the
     file just written is not read again (the inode and size say which file and how much of it)."""
@@ -88,7 +89,7 @@ class CommitStatus(enum.Enum):
     FAILED = "failed"  # an OS error, or the file changed mid-commit
 
 
-@dataclass
+@datarecord
 class CommitResult:
     committed: bool
     mode: str

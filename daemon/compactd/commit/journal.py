@@ -40,7 +40,7 @@ import os
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ from compactd.commit.successor import (
     plan_rescue,
 )
 from compactd.core.reader import Transcript, parse_line, parse_transcript
+from compactd.datarecord import datarecord
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +266,7 @@ class Journal:
             os.close(fd)
 
 
-@dataclass
+@datarecord
 class RecoveryReport:
     rolled_back: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)

@@ -26,10 +26,10 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 
 from compactd.core.timestamps import js_iso, parse_iso
+from compactd.datarecord import datarecord
 from compactd.defaults import LOCK_STALE_SECONDS
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class AlreadyRunning(Exception):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class LockInfo:
     """What a lock file says. Fields OpenClaw would ignore (wrong type, unparseable time) are None.
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from compactd.commit.atomic import Abandon, FileSnapshot, current_transcript, os_reason
 from compactd.commit.journal import Journal
 from compactd.commit.successor import Entry, PlanError
 from compactd.core.reader import Transcript
+from compactd.datarecord import datarecord
 
 __all__ = ["CommitRequest"]
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class CommitRequest:
     path: str
     compaction: Entry | None

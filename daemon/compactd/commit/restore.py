@@ -24,7 +24,6 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from compactd.commit.atomic import (
@@ -44,6 +43,7 @@ from compactd.commit.retention import archive_time
 from compactd.commit.rotate import last_id
 from compactd.commit.successor import plan_rescue
 from compactd.core.reader import parse_line, parse_transcript
+from compactd.datarecord import datarecord
 
 __all__ = ["RestorePlan", "plan_restore", "restore_commit"]
 
@@ -54,7 +54,7 @@ _OURS_TYPES = ("compaction", "context_edit")
 _OURS_CUSTOM_PREFIX = "compactd."
 
 
-@dataclass(frozen=True)
+@datarecord(frozen=True)
 class RestorePlan:
     data: bytes  # the restored file: the archive's complete lines, then the carried lines
     carried: int  # agent lines from the live file put onto the restored branch

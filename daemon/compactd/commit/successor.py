@@ -34,7 +34,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import orjson
@@ -51,6 +51,7 @@ from compactd.core.jsjson import stringify
 from compactd.core.messages import PI_1
 from compactd.core.reader import Entry, Transcript, parse_line, parse_transcript
 from compactd.core.timestamps import js_iso
+from compactd.datarecord import datarecord
 from compactd.ids import fresh_id as fresh_id  # its home is compactd.ids; imported from here too
 
 __all__ = ["Entry"]
@@ -222,7 +223,7 @@ def misplaced_leaf(entries: list[Entry]) -> str | None:
     return leaf_to_repoint(entries, entries[-1] if entries else None)
 
 
-@dataclass
+@datarecord
 class Rescue:
     """The late lines to append to a live file (bytes, each with its newline), and where the leaf must go."""
 
@@ -428,7 +429,7 @@ def _pairing(transcript: Transcript) -> frozenset[tuple[str, str]]:
 # --- rotate -------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@datarecord
 class Plan:
     """Bytes to write and what loading the result must give."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -44,6 +44,7 @@ from compactd.config._parsers import (
     _parse_workspaces,
 )
 from compactd.config._validate import ConfigError, ConfigProblem, _Ctx, _empty_mapping, _Invalid, _kind, _opt
+from compactd.datarecord import datarecord
 from compactd.pi_settings import PiCompaction
 
 CommitMode = Literal["rotate", "append"]
@@ -65,7 +66,7 @@ LOG_LEVEL: LogLevel = "INFO"
 _DEFAULTS_SOURCE = "<defaults>"
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class SessionsConfig:
     """Where transcripts live and when one may be touched."""
 
@@ -82,7 +83,7 @@ class SessionsConfig:
         return any(fnmatchcase(name, pattern) for pattern in self.ignore)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ModelConfig:
     """One model's entry under ``models.providers.<provider>.models``: its context window."""
 
@@ -93,7 +94,7 @@ def _parse_models(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> Mapping
     return ctx.mapping_of(value, path, ModelConfig)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ProviderConfig:
     """One provider's entry under ``models.providers``: its models."""
 
@@ -104,7 +105,7 @@ def _parse_providers(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> Mapp
     return ctx.mapping_of(value, path, ProviderConfig)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ModelsConfig:
     """Known context windows: ``providers.<provider>.models.<model>.context_tokens``."""
 
@@ -131,7 +132,7 @@ class ModelsConfig:
         return min(windows) if windows else None
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class AgentDefaults:
     """``agents.defaults``: what applies to every agent's sessions."""
 
@@ -139,7 +140,7 @@ class AgentDefaults:
     context_tokens: int | None = _opt(None, gt=0)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class AgentsConfig:
     """Per-agent settings: the window cap, and workspaces (AGENTS.md, memory/) overriding a header's cwd."""
 
@@ -171,7 +172,7 @@ class AgentsConfig:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class QualityGuardConfig:
     """``compaction.quality_guard``: whether a model's summary is checked, and how often it is retried."""
 
@@ -179,7 +180,7 @@ class QualityGuardConfig:
     max_retries: int = _opt(d.QUALITY_GUARD_RETRIES, ge=0, le=d.QUALITY_GUARD_MAX_RETRIES)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ArchivesConfig:
     """``compaction.archives``: how long rotated-out transcripts are kept, and when their size is warned of."""
 
@@ -188,7 +189,7 @@ class ArchivesConfig:
     warn_bytes: int = _opt(d.ARCHIVE_WARN_BYTES, gt=0)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class CompactionConfig:
     """``compaction``: when a session is compacted, what its summary keeps, how it is pruned and committed."""
 
@@ -196,12 +197,12 @@ class CompactionConfig:
     keep_recent_turns: int = _opt(d.KEEP_RECENT_TURNS, ge=0, le=d.MAX_KEEP_RECENT_TURNS)
     keep_recent_tokens: int = _opt(d.KEEP_RECENT_TOKENS, ge=0)
     target_fill: float = _opt(d.TARGET_FILL, gt=0, le=1)
-    commit: CommitMode = _opt(d.COMMIT_MODE)  # noqa: RUF009 - a str, immutable
+    commit: CommitMode = _opt(d.COMMIT_MODE)
     rotate_grace_seconds: float = _opt(d.ROTATE_GRACE_SECONDS, ge=0.25)
     tool_result_share: float = _opt(d.TOOL_RESULT_CONTEXT_SHARE, gt=0, le=1)
     tool_result_max_chars: int = _opt(d.TOOL_RESULT_MAX_CHARS, gt=0)
     tool_result_min_keep_chars: int = _opt(d.TOOL_RESULT_MIN_KEEP_CHARS, ge=0)
-    identifier_policy: IdentifierPolicy = _opt(d.IDENTIFIER_POLICY)  # noqa: RUF009 - a str
+    identifier_policy: IdentifierPolicy = _opt(d.IDENTIFIER_POLICY)
     identifier_cap: int = _opt(d.IDENTIFIER_CAP, ge=0)
     identifier_instructions: str | None = _opt(None)
     quality_guard: QualityGuardConfig = field(default_factory=QualityGuardConfig)
@@ -213,7 +214,7 @@ class CompactionConfig:
     archives: ArchivesConfig = field(default_factory=ArchivesConfig)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class HookConfig:
     """A before-compaction hook: argv given the event as JSON on stdin (a string runs via ``/bin/sh -c``)."""
 
@@ -238,7 +239,7 @@ def _parse_hooks(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[Ho
     return tuple(hooks)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class MemoryFlushConfig:
     """``memory_flush``: what is saved from a span (hooks, the workspace's memory/) before it is compacted."""
 
@@ -252,7 +253,7 @@ class MemoryFlushConfig:
     system_prompt: str | None = _opt(None, show=False)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class RetryConfig:
     """``summarizer.retry``: the backoff between the attempts of a failed model call."""
 
@@ -262,7 +263,7 @@ class RetryConfig:
     jitter: float = _opt(d.SUMMARIZER_RETRY_JITTER, ge=0, le=1)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class SummarizerConfig:
     """The OpenAI-compatible endpoint that writes summaries; no ``base_url``: the deterministic digest."""
 
@@ -275,11 +276,11 @@ class SummarizerConfig:
     max_concurrency: int = _opt(d.SUMMARIZER_MAX_CONCURRENCY, ge=1)
     max_output_tokens: int = _opt(d.SUMMARIZER_MAX_OUTPUT_TOKENS, gt=0)
     ollama_num_ctx: bool | int = _opt(SUMMARIZER_OLLAMA_NUM_CTX, parse=_parse_num_ctx)
-    api: SummarizerApi = _opt(SUMMARIZER_API)  # noqa: RUF009 - a str
+    api: SummarizerApi = _opt(SUMMARIZER_API)
     keep_alive: str | float | None = _opt(SUMMARIZER_KEEP_ALIVE, parse=_parse_keep_alive)
     temperature: float | None = _opt(SUMMARIZER_TEMPERATURE, ge=0, le=2)
     retry: RetryConfig = field(default_factory=RetryConfig)
-    fallback: SummarizerFallback = _opt(d.SUMMARIZER_FALLBACK)  # noqa: RUF009 - a str, immutable
+    fallback: SummarizerFallback = _opt(d.SUMMARIZER_FALLBACK)
 
     @property
     def enabled(self) -> bool:
@@ -333,7 +334,7 @@ class SummarizerConfig:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class OpenClawConfig:
     """OpenClaw 2026.9+ (SQLite session stores): found without configuration; these turn it off or point
     elsewhere (null: ``$OPENCLAW_STATE_DIR``/``~/.openclaw`` and ``$OPENCLAW_CONFIG_PATH``/``<state>/openclaw.json``)."""
@@ -345,7 +346,7 @@ class OpenClawConfig:
     rpc_timeout_seconds: float = _opt(d.OPENCLAW_RPC_TIMEOUT_SECONDS, gt=0)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class CodexConfig:
     """Codex CLI rollouts (design.md §6.16): followed without configuration when ``<home>/sessions`` exists
     (null home: ``$CODEX_HOME``, else ``~/.codex``); ``enabled: false`` leaves them alone."""
@@ -354,7 +355,7 @@ class CodexConfig:
     home: str | None = _opt(None)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class PiConfig:
     """pi's own compaction settings (``reserveTokens``, ``keepRecentTokens``, ``modelOverrides`` in its
     ``settings.json``) are a session's thresholds where the user set them (null agent_dir:
@@ -366,7 +367,7 @@ class PiConfig:
     settings: PiCompaction | None = field(default=None, init=False)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ServiceConfig:
     """``service``: the daemon's rescans, watching, status, backoff and metrics."""
 
@@ -377,14 +378,14 @@ class ServiceConfig:
     backoff_base_seconds: float = _opt(d.BACKOFF_BASE_SECONDS, gt=0)
     backoff_max_seconds: float = _opt(d.BACKOFF_MAX_SECONDS, gt=0)
     # node_exporter's textfile collector can read the metrics where it looks (None: metrics.prom in state_dir).
-    metrics_textfile: Path | None = _opt(None, parse=_parse_metrics_textfile)  # noqa: RUF009 - None
+    metrics_textfile: Path | None = _opt(None, parse=_parse_metrics_textfile)
     # Opt-in HTTP endpoint (/metrics, /healthz), e.g. "127.0.0.1:9464"; a bare port is on loopback.
     http_listen: str | None = _opt(None, parse=_parse_http_listen)
     # The per-session metric series kept: the fullest sessions' (every session counts in the totals).
     metrics_top_sessions: int = _opt(d.METRICS_TOP_SESSIONS, ge=0)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Config:
     """The whole configuration. Build with :func:`load_config` or :meth:`from_mapping`; never mutated."""
 
@@ -398,7 +399,7 @@ class Config:
     openclaw: OpenClawConfig = field(default_factory=OpenClawConfig)
     codex: CodexConfig = field(default_factory=CodexConfig)
     pi: PiConfig = field(default_factory=PiConfig)
-    state_dir: Path = _opt(  # noqa: RUF009 - resolved from the environment when built
+    state_dir: Path = _opt(
         factory=lambda: resolve_state_dir(os.environ), parse=_parse_state_dir, resolve_absent=True
     )
     log_level: str = _opt(LOG_LEVEL, parse=_parse_log_level)

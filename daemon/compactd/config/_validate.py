@@ -14,16 +14,18 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, cast
+
+from compactd.datarecord import datarecord
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
 
 # --- errors -------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ConfigProblem:
     """One thing wrong with a configuration; ``key`` is the dotted path ("" for the document itself)."""
 
@@ -148,7 +150,7 @@ def _string_list(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[st
     return tuple(out)
 
 
-@dataclass
+@datarecord
 class _Ctx:
     source: str
     env: Mapping[str, str]

@@ -8,11 +8,11 @@ rounding included; choosing the route from them is :func:`compactd.core.decision
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from compactd.core.prune import max_tool_result_chars
 from compactd.core.tokens import MAX_TOKENS
+from compactd.datarecord import datarecord
 from compactd.defaults import (
     CHARS_PER_TOKEN,
     DEFAULT_CONTEXT_TOKENS,
@@ -96,7 +96,7 @@ def tool_result_max_chars(config: Config, window: int) -> int:
     return max_tool_result_chars(window, c.tool_result_max_chars, c.tool_result_share)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Budget:
     """One session's budget; :mod:`compactd.core.decision` compares ``estimated_with_margin`` with its thresholds."""
 
@@ -131,7 +131,7 @@ class Budget:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class _WindowTerms:
     """The parts of a budget that depend on the window and the configuration alone, not on the session."""
 
@@ -263,7 +263,7 @@ RESERVE_RATIO_DIVISOR = 4  # MAX_COMPACTION_RESERVE_RATIO = .25
 MAX_SOFT_TOKENS = 4_000
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Thresholds:
     """OpenClaw 2026.9's figures for one window (design.md §6.13)."""
 

@@ -17,12 +17,13 @@ import math
 import re
 import time
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from compactd.core.messages import PI_0_73, PI_1, is_runtime_context
 from compactd.core.reader import Entry, Transcript, link_key
 from compactd.core.tokens import ContextEstimate, estimate_for_planning, projected_estimate
+from compactd.datarecord import datarecord
 
 __all__ = [
     "UNDEFINED",
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@datarecord
 class SessionContext:
     messages: list[dict[str, Any]]
     thinking_level: str

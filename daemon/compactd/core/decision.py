@@ -13,7 +13,6 @@ the reducible characters, so a decision from the ledger says ``exact=False``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from compactd.core.budget import (
@@ -23,6 +22,7 @@ from compactd.core.budget import (
     max_tokens_within,
     openclaw_2026_9_budget,
 )
+from compactd.datarecord import datarecord
 from compactd.defaults import CHARS_PER_TOKEN, GUARD_HARD_MIN_TOKENS
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ Route = Literal["fits", "truncate_tool_results_only", "compact_only", "compact_t
 ROUTES: tuple[Route, ...] = ("fits", "truncate_tool_results_only", "compact_only", "compact_then_truncate")
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Figures:
     """What the decision needs to know of one transcript, and nothing of its text."""
 
@@ -79,7 +79,7 @@ class Figures:
         return cls(ledger.provider, ledger.model, ledger.planning_tokens, size, mtime, ledger.turn, reducible)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Recorded:
     """What the state directory remembers of the session that changes the decision."""
 
@@ -113,7 +113,7 @@ def held_reason(budget: Budget, recorded: Recorded, size: int) -> str | None:
     )
 
 
-@dataclass(frozen=True)
+@datarecord(frozen=True)
 class Readiness:
     """Whether a due session may be acted on now; if not, why, and how long time alone would take."""
 
@@ -197,7 +197,7 @@ def readiness(config: Config, *, turn: Turn | None, quiet_seconds: float, force:
     return READY
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Decision:
     """What compactd does to one session now, and why (or why not)."""
 

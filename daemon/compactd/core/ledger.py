@@ -12,7 +12,6 @@ import logging
 import math
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -45,6 +44,7 @@ from compactd.core.reader import (
 from compactd.core.tokens import IMAGE_CHARS, ContextEstimate, estimate_tokens, js_len, usage_tokens
 from compactd.core.turns import Turn, turn_of_branch
 from compactd.core.turns import step as turn_step
+from compactd.datarecord import datarecord
 from compactd.defaults import CHARS_PER_TOKEN
 
 __all__ = ["CapFor", "SessionLedger", "message_tokens", "tool_result_chars"]
@@ -61,7 +61,7 @@ _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 CapFor = Callable[["SessionLedger"], int | None]
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class SessionLedger:
     """leaf, usage anchor, trailing estimate, model: the figures thresholds need, and nothing per entry.
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any, Protocol
 
 from compactd.core.messages import Message, role_of
 from compactd.core.tokens import js_len, message_chars
+from compactd.datarecord import datarecord
 from compactd.defaults import (
     CHARS_PER_TOKEN,
     TOOL_RESULT_CONTEXT_SHARE,
@@ -517,7 +518,7 @@ def _text_units(content: list[Any]) -> list[_Text]:
 # --- the plan -----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@datarecord(frozen=True)
 class PruneEdit:
     """One toolResult entry whose text is cut; ``new_message`` derives from the message the plan was given.
 
@@ -542,7 +543,7 @@ class PruneEdit:
         return planned() if callable(planned) else planned
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class PrunePlan:
     """Which entries change and how, and what that frees of the tokens asked for (pi's estimate)."""
 
@@ -563,7 +564,7 @@ class PrunePlan:
         return max(0, self.need_tokens - self.tokens_saved)
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class _Result:
     """A tool result being planned: its original, its current cut and that cut's committed figures."""
 

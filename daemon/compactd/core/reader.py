@@ -11,7 +11,7 @@ import hashlib
 import math
 from array import array
 from collections.abc import Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import orjson
@@ -21,6 +21,7 @@ from compactd.core.jsjson import is_js_blank, js_to_number, js_trim_bounds, nest
 from compactd.core.jsjson import loads as js_loads
 from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, tool_call_id
 from compactd.core.tokens import MAX_TOKENS, usage_total
+from compactd.datarecord import datarecord
 
 __all__ = [
     "BLOCKING_KINDS",
@@ -75,7 +76,7 @@ def link_key(value: Any) -> Hashable | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Problem:
     kind: str
     line: int | None
@@ -154,7 +155,7 @@ class _Lean:
         return value  # type: ignore[no-any-return]
 
 
-@dataclass
+@datarecord
 class Transcript:
     """A parsed transcript: header, migrated entries in file order, and what a loader would stumble on.
 

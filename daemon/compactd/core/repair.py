@@ -13,10 +13,10 @@ that a second repair of a repaired list changes nothing (idempotence, the same l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from compactd.core.messages import Message, blocks_of, is_error_turn, role_of, tool_call_id
+from compactd.datarecord import datarecord
 
 __all__ = ["SYNTHETIC_RESULT_TEXT", "RepairReport", "repair_tool_pairing"]
 
@@ -30,7 +30,7 @@ _CALL_BLOCK_TYPES = ("toolCall", "toolUse", "functionCall")
 _UNKNOWN_TOOL = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class RepairReport:
     """Counts of what the repair did; ``moved`` counts real results placed at a new position in their turn."""
 
@@ -42,7 +42,7 @@ class RepairReport:
     synthetic_ids: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class RepairResult:
     """``messages`` is the input object itself when nothing changed (``changed`` False)."""
 

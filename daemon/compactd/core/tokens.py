@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from compactd.core.jsjson import js_number, stringify
 from compactd.core.messages import Message, current_system_message
+from compactd.datarecord import datarecord
 from compactd.defaults import CHARS_PER_TOKEN, SAFETY_MARGIN
 
 __all__ = [
@@ -218,7 +218,7 @@ def _num(value: Any) -> float:
         return math.copysign(math.inf, value)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ContextEstimate:
     """pi's ``estimateContextTokens`` result; ``tokens`` is the raw figure, ``with_margin`` for limits."""
 

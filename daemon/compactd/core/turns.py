@@ -19,18 +19,18 @@ The state is folded one message at a time (O(1) each), so the ledger keeps it in
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from compactd.core.context import entry_to_message, js_timestamp
 from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, blocks_of, role_of
 from compactd.core.reader import Entry
 from compactd.core.timestamps import iso_seconds
+from compactd.datarecord import datarecord
 
 __all__ = ["Turn", "step", "turn_of_branch"]
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Turn:
     """An open turn: when it started (epoch seconds, None when no timestamp says) and how many of the last
     assistant message's tool calls have no result yet."""

@@ -11,7 +11,6 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Literal, Protocol
@@ -20,6 +19,7 @@ import anyio
 
 from compactd import offload
 from compactd.core.messages import Message
+from compactd.datarecord import datarecord
 from compactd.memory._writer import MemoryWriteRefused, append_memory_as_owner, local_date
 from compactd.summarize.outcomes import Completion, LLMError
 from compactd.summarize.pace import PROMPT_OVERHEAD_TOKENS, estimate_prompt_tokens
@@ -46,7 +46,7 @@ _OMITTED_NOTE = "[... {count} earlier messages left out of this memory flush to 
 FlushStatus = Literal["written", "no_reply", "failed", "skipped"]
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class FlushResult:
     """What the flush did; ``latency_s`` is the summarizer call's (for metrics), None without a call."""
 

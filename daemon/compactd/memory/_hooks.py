@@ -13,7 +13,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -23,6 +22,7 @@ import orjson
 
 from compactd.config import HookConfig
 from compactd.core.timestamps import local_iso_ms
+from compactd.datarecord import datarecord
 from compactd.summarize.redact import redact_secrets
 
 logger = logging.getLogger("compactd.memory")
@@ -48,7 +48,7 @@ HOOK_STDERR_TAIL_BYTES = 2_000
 HookStatus = Literal["ok", "failed", "timeout", "error"]
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class HookResult:
     """One hook run: ``failed``: non-zero exit, ``timeout``: killed at its deadline, ``error``: never ran."""
 

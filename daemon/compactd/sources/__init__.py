@@ -13,8 +13,10 @@ import enum
 import importlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from compactd.datarecord import datarecord
 
 if TYPE_CHECKING:
     import anyio.abc
@@ -56,7 +58,7 @@ class Action(enum.StrEnum):
     BACKOFF = "backoff"  # still backing off after an earlier failure
 
 
-@dataclass
+@datarecord
 class Outcome:
     """One session's outcome: the typed action, whether anything was committed, and the figures and the human
     reason beside it (``detail``, printed as ``key=value`` and in ``--json``)."""
@@ -82,7 +84,7 @@ class Outcome:
         return {"path": self.path, "action": self.action.value, "committed": self.committed, **self.detail}
 
 
-@dataclass
+@datarecord
 class Host:
     """What the service lends every source: the config, the environment, the metrics, the summarizer client
     (built once, shared), a way to say the status files are stale, and the task group fire-and-forget work

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 
 import anyio
@@ -14,6 +14,7 @@ import anyio.abc
 
 from compactd.config import Config
 from compactd.core.decision import readiness
+from compactd.datarecord import datarecord
 from compactd.defaults import BUSY_RETRY_SECONDS
 from compactd.sources import IDLE_WAKE_SECONDS, Action, Host, Outcome, Unawaited
 from compactd.state import Backoff, Metrics, SessionState, describe_error
@@ -35,7 +36,7 @@ class _Followed(Protocol):
 S = TypeVar("S", bound=_Followed)
 
 
-@dataclass
+@datarecord
 class HostedSource(Generic[S]):
     """The common part of :class:`~compactd.sources.openclaw.OpenClawSource` and
     :class:`~compactd.sources.codex.CodexSource`; each says how quiet a session is and whether its agent is busy

@@ -10,9 +10,10 @@ import glob
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
+
+from compactd.datarecord import datarecord
 
 if TYPE_CHECKING:
     import anyio
@@ -43,7 +44,7 @@ def is_transcript_name(name: str) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Refusal:
     """A directory a root pattern matched but compactd will not use, and why."""
 

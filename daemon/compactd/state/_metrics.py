@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from compactd.commit.durable import write_atomic
+from compactd.datarecord import datarecord
 from compactd.state._store import METRICS_FILE, METRICS_FILE_MODE
 
 __all__ = ["LATENCY_BUCKETS_SECONDS", "SESSION_SERIES_TOP_N", "Metrics", "write_metrics"]
@@ -42,7 +43,7 @@ LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 Labels = tuple[tuple[str, str], ...]
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class _Histogram:
     buckets: tuple[float, ...]
     counts: list[int] = field(default_factory=list)  # cumulative, one per bucket
@@ -59,7 +60,7 @@ class _Histogram:
         self.count += 1
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class _SessionGauges:
     session_id: str
     file: str

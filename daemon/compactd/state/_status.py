@@ -7,13 +7,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from compactd.commit.durable import write_atomic
 from compactd.commit.locks import pid_alive, process_starttime
 from compactd.core.timestamps import iso_seconds, parse_iso
+from compactd.datarecord import datarecord
 from compactd.defaults import STATUS_REFRESH_SECONDS
 from compactd.display import display_name
 from compactd.state._store import STATUS_FILE, SessionState, dump_json, load_json
@@ -37,7 +38,7 @@ _epoch = parse_iso
 # --- archives -----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ArchiveUsage:
     """The archives our rotations made that still exist (the journal lists them), and their disk use.
 

@@ -15,7 +15,7 @@ import math
 import os
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ import orjson
 
 from compactd.commit.durable import TEMP_NAME, os_reason, write_atomic
 from compactd.commit.locks import pid_alive
+from compactd.datarecord import datarecord
 from compactd.defaults import BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS, BUSY_RETRY_SECONDS
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def describe_error(exc: BaseException) -> str:
 # --- per-session state --------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class SessionState:
     """What compactd knows about one transcript across restarts (the ledger itself is rebuilt by reading).
 

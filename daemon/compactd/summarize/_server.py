@@ -26,12 +26,12 @@ import logging
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
 import httpx2
 
+from compactd.datarecord import datarecord
 from compactd.summarize._stream import BodyTooLarge, _cap_body, _json_dict
 
 __all__ = [
@@ -62,7 +62,7 @@ DETECT_CONNECT_SECONDS = 3.0
 _NUM_CTX = re.compile(r"(?m)^\s*num_ctx\s+(\d+)\s*$")
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class ServerInfo:
     """What the server says about itself and the model (None: it did not say)."""
 
@@ -95,7 +95,7 @@ class ServerInfo:
         return ctx, source
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Plan:
     """How calls go to this endpoint: the API, the context chunks are sized to, and (native Ollama) the
     ``num_ctx`` sent with every call."""

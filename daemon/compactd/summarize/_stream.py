@@ -12,12 +12,12 @@ import re
 import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 from openai.types.chat import ChatCompletion
 
+from compactd.datarecord import datarecord
 from compactd.summarize.pace import Sample
 from compactd.summarize.sanitize import strip_controls
 
@@ -93,7 +93,7 @@ async def _cap_body(response: httpx2.Response) -> None:
         response.stream = _CappedStream(response.stream, _body_limit.get())
 
 
-@dataclass
+@datarecord
 class _Answer:
     """What a stream delivered so far; the text is kept in pieces and joined once."""
 

@@ -12,7 +12,7 @@ newest turn is always kept whole, even alone over the budget: it is what the age
 from __future__ import annotations
 
 from collections.abc import Callable, Container
-from dataclasses import dataclass, field
+from dataclasses import field
 from operator import methodcaller
 from typing import Any
 
@@ -20,6 +20,7 @@ from compactd.core.context import entry_to_message, projected_entries, rules_of
 from compactd.core.messages import PI_1, role_of
 from compactd.core.reader import Entry
 from compactd.core.tokens import estimate_tokens
+from compactd.datarecord import datarecord
 
 __all__ = ["CutPlan", "plan_cut"]
 
@@ -50,7 +51,7 @@ class _Later:
         plan.__dict__[self.slot] = [] if value is None else value
 
 
-@dataclass
+@datarecord
 class CutPlan:
     path: list[Entry]
     boundary_start: int

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from compactd.core.messages import (
@@ -25,6 +24,7 @@ from compactd.core.messages import (
     tool_call_id,
     tool_calls,
 )
+from compactd.datarecord import datarecord
 from compactd.summarize.augment import TOOL_FAILURES_HEADING, exit_code_of, is_tool_failure
 from compactd.summarize.derived import Lookup, nothing_derived
 from compactd.summarize.facts import collapse, newest_that_fit
@@ -205,7 +205,7 @@ _PLACEHOLDER_LINES = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Failure:
     """One failed tool call or user command, as the digest lists it."""
 
@@ -382,7 +382,7 @@ def _is_ask(message: Message) -> bool:
     return role_of(message) == "user" and bool(text_of(message).strip())
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Ask:
     """One user ask and how its turn ended: ``status`` is None when a final reply answered it."""
 

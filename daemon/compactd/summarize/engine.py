@@ -16,7 +16,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,7 @@ from compactd.core.messages import (
 from compactd.core.reader import Transcript
 from compactd.core.timestamps import js_iso
 from compactd.core.tokens import estimate_tokens
+from compactd.datarecord import datarecord
 from compactd.defaults import CHARS_PER_TOKEN, SUMMARY_MAX_CHARS
 from compactd.heap import collector_paused
 from compactd.ids import fresh_id
@@ -72,7 +73,7 @@ POST_COMPACTION_CUSTOM_TYPE = "compactd.post_compaction_context"
 IDENTIFIER_LINE_MAX_CHARS = 300
 
 
-@dataclass
+@datarecord
 class EngineSettings:
     keep_recent_turns: int
     keep_recent_tokens: int
@@ -93,7 +94,7 @@ class EngineSettings:
     keep_budget_tokens: int | None = None
 
 
-@dataclass(repr=False)
+@datarecord(repr=False)
 class EngineResult:
     """The engine's output. Its repr stays a line (the plan holds the whole branch; see ``JobResult``)."""
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import islice
 
 from compactd.core.messages import Message, role_of, text_of, tool_call_id, tool_calls
+from compactd.datarecord import datarecord
 from compactd.summarize.augment import is_tool_failure  # failures are listed by the augmentation
 from compactd.summarize.derived import Lookup, Result, nothing_derived
 from compactd.summarize.gates import folded, holds_any
@@ -233,7 +234,7 @@ def _steps(states: Sequence[str]) -> str:
     return " → ".join(s for n, s in enumerate(flat) if n == 0 or flat[n - 1] != s)
 
 
-@dataclass(slots=True, eq=False)  # compared by identity: two sayings of one sentence are two statements
+@datarecord(slots=True, eq=False)  # compared by identity: two sayings of one sentence are two statements
 class Statement:
     """One sentence that carries a specific token, and what a later one made of it."""
 
@@ -277,7 +278,7 @@ class Statement:
         return "- " + text
 
 
-@dataclass
+@datarecord
 class WorkingState:
     """Tasks, facts and command results, oldest first within each; rendered as one section."""
 

@@ -10,10 +10,10 @@ knows every file it touched.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from compactd.core.messages import TOOL_CALL_BLOCK_TYPES, Message, blocks_of, role_of
+from compactd.datarecord import datarecord
 
 __all__ = ["FileOps", "file_operations"]
 
@@ -24,7 +24,7 @@ EDIT_TOOLS = frozenset({"edit", "edit_file", "multiedit", "multi_edit", "str_rep
 PATH_KEYS = ("path", "file_path")
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class FileOps:
     read: list[str]  # read and never modified, sorted
     modified: list[str]  # edited or written, sorted

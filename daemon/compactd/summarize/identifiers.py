@@ -56,10 +56,10 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from compactd.core.messages import Message, is_runtime_context, role_of, tool_calls
+from compactd.datarecord import datarecord
 from compactd.defaults import IDENTIFIER_CAP
 from compactd.summarize.headings import EXACT_IDENTIFIERS, SECTION_BREAK, is_heading_line, split_sections
 from compactd.summarize.redact import SpanText, redact_secrets
@@ -492,7 +492,7 @@ _PHRASE_VERSION = re.compile(  # version 3.12.1, Version: 2.0, 版本 1.4.2
 )
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Identifier:
     """One identifier of the span: where it was seen and how often, for ranking."""
 
@@ -1468,7 +1468,7 @@ def missing_identifiers(summary: str, ranked: Sequence[Identifier]) -> list[Iden
     return [i for i in ranked if not in_summary(i, summary, folded)]
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class IdentifierReport:
     """Retention before and after the deterministic repair (the figures ``compact --json`` prints)."""
 

@@ -16,9 +16,9 @@ import re
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from compactd.datarecord import datarecord
 from compactd.defaults import (
     SUMMARIZER_RETRY_ATTEMPTS,
     SUMMARIZER_RETRY_BASE_SECONDS,
@@ -152,7 +152,7 @@ class LLMError(Exception):
         return f"LLMError({self.kind!r}, {self.message!r}, status={self.status!r}, attempts={self.attempts})"
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Completion:
     """A successful answer. ``finish_reason == "length"`` means the text was cut; the caller decides."""
 
@@ -169,7 +169,7 @@ class Completion:
         return self.finish_reason == "length"
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class RetryPolicy:
     """Exponential back-off with proportional jitter: retry *n* waits ``min(max, base·2ⁿ⁻¹)·(1 ± jitter)``."""
 
@@ -193,7 +193,7 @@ class RetryPolicy:
         return self.nominal_delay(retry) * (1 + rng.uniform(-self.jitter, self.jitter))
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class EndpointCheck:
     """What ``compactd doctor`` reports about the summarizer endpoint; ``problems`` say what to fix."""
 

@@ -20,13 +20,13 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from compactd.commit.durable import write_atomic
 from compactd.core.timestamps import iso_seconds
+from compactd.datarecord import datarecord
 from compactd.defaults import SAFETY_MARGIN
 from compactd.state import STATE_DIR_MODE, dump_json, load_json
 
@@ -116,7 +116,7 @@ def output_budget(fresh_tokens: int, carried_tokens: int, *, ratio: float, cap: 
 # --- speed ---------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Speed:
     """An endpoint's measured speed in tokens per second (None: not measured yet)."""
 
@@ -143,7 +143,7 @@ class Speed:
         return ", ".join(parts) or "no speed"
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Sample:
     """One call's timing. ``prompt_bound``: no token came before the deadline, so the prompt rate is at most
     ``prompt_tokens / prompt_seconds``."""
@@ -189,7 +189,7 @@ def observe(previous: Speed | None, sample: Sample, *, now: datetime | None = No
 # --- fitting a call into its timeout -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Pace:
     """A call's time limit, what is known of the endpoint's speed, and the context a call gets there (None: not
     asked yet; the configured window applies)."""
@@ -237,7 +237,7 @@ def largest(limit: int, holds: Callable[[int], bool]) -> int:
     return low
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Fit:
     """What one fresh chunk summary can hold at a pace: ``prompt`` and ``output`` tokens, whether the window
     (rather than the timeout) is what limits it, and whether even a minimal call fits the timeout."""

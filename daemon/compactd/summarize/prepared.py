@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
 
 from compactd.core.messages import Message, role_of
+from compactd.datarecord import datarecord
 from compactd.summarize.augment import is_tool_failure
 from compactd.summarize.derived import Derived, derived_valid
 from compactd.summarize.digest import message_decisions, message_rules, message_todos
@@ -39,7 +39,7 @@ __all__ = ["Prepared", "Stored", "decode", "derive", "encode", "message_key", "p
 _KEY_BYTES = 16
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Prepared:
     """One message's share: ``redacted``, ``redact_value`` of it when that differs from it (None: nothing to
     redact, the message is handed on as it is), and the findings of it as handed on."""

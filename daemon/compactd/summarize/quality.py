@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from compactd.datarecord import datarecord
 from compactd.summarize.headings import REQUIRED_HEADINGS
 
 __all__ = [
@@ -59,7 +60,7 @@ _CJK_RUN = re.compile(rf"[{_CJK}]+")
 _HEX = re.compile(r"[0-9A-Fa-f]+(?:-[0-9A-Fa-f]+)*")
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class QualityReport:
     """Outcome of the checks; ``checks`` holds only the checks that ran (name → passed)."""
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+
+from compactd.datarecord import datarecord
 
 __all__ = ["redact_url_secrets"]
 
@@ -51,7 +52,7 @@ def _url_query(m: re.Match[str]) -> str:
     return f"{m.group('prefix')}[REDACTED:url_secret]"
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class _Rule:
     """One secret format.
 

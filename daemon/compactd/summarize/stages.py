@@ -20,11 +20,12 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 from compactd import progress
 from compactd.core.messages import role_of
+from compactd.datarecord import datarecord
 from compactd.defaults import (
     CHARS_PER_TOKEN,
     POST_COMPACTION_SECTIONS,
@@ -94,7 +95,7 @@ class SummaryFailed(Exception):
     """A level could not produce a summary; the caller falls back to the next level."""
 
 
-@dataclass
+@datarecord
 class StageSettings:
     window: int
     identifier_policy: str = "strict"
@@ -107,7 +108,7 @@ class StageSettings:
     reserved_sections: tuple[str, ...] = POST_COMPACTION_SECTIONS
 
 
-@dataclass
+@datarecord
 class StageStats:
     calls: int = 0
     overflow_splits: int = 0

@@ -9,12 +9,12 @@ shown to the summarizer: Codex re-injects its context on resume, and reasoning i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from compactd.datarecord import datarecord
 from compactd.sources.codex._rollout import is_context_message
 
 __all__ = ["SUMMARY_LEAD", "Bridged", "compacted_line", "kept_items", "to_transcript_bytes"]
@@ -30,7 +30,7 @@ SUMMARY_LEAD = (
 _UNKNOWN_ITEM_CHARS = 4_000
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Bridged:
     """The pi transcript's bytes and, per pi entry id, the index of the Codex item it stands for."""
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from compactd.core.reader import Transcript, parse_transcript
+from compactd.datarecord import datarecord
 from compactd.sources.codex._bridge import Bridged, compacted_line, kept_items, to_transcript_bytes
 from compactd.sources.codex._files import ThreadBusy, read_whole, thread_id_of, thread_lock
 from compactd.sources.codex._rollout import RolloutFigures, history_of, parse_rollout_line
@@ -23,7 +23,7 @@ __all__ = ["CodexReading", "Planned", "append_compacted", "plan_compaction", "re
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class CodexReading:
     """One whole reading of a rollout: its bytes' length, the figures, the history and the pi view of it."""
 
@@ -90,7 +90,7 @@ def _writable(history: list[dict[str, Any]]) -> bool:
     return True
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class Planned:
     result: EngineResult
     line: bytes

@@ -16,8 +16,8 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
+from compactd.datarecord import datarecord
 from compactd.defaults import MAX_COLD_READ_BYTES as MAX_TRANSCRIPT_BYTES
 
 __all__ = [
@@ -71,7 +71,7 @@ def find_rollouts(home: str) -> list[str]:
     return found
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class Cursor:
     """How far a plain rollout was read: its identity, the offset of the first unread byte, a torn tail."""
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import orjson
 
 from compactd.core.jsjson import stringify
+from compactd.datarecord import datarecord
 
 __all__ = ["CONTEXT_PREFIXES", "RolloutFigures", "history_of", "is_context_message", "parse_rollout_line"]
 
@@ -72,7 +73,7 @@ def is_context_message(item: Json) -> bool:
     return role == "user" and _text_of(item).lstrip().startswith(CONTEXT_PREFIXES)
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class RolloutFigures:
     """What the follower keeps of a rollout: figures only, never the text."""
 

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,6 +24,7 @@ import anyio.abc
 
 from compactd import offload
 from compactd.core.decision import Decision, Figures, Recorded, decide
+from compactd.datarecord import datarecord
 from compactd.sources import Action, Outcome
 from compactd.sources._hosted import HostedSource
 from compactd.sources.codex._files import (
@@ -52,7 +53,7 @@ def _is_rollout_name(name: str) -> bool:
     return name.startswith("rollout-") and (name.endswith(".jsonl") or name.endswith(".jsonl.zst"))
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class CodexSession:
     path: str
     state: SessionState
@@ -66,7 +67,7 @@ class CodexSession:
     refused_at: int | None = None  # the size at which its history was refused (not read again until it grows)
 
 
-@dataclass
+@datarecord
 class CodexSource(HostedSource[CodexSession]):
     kind = SOURCE
     # Rollouts of a thread that has a newer one (a later window file): read for status, never compacted.

@@ -14,7 +14,6 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compactd import offload
@@ -22,6 +21,7 @@ from compactd.config import Config, file_kind
 from compactd.core.decision import Decision, Figures, Recorded, blocked_reason, decide
 from compactd.core.ledger import SessionLedger
 from compactd.core.planning import figures_of, route_cap, tool_result_cap
+from compactd.datarecord import datarecord
 from compactd.defaults import DRY_RUN_KEPT_BYTES
 from compactd.heap import collector_paused
 from compactd.reading import read_transcript
@@ -81,7 +81,7 @@ def _signature(path: str) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class FileSession:
     tracker: SessionTracker
     in_flight: bool = False

@@ -18,7 +18,6 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +41,7 @@ from compactd.core.reader import Transcript
 from compactd.core.timestamps import archive_stamp, js_iso
 from compactd.core.tokens import estimate_tokens, js_len
 from compactd.core.turns import turn_of_branch
+from compactd.datarecord import datarecord
 from compactd.defaults import SAFETY_MARGIN
 from compactd.heap import frozen, release_free_memory
 from compactd.reading import read_transcript
@@ -87,7 +87,7 @@ def snapshot_size(transcript: Transcript) -> int:
     return transcript.spans[-1][1] + 1
 
 
-@dataclass(frozen=True)
+@datarecord(frozen=True)
 class Fill:
     """Where a session stood before and after a job and where its tokens went (pi's estimate, raw tokens).
 
@@ -177,7 +177,7 @@ def _of_commit(status: CommitStatus) -> JobStatus:
     }.get(status, JobStatus.FAILED)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Plan:
     """The decision made on one reading of a session, with the figures it was made from: handed to the job,
     which takes its budget and route from it and decides nothing again."""
@@ -195,7 +195,7 @@ def plan_of(
     return Plan(figures, decide(config, figures, now=time.time(), force=True))
 
 
-@dataclass(repr=False)
+@datarecord(repr=False)
 class JobResult:
     """What one job did. Its repr is a line, not the data: asyncio formats a finished task's result when
     the runner looks up its SIGINT handler, and the whole engine result (every entry) cost seconds there."""

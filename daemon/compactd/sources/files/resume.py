@@ -29,7 +29,6 @@ import os
 import stat
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,6 +36,7 @@ import orjson
 
 from compactd import __version__
 from compactd.commit.locks import pid_alive
+from compactd.datarecord import datarecord
 
 if TYPE_CHECKING:
     from compactd.sources.files.tracker import SessionTracker
@@ -57,7 +57,7 @@ HEAD_BYTES = 1024
 _HASH_BYTES = 16
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Snapshot:
     """One session: where its cursor stood in which file, and its ledger there (``SessionLedger.to_snapshot``).
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Any
 
 from compactd.core.jsjson import is_js_blank, js_trim_bounds
 from compactd.core.reader import Transcript, parse_line, parse_transcript
+from compactd.datarecord import datarecord
 from compactd.defaults import MAX_COLD_READ_BYTES, MAX_COLD_READ_LINES
 
 __all__ = ["Change", "FileCursor", "Update"]
@@ -33,7 +34,7 @@ class Change(Enum):
     SKIPPED = "skipped"  # too large to read whole (``reason`` says why); not read again until it shrinks
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class Update:
     change: Change
     entries: list[dict[str, Any]] = field(default_factory=list)
@@ -54,7 +55,7 @@ class Update:
         return self._transcript
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class FileCursor:
     path: str
     dev: int = -1

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from compactd.core.context import SessionContext, build_context
 from compactd.core.ledger import CapFor, SessionLedger
 from compactd.core.reader import Transcript, parse_transcript
+from compactd.datarecord import datarecord
 from compactd.sources.files.resume import Snapshot, hashed_bytes, mismatch, mismatch_of_stat
 from compactd.sources.files.tail import Change, FileCursor, Update
 
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 UNTOUCHED = "snapshot: untouched"
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class SessionTracker:
     path: str
     # A saved snapshot to try at the first refresh (``compactd.sources.files.resume``); used once, then dropped.

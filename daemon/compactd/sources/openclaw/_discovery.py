@@ -17,11 +17,12 @@ import os
 import stat
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import orjson
 
+from compactd.datarecord import datarecord
 from compactd.defaults import DEFAULT_CONTEXT_TOKENS
 from compactd.sources.openclaw._claim import agent_refusal, identity_for, owner_of
 from compactd.sources.openclaw._guard import database_of, is_sqlite_agent
@@ -41,7 +42,7 @@ class OpenClawConfigError(Exception):
     """OpenClaw's config exists but cannot be used (unreadable, not JSON5, not an object)."""
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Agent:
     agent_id: str
     agent_dir: str
@@ -53,7 +54,7 @@ class Agent:
     identity: Identity | None = field(default=None, repr=False)  # whom to read as (None: compactd itself)
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Install:
     """One OpenClaw state directory as compactd sees it."""
 

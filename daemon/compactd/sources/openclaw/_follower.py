@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from compactd.core.ledger import SessionLedger
 from compactd.core.reader import Entry, Transcript, parse_line, parse_transcript
+from compactd.datarecord import datarecord
 from compactd.sources.openclaw._store import Event, Node, Store
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ def read_session_rows(store: Store, conn: sqlite3.Connection, session_id: str) -
     return parse_transcript(as_jsonl(store.events(conn, session_id)), check=False)
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class Follower:
     session_key: str
     session_id: str | None = None

@@ -20,11 +20,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from compactd import __version__
+from compactd.datarecord import datarecord
 from compactd.sources.openclaw._listener import ListenerUnknown, peer_uid
 
 CLIENT_ID = "cli"
@@ -47,7 +47,7 @@ class GatewayError(Exception):
         self.code = code
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class RpcError(Exception):
     """The gateway answered the request with an error (``INVALID_REQUEST``, ...)."""
 

@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,6 +24,7 @@ import anyio.abc
 
 from compactd import offload
 from compactd.core.decision import Decision, Figures, Recorded, decide
+from compactd.datarecord import datarecord
 from compactd.sources import Action, Outcome
 from compactd.sources._hosted import HostedSource
 from compactd.sources.openclaw._discovery import Agent, Install, discover
@@ -62,7 +63,7 @@ def _signature(database: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class OpenClawSession:
     agent: Agent
     follower: Follower
@@ -88,7 +89,7 @@ def session_path(agent: Agent, session_key: str) -> str:
     return f"{agent.database}#{session_key}"
 
 
-@dataclass
+@datarecord
 class OpenClawSource(HostedSource[OpenClawSession]):
     kind = SOURCE
     install: Install | None = None

@@ -37,13 +37,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
 from compactd.core.reader import parse_line
+from compactd.datarecord import datarecord
 from compactd.fs_identity import IdentityError, files_as
 from compactd.sources.openclaw._claim import database_refusal
 from compactd.workspace import Identity
@@ -78,7 +79,7 @@ class StoreError(Exception):
     """The database cannot be read as an OpenClaw 2026.9 agent store (missing table, bad frame, I/O)."""
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Node:
     """One ``session_nodes`` row: a session key, its current transcript and its entry (JSON object)."""
 
@@ -110,7 +111,7 @@ class Node:
         return max(numbers) / 1000 if numbers else None
 
 
-@dataclass(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True)
 class Event:
     seq: int
     data: bytes  # the entry's JSON, decoded from its zstd frame when it had one
@@ -253,7 +254,7 @@ def _copy_file(source: str, target: str) -> None:
             shutil.copyfileobj(src, dst, 1 << 20)
 
 
-@dataclass(slots=True)
+@datarecord(slots=True)
 class _Copy:
     """A private copy of the database and its ``-wal``, and what they were on disk when it was made."""
 

@@ -1,0 +1,142 @@
+"""``datarecord`` against ``dataclasses.dataclass``: the same class shapes give the same repr, equality, hash,
+frozenness, slots and fields, for generated classes and values (the oracle is the standard library itself)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+from compactd.datarecord import datarecord
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+# Field values: hashable and not (a list), equal but distinct objects, NaN (equal to itself only by identity).
+NAN = math.nan
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([0.0, -0.0, 1.5, NAN, math.inf]),
+    st.text(max_size=3),
+    st.tuples(st.integers(0, 2), st.text(max_size=2)),
+)
+values = st.one_of(scalars, st.lists(st.integers(0, 2), max_size=2))
+
+
+@st.composite
+def shapes(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    params = {
+        "frozen": draw(st.booleans()),
+        "slots": draw(st.booleans()),
+        "eq": draw(st.booleans()),
+        "repr": draw(st.booleans()),
+    }
+    fields = []
+    for index in range(draw(st.integers(0, 4))):
+        options = {
+            "repr": draw(st.booleans()),
+            "compare": draw(st.booleans()),
+            "hash": draw(st.sampled_from([None, True, False])),
+        }
+        fields.append((f"f{index}", options))
+    return params, fields
+
+
+def twins(params: dict[str, Any], fields: list[tuple[str, dict[str, Any]]]) -> tuple[type, type]:
+    """The same class body made twice, once by ``dataclass`` and once by ``datarecord``."""
+
+    def body() -> dict[str, Any]:
+        namespace: dict[str, Any] = {"__annotations__": {name: "Any" for name, _ in fields}}
+        namespace.update({name: dataclasses.field(**options) for name, options in fields})
+        namespace["__module__"] = __name__
+        namespace["__qualname__"] = "Shape"
+        return namespace
+
+    return (
+        dataclasses.dataclass(type("Shape", (), body()), **params),
+        datarecord(**params)(type("Shape", (), body())),
+    )
+
+
+def outcome(call: Any) -> tuple[str, Any]:
+    try:
+        return "value", call()
+    except Exception as exc:
+        return "raises", type(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(shapes(), st.lists(st.lists(values, min_size=4, max_size=4), min_size=2, max_size=3))
+def test_a_datarecord_behaves_as_the_dataclass(
+    shape: tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]], rows: list[list[Any]]
+) -> None:
+    params, fields = shape
+    made, ours = twins(params, fields)
+    names = [name for name, _ in fields]
+    assert [f.name for f in dataclasses.fields(ours)] == names
+    assert ours.__match_args__ == made.__match_args__  # type: ignore[attr-defined]
+    assert ("__slots__" in ours.__dict__) == ("__slots__" in made.__dict__)
+    assert (ours.__hash__ is None) == (made.__hash__ is None)
+    theirs = [made(*row[: len(names)]) for row in rows]
+    mine = [ours(*row[: len(names)]) for row in rows]
+    for a, b in zip(theirs, mine, strict=True):
+        assert repr(b).replace(hex(id(b)), "") == repr(a).replace(hex(id(a)), "")
+        assert outcome(lambda b=b: hash(b))[0] == outcome(lambda a=a: hash(a))[0]
+        if params["eq"] and params["frozen"] and outcome(lambda a=a: hash(a))[0] == "value":
+            assert hash(b) == hash(a)  # the same tuple hashed
+        if names:
+            assert outcome(lambda b=b: setattr(b, names[0], 1)) == outcome(
+                lambda a=a: setattr(a, names[0], 1)
+            )
+            assert outcome(lambda b=b: delattr(b, names[0])) == outcome(lambda a=a: delattr(a, names[0]))
+    # Equality: between every pair (an object and itself included), and with a different class.
+    theirs = [made(*row[: len(names)]) for row in rows]
+    mine = [ours(*row[: len(names)]) for row in rows]
+    for i in range(len(rows)):
+        for j in range(len(rows)):
+            assert (mine[i] == mine[j]) == (theirs[i] == theirs[j])
+            assert (mine[i] != mine[j]) == (theirs[i] != theirs[j])
+        assert [mine[i] == theirs[i], theirs[i] == mine[i]] == [False, False]
+
+
+def test_a_field_holding_its_own_object_repr_as_the_dataclass() -> None:
+    made, ours = twins({"frozen": False, "slots": False, "eq": True, "repr": True}, [("f0", {})])
+    a, b = made([]), ours([])
+    a.f0.append(a)
+    b.f0.append(b)
+    assert repr(b) == repr(a) == "Shape(f0=[...])"
+
+
+def test_a_method_the_class_defines_is_kept() -> None:
+    @datarecord(frozen=True)
+    class Own:
+        value: int
+
+        def __repr__(self) -> str:
+            return "own"
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        def __hash__(self) -> int:
+            return 7
+
+    assert repr(Own(1)) == "own"
+    assert Own(1) == Own(2)
+    assert hash(Own(1)) == 7
+
+
+def test_a_frozen_datarecord_refuses_assignment() -> None:
+    @datarecord(frozen=True, slots=True)
+    class Point:
+        x: int
+        y: int = 0
+
+    point = Point(1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        point.x = 2  # type: ignore[misc]
+    assert dataclasses.replace(point, y=3) == Point(1, 3)
+    assert {Point(1): "a"}[Point(1, 0)] == "a"
+    assert not hasattr(point, "__dict__")
