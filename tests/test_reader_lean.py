@@ -313,7 +313,7 @@ def test_bracket_heavy_lines_are_those_with_more_than_max_depth_opening_bytes(bo
     """The lean reading walks only these lines for ``too_deep``: exactly the lines two counts per line found
     (a line's brackets inside strings count too: a superset of the deep ones is enough), numbered as ``Scan``
     numbers them, a BOM and blank lines included."""
-    from compactd.core.reader import bracket_heavy_lines
+    from compactd.core.reader import bracket_heavy_lines, opening_bytes
 
     lines = [
         orjson.dumps(HEADER),
@@ -330,6 +330,7 @@ def test_bracket_heavy_lines_are_those_with_more_than_max_depth_opening_bytes(bo
     assert bracket_heavy_lines(data + b"\n") == expected
     assert bracket_heavy_lines(b"") == frozenset()
     assert bracket_heavy_lines(orjson.dumps(HEADER) + b"\n") == frozenset()
+    assert bracket_heavy_lines(data, opening_bytes(data)) == expected  # the caller's, when it has them
 
 
 def test_a_deep_line_is_found_among_heavy_ones_and_not_elsewhere() -> None:

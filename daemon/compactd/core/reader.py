@@ -33,6 +33,7 @@ __all__ = [
     "Transcript",
     "iter_lines",
     "link_key",
+    "opening_bytes",
     "parse_line",
     "parse_transcript",
     "same_reading",
@@ -377,7 +378,12 @@ def iter_lines(data: bytes, start: int = 0) -> Iterator[tuple[int, int, memoryvi
 
 
 def parse_transcript(
-    data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None = None, lean: bool = False
+    data: bytes,
+    *,
+    check: bool = True,
+    reuse: Mapping[str, Entry] | None = None,
+    lean: bool = False,
+    openings: bytes | None = None,
 ) -> Transcript:
     """Parse a whole file's bytes. Never raises on any input (see ``_parse``).
 
@@ -389,13 +395,14 @@ def parse_transcript(
     of the others keep their links and their lines' bytes (see ``Transcript``). A compaction needs nothing
     more, and 100,000 entries off the branch (about 1.1 KB each as dicts) then cost their bytes and links.
     The reading is the same: the same problems in the same order, the same branch, the same ``entries``.
+    ``openings``: ``opening_bytes(data)``, when the caller has it already (the tail counted the lines on it).
 
     The cyclic garbage collector is paused meanwhile: parsed entries are acyclic dicts, and letting it scan
     every one of them again at each allocation threshold costs more than the parsing itself on large files.
     """
     with collector_paused():
         if lean and check:
-            transcript = _parse_lean(data, reuse)
+            transcript = _parse_lean(data, reuse, openings)
             if transcript is not None:
                 return transcript
         return _parse(data, check=check, reuse=reuse)
@@ -622,7 +629,9 @@ def _parse(data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None
 _RAW_SHARE = 0.5
 
 
-def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | None:
+def _parse_lean(
+    data: bytes, reuse: Mapping[str, Entry] | None, openings: bytes | None = None
+) -> Transcript | None:
     """``_parse`` and ``validate`` in one pass that keeps only the branch's entries as dicts; None for a file
     pi migrates (older than version 3: every entry changes), which ``_parse`` reads.
 
@@ -643,7 +652,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
     last_kept: Hashable | None = None
     empty_id: int | None = None
     count = data.count
-    heavy = bracket_heavy_lines(data)
+    heavy = bracket_heavy_lines(data, openings)
     # The loop runs once per line: bound methods, and a string id's link key (itself) without a call.
     add_id, add_parent, add_type, add_line = ids.append, parents.append, types.append, lines.append
     add_span = spans._flat.append
@@ -821,19 +830,25 @@ def _all_found(parents: list[Any], links: Mapping[Hashable, int]) -> bool:
     return not missing or missing == {None}
 
 
-# Every byte but those that open a level of nesting and the newline, for ``bracket_heavy_lines``.
+# Every byte but those that open a level of nesting and the newline, for ``opening_bytes``.
 _NOT_OPENING = bytes(b for b in range(256) if b not in b"{[\n")
 
 
-def bracket_heavy_lines(data: bytes) -> frozenset[int]:
+def opening_bytes(data: bytes) -> bytes:
+    """Only ``data``'s bytes ``{``, ``[`` and newlines, in one C pass (a leading BOM holds none of them). The
+    result is allocated at ``data``'s size but only the kept bytes are written, so the untouched pages never
+    become resident. Its newlines are ``data``'s: a file's lines count there in a fraction of its bytes."""
+    return data.translate(None, _NOT_OPENING)
+
+
+def bracket_heavy_lines(data: bytes, openings: bytes | None = None) -> frozenset[int]:
     """The 1-based numbers of the lines (as ``Scan`` counts them) holding more than ``MAX_DEPTH`` bytes ``{``
     or ``[``: only those can nest deeper (each level opens with one, and JSON has no escaped form of either
     outside a string), so only their values need a walk.
 
-    One C pass over the file that keeps just those bytes and the newlines (a leading BOM holds neither), instead
-    of two counts per line: about half the time. The result is allocated at the file's size but only the kept
-    bytes are written, so the untouched pages never become resident."""
-    kept = data.translate(None, _NOT_OPENING)
+    Told from ``opening_bytes(data)`` (``openings``, when the caller has it already) instead of two counts per
+    line: about half the time."""
+    kept = opening_bytes(data) if openings is None else openings
     if len(kept) - kept.count(b"\n") <= MAX_DEPTH:
         return frozenset()
     return frozenset(number for number, line in enumerate(kept.split(b"\n"), 1) if len(line) > MAX_DEPTH)
