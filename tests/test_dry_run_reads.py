@@ -41,7 +41,7 @@ def _dry_run(
     read_transcript = _source.read_transcript
     reducible_chars = planning.reducible_chars
 
-    def discovering(self: FileSource, **kwargs: Any) -> Iterator[str]:
+    def discovering(self: FileSource, **kwargs: Any) -> Iterator[tuple[str, Any]]:
         self.keep_readings = keep
         return discovering_of(self, **kwargs)
 
@@ -110,3 +110,31 @@ def test_a_dry_run_holds_one_reading_at_a_time(tmp_path: Path, monkeypatch: pyte
 
     assert f"{code}\n{out.getvalue()}" == again
     assert held == [[], [], []]  # due, due2, torn: each acted on with no other reading held
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_dry_run_decides_each_reading_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force: bool
+) -> None:
+    """The refresh's decision on a session's reading is passed on to its action (issue 22): not made again to
+    find it ready (``force`` skips the time rule: only a back-off holds it), nor for the unchanged ledger's
+    exact figures, nor for the full read's when they are those; a session that fits is not decided again to
+    be reported. The output is the one of deciding each time."""
+    config = _sessions(tmp_path)
+    expected, _, _ = _dry_run(config, monkeypatch, keep=True)
+    made: list[bool] = []
+    decide = _source.decide
+
+    def deciding(*args: Any, **kwargs: Any) -> Any:
+        made.append(kwargs.get("force", False))
+        return decide(*args, **kwargs)
+
+    monkeypatch.setattr(_source, "decide", deciding)
+    out = io.StringIO()
+    code = run_once(load_config(config), dry_run=True, force=force, out=out, err=io.StringIO())
+
+    if not force:
+        assert f"{code}\n{out.getvalue()}" == expected
+    # due: the refresh's (forced, the full read's too: the refresh's was under the time rule); fits: the
+    # refresh's; torn (a line after the bytes its ledger read): the refresh's and the full read's.
+    assert made == [False, *([True] if force else []), False, False, force]

@@ -176,8 +176,9 @@ class FileSource:
             return expand_roots(escaped, state_dir=self.config.state_dir)
         return expand_roots(self.config.sessions.roots, state_dir=self.config.state_dir)
 
-    def refresh(self, path: str, *, seeded: bool = False) -> None:
-        """Reconcile one path with the file system (only appended bytes are read), then decide if it is due.
+    def refresh(self, path: str, *, seeded: bool = False) -> Decision | None:
+        """Reconcile one path with the file system (only appended bytes are read), then decide if it is due;
+        the decision made on this reading, if one was (None: nothing new to decide, or not a session).
 
         ``seeded``: the tracker was just given the file's new reading (:meth:`seed`), so it is decided on again
         even if no byte changed since.
@@ -187,16 +188,16 @@ class FileSource:
         reaches the caller, so the start-up read, a watcher batch or a rescan goes on with every other session.
         """
         if self.config.sessions.is_ignored(path):
-            return
+            return None
         st = self.state.get(path)
         if st is not None and st.error_stage == "read" and st.in_backoff(time.time()):
             failed_on = self._unreadable.get(path)
             if failed_on is not None and failed_on == _signature(path):
                 if path not in self.sessions:
                     self.sessions[path] = FileSession(SessionTracker(path))
-                return
+                return None
         try:
-            self._refresh(path, seeded=seeded)
+            decision = self._refresh(path, seeded=seeded)
             self._keep_reading(path)
         except Exception as exc:
             session = self.sessions.get(path)
@@ -208,16 +209,17 @@ class FileSource:
             self._keep_reading(path)  # (forgets it)
             self._unreadable[path] = _signature(path)
             self.fail(path, "read", exc)
-        else:
-            self._unreadable.pop(path, None)
+            return None
+        self._unreadable.pop(path, None)
+        return decision
 
-    def _refresh(self, path: str, *, seeded: bool = False) -> None:
+    def _refresh(self, path: str, *, seeded: bool = False) -> Decision | None:
         sqlite_refusal = openclaw_refusal(path, self._agent_dirs)
         if sqlite_refusal is not None:  # never a session to act on (compactd writes nothing there)
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
             self._report_once(path, "sqlite-agent", logging.INFO, f"action=ignored reason={sqlite_refusal}")
-            return
+            return None
         try:
             info: os.stat_result | None = os.lstat(path)
         except FileNotFoundError:
@@ -229,7 +231,7 @@ class FileSource:
             self.metrics.forget_session(path)
             kind = file_kind(mode)
             self._report_once(path, kind, logging.WARNING, f"action=ignored reason=not a transcript: {kind}")
-            return
+            return None
         if info is not None and not self._dirs.is_session_path(path, info):
             # Swapped for a symlink, or its directory was: what it leads to is not under a root.
             if self.sessions.pop(path, None) is not None or path not in self.refused:
@@ -238,7 +240,7 @@ class FileSource:
                 )
             self.refused.add(path)
             self.metrics.forget_session(path)
-            return
+            return None
         self.refused.discard(path)
         session = self.sessions.get(path)
         if session is None:
@@ -258,7 +260,7 @@ class FileSource:
             elif update.change is Change.RELOADED:
                 self.preparer.reloaded(path, session.tracker.cursor.offset)
         if update.change is Change.UNCHANGED and path in self.state and not seeded:
-            return  # nothing new: the rescan's common case, kept cheap
+            return None  # nothing new: the rescan's common case, kept cheap
         self.host.changed()
         if update.change is Change.SKIPPED:  # kept (its cursor remembers it), never read whole nor acted on
             session.due = False
@@ -269,19 +271,19 @@ class FileSource:
                 st.skipped = update.reason
                 st.show_next(None, time.time())
                 log.warning("session=%s action=skipped reason=%s", path, update.reason)
-            return
+            return None
         ledger = session.tracker.ledger
         if ledger is None:
             self.sessions.pop(path, None)
             self.metrics.forget_session(path)
-            return
+            return None
         if update.reason == UNTOUCHED and not seeded and self._keeps_decision(path):
             window = self.state[path].window
             self.metrics.set_session(
                 path, session_id=ledger.session_id, tokens=ledger.planning_tokens, window=window
             )
             self.resume.mark_decided(path)
-            return
+            return None
         st = self.session_state(path)
         if st.error_stage == "read":  # readable again
             Backoff.record_success(st)
@@ -295,6 +297,7 @@ class FileSource:
             decision = self._exact_decision(session, decision)
         if decision is not None:
             self.record_decision(session, decision)
+        return decision
 
     def _keeps_decision(self, path: str) -> bool:
         """A session resumed unchanged keeps the decision sessions.json recorded for it, if that was made under
@@ -476,11 +479,18 @@ class FileSource:
             claim.release()
 
     async def act_claimed(
-        self, session: FileSession, claim: SessionClaim | None, *, force: bool = False, dry_run: bool = False
+        self,
+        session: FileSession,
+        claim: SessionClaim | None,
+        *,
+        force: bool = False,
+        dry_run: bool = False,
+        decided: Decision | None = None,
     ) -> Outcome:
         """Read once → decide → flush → compact → record, for one session. Never raises: this is the session
         boundary, and a failure at any stage is recorded in its state with a back-off and returned as
-        ``failed``."""
+        ``failed``. ``decided``: a dry run's, the decision the refresh just made on the tracker's reading
+        (:meth:`scan`), passed on instead of deciding again (see :meth:`_unchanged_exact_decision`)."""
         path = session.path
         st = self.session_state(path)
         session.in_flight = True
@@ -488,17 +498,22 @@ class FileSource:
             path, "read"
         )  # where an exception stopped this session, for its state and the log
         try:
+            unchanged = None
             if dry_run:
-                unchanged = self._unchanged_exact_decision(session, force=force)
-                if unchanged is not None and not unchanged.due:  # decided from the ledger on these bytes
-                    detail = {**unchanged.figures(), "flush": False, "route": unchanged.route}
-                    return self._refused(session) or Outcome(path, Action(unchanged.action), detail=detail)
+                unchanged = self._unchanged_exact_decision(session, force=force, decided=decided)
+                if unchanged is not None and not unchanged[1].due:  # decided from the ledger on these bytes
+                    decision = unchanged[1]
+                    detail = {**decision.figures(), "flush": False, "route": decision.route}
+                    return self._refused(session) or Outcome(path, Action(decision.action), detail=detail)
             kept = self._kept_reading(session) if dry_run else None
             read = await self._read_step(session, kept=kept[0] if kept is not None else None)
             if isinstance(read, Outcome):
                 return read
             stage = self.host.at(path, "plan")
-            plan, cycle = await self._decide_step(session, read, claim, force=force, kept=kept)
+            # The refresh's decision, made under the same time rule, is the one of this reading when the full
+            # read's figures are the ledger's (``force`` skips that rule: then it is made again).
+            same = unchanged if decided is not None and not force else None
+            plan, cycle = await self._decide_step(session, read, claim, force=force, kept=kept, decided=same)
             decision = plan.decision
             if dry_run:
                 return await self._predicted(path, read, plan, kept[1] if kept is not None else None)
@@ -641,14 +656,21 @@ class FileSource:
             return None
         return transcript, context, ledger.reducible
 
-    def _unchanged_exact_decision(self, session: FileSession, *, force: bool) -> Decision | None:
-        """For a dry run: the ledger's decision when it is exact (the route's reducible characters counted at
-        this session's cap) and the file is still the bytes the ledger read; None means read it."""
+    def _unchanged_exact_decision(
+        self, session: FileSession, *, force: bool, decided: Decision | None = None
+    ) -> tuple[Figures, Decision] | None:
+        """For a dry run: the ledger's figures and their decision when it is exact (the route's reducible
+        characters counted at this session's cap) and the file is still the bytes the ledger read; None means
+        read it. ``decided``: the refresh's decision on these very figures, made just before (the scan's), is
+        taken instead of deciding again: what a dry run reads of it (due, route, action, figures) depends on
+        neither the time nor ``force``."""
         figures = self.figures(session)
         if figures is None or figures.reducible_chars is None or not _unchanged(session):
             return None
+        if decided is not None:
+            return figures, decided
         recorded = Recorded.of_state(self.session_state(session.path))
-        return decide(self.config, figures, recorded, now=time.time(), force=force)
+        return figures, decide(self.config, figures, recorded, now=time.time(), force=force)
 
     async def _decide_step(
         self,
@@ -658,12 +680,14 @@ class FileSource:
         *,
         force: bool,
         kept: Kept | None = None,
+        decided: tuple[Figures, Decision] | None = None,
     ) -> tuple[Plan, str]:
         """The exact decision from the transcript just read, with what every process recorded of this cycle's
         flush (another compactd may have flushed or compacted it since this one last looked): the plan the
         job is handed (it decides nothing again), and the cycle the claim records a flush in ("" without a
         claim: a dry run records none). ``kept``: the transcript is the discovery's reading, whose context and
-        ledger's reducible count are taken instead of worked out again."""
+        ledger's reducible count are taken instead of worked out again. ``decided``: a dry run's decision on
+        the ledger's figures of this reading, under the same time rule: taken when these figures are those."""
         from compactd.commit.claim import flush_cycle
         from compactd.sources.files.job import Plan
 
@@ -677,7 +701,10 @@ class FileSource:
         figures = await offload.run_sync(
             lambda: figures_of(config, transcript, mtime=mtime, context=context, counted=counted)
         )  # a pass over it all
-        decision = decide(self.config, figures, Recorded.of_state(st), now=time.time(), force=force)
+        if decided is not None and decided[0] == figures:
+            decision = decided[1]
+        else:
+            decision = decide(self.config, figures, Recorded.of_state(st), now=time.time(), force=force)
         session.decision = decision
         return Plan(figures, decision), cycle
 
@@ -955,11 +982,11 @@ class FileSource:
         """Every transcript under every root, reconciled with the file system and decided (the read at start
         and the periodic rescan); ``seal``: an idle file whose last line is torn is sealed, so the agent's next
         append is not swallowed by it. Returns the paths seen."""
-        return set(self._discovering(seal=seal))
+        return {path for path, _ in self._discovering(seal=seal)}
 
-    def _discovering(self, *, seal: bool) -> Iterator[str]:
-        """:meth:`discover`, each path yielded once it is refreshed (and sealed), so that a dry run can act on
-        it before the next one is read."""
+    def _discovering(self, *, seal: bool) -> Iterator[tuple[str, Decision | None]]:
+        """:meth:`discover`, each path yielded once it is refreshed (and sealed), with the decision its refresh
+        made (:meth:`refresh`), so that a dry run can act on it before the next one is read."""
         now = time.time()
         self._agent_dirs = {}
         self._dirs.begin_pass()
@@ -967,14 +994,15 @@ class FileSource:
             with collector_paused():  # a few objects per session, for every session
                 for root in self.root_paths():
                     for path in scan_root(root):
-                        self.refresh(path)
+                        decision = self.refresh(path)
                         session = self.sessions.get(path)
                         if seal and session is not None and session.tracker.cursor.partial:
+                            decision = None  # sealing may read it again
                             try:
                                 self.seal(session, now)
                             except Exception as exc:
                                 self.fail(path, "seal", exc)
-                        yield path
+                        yield path, decision
         finally:
             self._agent_dirs = None
             self._dirs.end_pass()
@@ -1019,10 +1047,12 @@ class FileSource:
         if not dry_run:
             self.discover(seal=True)
             return
-        for path in self._discovering(seal=False):
+        for path, decided in self._discovering(seal=False):
             session = self.sessions.get(path)
             if session is not None and self._is_ready(session, time.time(), force=True):
-                self.acted[path] = await self.act(session, force=force, dry_run=True)
+                self.acted[path] = await self.act_claimed(
+                    session, None, force=force, dry_run=True, decided=decided
+                )
 
     def ready(self, now: float, *, force: bool = False) -> list[FileSession]:
         """Due sessions that may be acted on now (idle and not mid-turn, not backing off, not in flight),
@@ -1038,8 +1068,9 @@ class FileSource:
         if not session.due or session.in_flight:
             return False
         if force:
-            decision = self.decide(session, now, force=True)
-            return decision is not None and decision.ready
+            # ``decide(force=True).ready``: the time rule skipped, only a back-off holds a due session back (no
+            # decision made again for it).
+            return session.tracker.ledger is not None and not self.session_state(session.path).in_backoff(now)
         return session.ready_at <= now and not self.session_state(session.path).in_backoff(now)
 
     def next_wake(self, now: float) -> float:
@@ -1091,7 +1122,6 @@ class FileSource:
             return Outcome(path, Action.FAILED, detail=detail)
         if st.skipped:
             return Outcome(path, Action.SKIPPED, detail={"reason": st.skipped})
-        decision = self.decide(session, now)
         if session.due and st.in_backoff(now) and st.last_error:
             detail = {
                 "retry_in": round(st.backoff_remaining(now)),
@@ -1105,7 +1135,8 @@ class FileSource:
                 Action.WAIT,
                 detail={"reason": "an agent was at work", "retry_in": round(st.backoff_remaining(now))},
             )
-        if session.due:
+        if session.due:  # why it waits now (the time rule): decided at ``now``, for this alone
+            decision = self.decide(session, now)
             reason = decision.wait if decision is not None else None
             return Outcome(path, Action.WAIT, detail={"reason": reason or "not idle yet"})
         return Outcome(
