@@ -438,7 +438,13 @@ class Scan:
         """(entry, start, end, line number, index in pi's parsed array) for every entry line."""
         data, problems, loads = self.data, self.problems, orjson.loads
         parsed = 0
-        for begin, end, raw in iter_lines(data, self.start):
+        # ``iter_lines``, inlined: one generator less per line of the file.
+        view, find, size, pos = memoryview(data), data.find, len(data), self.start
+        while pos < size:
+            begin, nl = pos, find(b"\n", pos)
+            end = pos = size if nl < 0 else nl
+            pos += 1
+            raw = view[begin:end]
             self.line_no += 1
             try:
                 value: Any = loads(raw)
