@@ -58,6 +58,7 @@ NOT_FOR_A_DRY_RUN = (
     "yaml",  # a configuration file of nested ``key: value`` lines is read without it (``config._plain``)
     "compactd.sources.files.preparer",  # what is prepared as read, while serving: made by ``start`` alone
     "queue",  # the preparer's
+    "hashlib",  # what hashes saved state, snapshots, claims and v1 ids: a dry run saves, checks and takes none
 )
 
 # What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit
@@ -76,6 +77,7 @@ NOT_FOR_INSPECT = {
     "select",
     "compactd.state._status",
     "yaml",
+    "hashlib",  # as a dry run: no state, snapshot or claim is hashed (nor a v1 session's ids, for a v2 one)
 }
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -63,6 +62,8 @@ class ClaimBusy(Exception):
 
 
 def _claim_path(state_dir: str | os.PathLike[str], transcript: str | os.PathLike[str]) -> Path:
+    import hashlib  # here: a dry run and ``inspect`` take no claim, and hashlib is 2 ms to load
+
     real = os.path.realpath(os.fspath(transcript))
     digest = hashlib.blake2b(real.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
     return Path(state_dir, CLAIMS_DIR, f"{digest}.lock")

@@ -7,7 +7,6 @@ loader would hit (with its line number) instead of staying silent about it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from array import array
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -929,6 +928,8 @@ def _migrate_v1(header: Entry, entries: list[Entry], positions: list[int]) -> No
     Deterministic ids make two reads of the same v1 file agree, which pi (random ids) does not need because it
     rewrites the file right away; we never rewrite on read.
     """
+    import hashlib  # here: only a v1 session needs it, and it is 2 ms to load (OpenSSL)
+
     seed = str(header.get("id", ""))
     used: set[str] = set()
     # firstKeptEntryIndex indexes pi's parsed array, header included at 0: every parsed line counts.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import logging
 import math
@@ -64,6 +63,13 @@ def load_json(raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return json.loads(raw)
+
+
+def _digest(data: bytes) -> bytes:
+    """What ``save_sessions`` compares to skip an unchanged write."""
+    import hashlib  # here: a dry run loads and saves no state, and hashlib is 2 ms to load (OpenSSL)
+
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def describe_error(exc: BaseException) -> str:
@@ -434,7 +440,7 @@ class StateStore:
             for path, data in items.items()
             if isinstance(path, str) and isinstance(data, dict)
         }
-        self._last_saved = hashlib.blake2b(raw, digest_size=16).digest()
+        self._last_saved = _digest(raw)
         return sessions
 
     def save_sessions(self, sessions: Mapping[str, SessionState] | Iterable[SessionState]) -> bool:
@@ -445,7 +451,7 @@ class StateStore:
             "sessions": {s.path: s.to_json() for s in sorted(states, key=lambda s: s.path)},
         }
         data = dump_json(doc)
-        digest = hashlib.blake2b(data, digest_size=16).digest()  # not the bytes: they grow with the sessions
+        digest = _digest(data)  # not the bytes: they grow with the sessions
         if digest == self._last_saved and self.sessions_path.exists():
             return False
         write_atomic(self.sessions_path, data)

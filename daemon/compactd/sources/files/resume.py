@@ -23,7 +23,6 @@ afresh.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import stat
@@ -109,6 +108,8 @@ class Snapshot:
 
 def config_fingerprint(config: object) -> str:
     """A digest of everything in a (frozen) configuration: equal only for configurations that decide alike."""
+    import hashlib  # here, as below: a dry run saves and checks no snapshot, and hashlib is 2 ms to load
+
     return hashlib.blake2b(
         repr(config).encode("utf-8", "surrogateescape"), digest_size=_HASH_BYTES
     ).hexdigest()
@@ -118,6 +119,8 @@ def content_hash(fd: int, offset: int) -> bytes:
     """blake2b of the first 1 KB (the session header: another session rewritten in place shows there) and of
     the 4 KB before ``offset`` (a file rewritten or restored near the cursor). An in-place rewrite that keeps
     both and does not shrink is indistinguishable from an append here, as it is to the live tail follower."""
+    import hashlib
+
     digest = hashlib.blake2b(digest_size=_HASH_BYTES)
     start = max(0, offset - TAIL_BYTES)
     if start > HEAD_BYTES:
