@@ -59,6 +59,8 @@ NOT_FOR_A_DRY_RUN = (
     "compactd.sources.files.preparer",  # what is prepared as read, while serving: made by ``start`` alone
     "queue",  # the preparer's
     "hashlib",  # what hashes saved state, snapshots, claims and v1 ids: a dry run saves, checks and takes none
+    "shutil",  # and with it zlib, bz2 and lzma: argparse sizes its help without it (``cli.help_width``)
+    "zlib",  # the snapshots' shards: a dry run loads and saves none
 )
 
 # What ``inspect`` of a session whose route prunes alone never uses: what only writing a summary or a commit
@@ -78,6 +80,8 @@ NOT_FOR_INSPECT = {
     "compactd.state._status",
     "yaml",
     "hashlib",  # as a dry run: no state, snapshot or claim is hashed (nor a v1 session's ids, for a v2 one)
+    "shutil",
+    "zlib",
 }
 
 
@@ -165,3 +169,19 @@ def test_inspect_of_a_due_session_predicts_its_route_without_an_event_loop(tmp_p
     event_loop = {"asyncio", "anyio._backends._asyncio", "anyio._core._synchronization"}
     assert not modules & event_loop, sorted(modules & event_loop)
     assert not modules & NOT_FOR_INSPECT, sorted(modules & NOT_FOR_INSPECT)
+
+
+@pytest.mark.parametrize("columns", [None, "50", "200", "0", "-3", "wide"])
+def test_the_help_is_as_wide_as_argparse_makes_it(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cli.help_width`` sizes the help as argparse does by default, without the shutil it imports to do so."""
+    import shutil
+
+    from compactd.commands.cli import help_width
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert help_width() == shutil.get_terminal_size().columns - 2

@@ -10,7 +10,6 @@ symlink, and a value pi itself would refuse (not a non-negative safe integer) is
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from collections.abc import Mapping
 from dataclasses import field
@@ -120,6 +119,8 @@ PI_PACKAGES = ("@earendil-works/pi-coding-agent", "@mariozechner/pi-coding-agent
 def find_pi(env: Mapping[str, str] | None = None) -> tuple[str, str, str] | None:
     """(package, version, executable) of the ``pi`` on ``PATH``, read from the ``package.json`` above the
     executable's real path; None when there is none or it is not one of pi's packages."""
+    import shutil  # here: only ``doctor`` looks for pi (argparse no longer loads shutil for every command)
+
     env = os.environ if env is None else env
     found = shutil.which("pi", path=env.get("PATH"))
     if found is None:

@@ -26,7 +26,6 @@ import contextlib
 import logging
 import os
 import stat
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -187,6 +186,8 @@ class SnapshotStore:
     def shard(self, path: str) -> int:
         number = self._shards.get(path)
         if number is None:
+            import zlib  # here: a dry run loads, saves and checks no snapshot
+
             number = self._shards[path] = zlib.crc32(path.encode("utf-8", "surrogateescape")) % SHARDS
         return number
 
