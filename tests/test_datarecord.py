@@ -1,8 +1,10 @@
 """``datarecord`` against ``dataclasses.dataclass``: the same class shapes give the same repr, equality, hash,
-frozenness, slots and fields, for generated classes and values (the oracle is the standard library itself)."""
+frozenness, slots and fields, for generated classes and values (the oracle is the standard library itself);
+``rare`` ones are also made and copied alike."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Any
@@ -32,6 +34,7 @@ def shapes(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[str, dict[str, A
         "slots": draw(st.booleans()),
         "eq": draw(st.booleans()),
         "repr": draw(st.booleans()),
+        "rare": draw(st.booleans()),
     }
     fields = []
     for index in range(draw(st.integers(0, 4))):
@@ -40,12 +43,21 @@ def shapes(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[str, dict[str, A
             "compare": draw(st.booleans()),
             "hash": draw(st.sampled_from([None, True, False])),
         }
+        default = draw(st.sampled_from(["none", "value", "factory"]))
+        if default == "value":
+            options["default"] = draw(scalars)
+        elif default == "factory":
+            options["default_factory"] = list
+        if default != "none" and draw(st.booleans()):
+            options["init"] = False
         fields.append((f"f{index}", options))
     return params, fields
 
 
-def twins(params: dict[str, Any], fields: list[tuple[str, dict[str, Any]]]) -> tuple[type, type]:
-    """The same class body made twice, once by ``dataclass`` and once by ``datarecord``."""
+def twins(params: dict[str, Any], fields: list[tuple[str, dict[str, Any]]]) -> tuple[Any, Any]:
+    """The same class body made twice, once by ``dataclass`` and once by ``datarecord`` (``rare`` is ours);
+    each, the class or the exception its making raised."""
+    standard = {key: value for key, value in params.items() if key != "rare"}
 
     def body() -> dict[str, Any]:
         namespace: dict[str, Any] = {"__annotations__": {name: "Any" for name, _ in fields}}
@@ -54,10 +66,13 @@ def twins(params: dict[str, Any], fields: list[tuple[str, dict[str, Any]]]) -> t
         namespace["__qualname__"] = "Shape"
         return namespace
 
-    return (
-        dataclasses.dataclass(type("Shape", (), body()), **params),
-        datarecord(**params)(type("Shape", (), body())),
-    )
+    def made(decorate: Any) -> Any:
+        try:
+            return decorate(type("Shape", (), body()))
+        except TypeError as exc:
+            return exc
+
+    return made(lambda cls: dataclasses.dataclass(cls, **standard)), made(datarecord(**params))
 
 
 def outcome(call: Any) -> tuple[str, Any]:
@@ -74,26 +89,62 @@ def test_a_datarecord_behaves_as_the_dataclass(
 ) -> None:
     params, fields = shape
     made, ours = twins(params, fields)
+    if isinstance(made, TypeError):  # a field without a default after one with: both refuse the class
+        assert isinstance(ours, TypeError)
+        return
     names = [name for name, _ in fields]
+    init = [name for name, options in fields if options.get("init", True)]
+    required = [name for name, options in fields if not {"default", "default_factory", "init"} & set(options)]
     assert [f.name for f in dataclasses.fields(ours)] == names
     assert ours.__match_args__ == made.__match_args__  # type: ignore[attr-defined]
     assert ("__slots__" in ours.__dict__) == ("__slots__" in made.__dict__)
     assert (ours.__hash__ is None) == (made.__hash__ is None)
-    theirs = [made(*row[: len(names)]) for row in rows]
-    mine = [ours(*row[: len(names)]) for row in rows]
+    # Made alike: every way of passing the arguments, and the wrong ones refused alike.
+    row = rows[0]
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        (tuple(row[: len(init)]), {}),
+        (tuple(row[: len(required)]), {}),
+        ((), dict(zip(init, row, strict=False))),
+        ((), {name: row[0] for name in required}),
+        ((*row[: len(init)], 0), {}),
+        ((), {"nope": 1}),
+        ((), {}),
+        (tuple(row[:1]), {init[0]: 1} if init else {}),
+    ]
+    for args, kwargs in calls:
+        ours_made, theirs_made = (
+            outcome(lambda args=args, kwargs=kwargs: ours(*args, **kwargs)),
+            outcome(lambda args=args, kwargs=kwargs: made(*args, **kwargs)),
+        )
+        assert ours_made[0] == theirs_made[0]
+        if ours_made[0] == "raises":
+            assert ours_made[1] is theirs_made[1] is TypeError
+        else:
+            assert repr(ours_made[1]).replace(hex(id(ours_made[1])), "") == repr(theirs_made[1]).replace(
+                hex(id(theirs_made[1])), ""
+            )
+    theirs = [made(*row[: len(init)]) for row in rows]
+    mine = [ours(*row[: len(init)]) for row in rows]
     for a, b in zip(theirs, mine, strict=True):
         assert repr(b).replace(hex(id(b)), "") == repr(a).replace(hex(id(a)), "")
         assert outcome(lambda b=b: hash(b))[0] == outcome(lambda a=a: hash(a))[0]
         if params["eq"] and params["frozen"] and outcome(lambda a=a: hash(a))[0] == "value":
             assert hash(b) == hash(a)  # the same tuple hashed
+        for twin in (copy.copy(b), copy.deepcopy(b)):  # as pickle takes them apart and makes them again
+            assert repr(twin).replace(hex(id(twin)), "") == repr(b).replace(hex(id(b)), "")
+            if params["eq"]:
+                assert outcome(lambda twin=twin, b=b: twin == b) == outcome(lambda a=a: copy.copy(a) == a)
+        if init:
+            changed = outcome(lambda b=b: dataclasses.replace(b, **{init[0]: 1}))
+            assert changed[0] == outcome(lambda a=a: dataclasses.replace(a, **{init[0]: 1}))[0]
         if names:
             assert outcome(lambda b=b: setattr(b, names[0], 1)) == outcome(
                 lambda a=a: setattr(a, names[0], 1)
             )
             assert outcome(lambda b=b: delattr(b, names[0])) == outcome(lambda a=a: delattr(a, names[0]))
     # Equality: between every pair (an object and itself included), and with a different class.
-    theirs = [made(*row[: len(names)]) for row in rows]
-    mine = [ours(*row[: len(names)]) for row in rows]
+    theirs = [made(*row[: len(init)]) for row in rows]
+    mine = [ours(*row[: len(init)]) for row in rows]
     for i in range(len(rows)):
         for j in range(len(rows)):
             assert (mine[i] == mine[j]) == (theirs[i] == theirs[j])
@@ -102,7 +153,9 @@ def test_a_datarecord_behaves_as_the_dataclass(
 
 
 def test_a_field_holding_its_own_object_repr_as_the_dataclass() -> None:
-    made, ours = twins({"frozen": False, "slots": False, "eq": True, "repr": True}, [("f0", {})])
+    made, ours = twins(
+        {"frozen": False, "slots": False, "eq": True, "repr": True, "rare": False}, [("f0", {})]
+    )
     a, b = made([]), ours([])
     a.f0.append(a)
     b.f0.append(b)

@@ -27,7 +27,7 @@ _SAFE_MAX = 2**53 - 1
 _FIELDS = (("reserveTokens", "reserve_tokens"), ("keepRecentTokens", "keep_recent_tokens"))
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class PiCompaction:
     """What the user set in pi's ``settings.json`` (None where they set nothing), and where it was read."""
 

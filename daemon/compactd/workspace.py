@@ -90,7 +90,7 @@ CHILD_TIMEOUT_SECONDS = 30.0
 CHILD_MAX_REPLY_BYTES = 8 * 1024 * 1024
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class Identity:
     """A user to act as: uid, primary gid and supplementary groups (looked up before forking)."""
 
@@ -99,7 +99,7 @@ class Identity:
     groups: tuple[int, ...]
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class Workspace:
     """A directory a session may use. ``owner``: the uid AGENTS.md and ``memory/`` must belong to (None for a
     configured workspace, which is not checked); ``identity``: whom to act as (None: compactd itself)."""

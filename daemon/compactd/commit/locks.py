@@ -83,7 +83,7 @@ class AlreadyRunning(Exception):
         )
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class LockInfo:
     """What a lock file says. Fields OpenClaw would ignore (wrong type, unparseable time) are None.
 

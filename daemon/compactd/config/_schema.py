@@ -66,7 +66,7 @@ LOG_LEVEL: LogLevel = "INFO"
 _DEFAULTS_SOURCE = "<defaults>"
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class SessionsConfig:
     """Where transcripts live and when one may be touched."""
 
@@ -83,7 +83,7 @@ class SessionsConfig:
         return any(fnmatchcase(name, pattern) for pattern in self.ignore)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class ModelConfig:
     """One model's entry under ``models.providers.<provider>.models``: its context window."""
 
@@ -94,7 +94,7 @@ def _parse_models(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> Mapping
     return ctx.mapping_of(value, path, ModelConfig)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class ProviderConfig:
     """One provider's entry under ``models.providers``: its models."""
 
@@ -105,7 +105,7 @@ def _parse_providers(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> Mapp
     return ctx.mapping_of(value, path, ProviderConfig)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class ModelsConfig:
     """Known context windows: ``providers.<provider>.models.<model>.context_tokens``."""
 
@@ -132,7 +132,7 @@ class ModelsConfig:
         return min(windows) if windows else None
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class AgentDefaults:
     """``agents.defaults``: what applies to every agent's sessions."""
 
@@ -140,7 +140,7 @@ class AgentDefaults:
     context_tokens: int | None = _opt(None, gt=0)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class AgentsConfig:
     """Per-agent settings: the window cap, and workspaces (AGENTS.md, memory/) overriding a header's cwd."""
 
@@ -172,7 +172,7 @@ class AgentsConfig:
         return None
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class QualityGuardConfig:
     """``compaction.quality_guard``: whether a model's summary is checked, and how often it is retried."""
 
@@ -180,7 +180,7 @@ class QualityGuardConfig:
     max_retries: int = _opt(d.QUALITY_GUARD_RETRIES, ge=0, le=d.QUALITY_GUARD_MAX_RETRIES)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class ArchivesConfig:
     """``compaction.archives``: how long rotated-out transcripts are kept, and when their size is warned of."""
 
@@ -189,7 +189,7 @@ class ArchivesConfig:
     warn_bytes: int = _opt(d.ARCHIVE_WARN_BYTES, gt=0)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class CompactionConfig:
     """``compaction``: when a session is compacted, what its summary keeps, how it is pruned and committed."""
 
@@ -214,7 +214,7 @@ class CompactionConfig:
     archives: ArchivesConfig = field(default_factory=ArchivesConfig)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class HookConfig:
     """A before-compaction hook: argv given the event as JSON on stdin (a string runs via ``/bin/sh -c``)."""
 
@@ -239,7 +239,7 @@ def _parse_hooks(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[Ho
     return tuple(hooks)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class MemoryFlushConfig:
     """``memory_flush``: what is saved from a span (hooks, the workspace's memory/) before it is compacted."""
 
@@ -253,7 +253,7 @@ class MemoryFlushConfig:
     system_prompt: str | None = _opt(None, show=False)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class RetryConfig:
     """``summarizer.retry``: the backoff between the attempts of a failed model call."""
 
@@ -263,7 +263,7 @@ class RetryConfig:
     jitter: float = _opt(d.SUMMARIZER_RETRY_JITTER, ge=0, le=1)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class SummarizerConfig:
     """The OpenAI-compatible endpoint that writes summaries; no ``base_url``: the deterministic digest."""
 
@@ -334,7 +334,7 @@ class SummarizerConfig:
         return None
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class OpenClawConfig:
     """OpenClaw 2026.9+ (SQLite session stores): found without configuration; these turn it off or point
     elsewhere (null: ``$OPENCLAW_STATE_DIR``/``~/.openclaw`` and ``$OPENCLAW_CONFIG_PATH``/``<state>/openclaw.json``)."""
@@ -346,7 +346,7 @@ class OpenClawConfig:
     rpc_timeout_seconds: float = _opt(d.OPENCLAW_RPC_TIMEOUT_SECONDS, gt=0)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class CodexConfig:
     """Codex CLI rollouts (design.md §6.16): followed without configuration when ``<home>/sessions`` exists
     (null home: ``$CODEX_HOME``, else ``~/.codex``); ``enabled: false`` leaves them alone."""
@@ -355,7 +355,7 @@ class CodexConfig:
     home: str | None = _opt(None)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class PiConfig:
     """pi's own compaction settings (``reserveTokens``, ``keepRecentTokens``, ``modelOverrides`` in its
     ``settings.json``) are a session's thresholds where the user set them (null agent_dir:
@@ -367,7 +367,7 @@ class PiConfig:
     settings: PiCompaction | None = field(default=None, init=False)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class ServiceConfig:
     """``service``: the daemon's rescans, watching, status, backoff and metrics."""
 
@@ -385,7 +385,7 @@ class ServiceConfig:
     metrics_top_sessions: int = _opt(d.METRICS_TOP_SESSIONS, ge=0)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class Config:
     """The whole configuration. Build with :func:`load_config` or :meth:`from_mapping`; never mutated."""
 

@@ -25,7 +25,7 @@ _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
 # --- errors -------------------------------------------------------------------------------------------------
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class ConfigProblem:
     """One thing wrong with a configuration; ``key`` is the dotted path ("" for the document itself)."""
 
@@ -150,7 +150,7 @@ def _string_list(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[st
     return tuple(out)
 
 
-@datarecord
+@datarecord(rare=True)
 class _Ctx:
     source: str
     env: Mapping[str, str]

@@ -263,7 +263,7 @@ RESERVE_RATIO_DIVISOR = 4  # MAX_COMPACTION_RESERVE_RATIO = .25
 MAX_SOFT_TOKENS = 4_000
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class Thresholds:
     """OpenClaw 2026.9's figures for one window (design.md §6.13)."""
 

@@ -84,7 +84,7 @@ class Outcome:
         return {"path": self.path, "action": self.action.value, "committed": self.committed, **self.detail}
 
 
-@datarecord
+@datarecord(rare=True)
 class Host:
     """What the service lends every source: the config, the environment, the metrics, the summarizer client
     (built once, shared), a way to say the status files are stale, and the task group fire-and-forget work

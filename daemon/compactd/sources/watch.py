@@ -44,7 +44,7 @@ def is_transcript_name(name: str) -> bool:
     )
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class Refusal:
     """A directory a root pattern matched but compactd will not use, and why."""
 

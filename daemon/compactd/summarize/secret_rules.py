@@ -52,7 +52,7 @@ def _url_query(m: re.Match[str]) -> str:
     return f"{m.group('prefix')}[REDACTED:url_secret]"
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class _Rule:
     """One secret format.
 
