@@ -120,6 +120,23 @@ def test_findings_merged_in_any_order_make_the_records_of_merging_them_in_order(
     assert merged.records() == in_order
 
 
+def test_two_records_of_one_text_from_one_message_keep_their_order_whatever_the_merge_order() -> None:
+    """A text an agent ran as a command and a user then wrote (a hash): two records, both first seen in the
+    agent's message, the command's first, whichever message's findings are merged first (hypothesis found the
+    merge breaking that tie by which key it made first)."""
+    read = messages_of(
+        [("assistant", "", "abcdef1234567890ABCDEF12"), ("user", "", "abcdef1234567890ABCDEF12")]
+    )
+    memo: dict[str, Any] = {}
+    findings = [prepare(m, memo).findings for m in read]
+    backwards = FindingsMerge()
+    for index in (1, 0):
+        backwards.add(findings[index], index)
+    in_order = merge_findings(findings)
+    assert [r.kind for r in in_order] == ["command", "hash"]
+    assert backwards.records() == in_order
+
+
 @given(MESSAGE_SPECS, st.randoms(use_true_random=False))
 @settings(max_examples=100, deadline=None)
 def test_shares_matched_from_a_store_in_any_order_are_the_cold_ones(

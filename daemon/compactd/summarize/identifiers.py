@@ -1279,22 +1279,24 @@ def message_findings(message: Message, read: Callable[[Message], str], memo: Wor
     return out
 
 
-_FIRST_THEN_TEXT = operator.itemgetter(2, 0)  # an accumulator's first index, then its text
+# An accumulator's first index, then its text, then where its finding stood in that message's findings (two
+# keys can share a text: one lowered for its kind, one not).
+_FIRST_THEN_TEXT = operator.itemgetter(2, 0, 6)
 
 
 class FindingsMerge:
     """A span's records made from its messages' findings added in any order, each at its message's position.
 
     The records are those of adding them in order: a key keeps the spelling, kind and index of its finding at the
-    lowest position (the first of them in that message's order), its last index is the highest, its count the
-    sum and its flags all its findings' or-ed together. So a compaction merges stored findings as it reads the
+    lowest position (the first of them in that message's order, and where it stood among that message's
+    findings), its last index is the highest, its count the sum and its flags all its findings' or-ed together. So a compaction merges stored findings as it reads the
     store, in the store's order, and the messages the store lacks after (issue 22). Inlined: a 50 MB session
     has about 350,000 findings."""
 
     __slots__ = ("_accs", "added")
 
     def __init__(self) -> None:
-        # key -> [text, code, first index, last index, count, codes or-ed]
+        # key -> [text, code, first index, last index, count, codes or-ed, place in the first's findings]
         self._accs: dict[str, list[Any]] = {}
         self.added: set[int] = set()  # the positions whose findings are in
 
@@ -1303,14 +1305,14 @@ class FindingsMerge:
         get = accs.get
         self.added.add(index)
         it: Iterator[Any] = iter(findings)
-        for ident, code, times in zip(it, it, it):  # noqa: B905 (one iterator, taken three at a time)
+        for place, (ident, code, times) in enumerate(zip(it, it, it)):  # noqa: B905 (one iterator, in threes)
             key = ident.lower() if lowered[code] else ident
             acc = get(key)
             if acc is None:
-                accs[key] = [ident, code, index, index, times, code]
+                accs[key] = [ident, code, index, index, times, code, place]
                 continue
             if index < acc[2]:
-                acc[0], acc[1], acc[2] = ident, code, index
+                acc[0], acc[1], acc[2], acc[6] = ident, code, index, place
             elif index > acc[3]:
                 acc[3] = index
             acc[4] += times
@@ -1329,7 +1331,7 @@ class FindingsMerge:
                 bool(seen & AGENT),
                 bool(seen & WROTE),
             )
-            for text, code, first, last, count, seen in sorted(self._accs.values(), key=_FIRST_THEN_TEXT)
+            for text, code, first, last, count, seen, _ in sorted(self._accs.values(), key=_FIRST_THEN_TEXT)
         ]
 
 
