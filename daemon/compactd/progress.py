@@ -34,7 +34,7 @@ __all__ = [
 log = logging.getLogger("compactd.progress")
 
 
-@datarecord(slots=True)
+@datarecord(slots=True, rare=True)
 class Tally:
     """One summarization's calls so far: how many, how long they took, and how many are still expected."""
 
@@ -52,7 +52,7 @@ class Tally:
         return left * planned if planned else None
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class Event:
     """What a progress record reports; ``kind`` is ``stage``, ``call`` (started) or ``done`` (finished)."""
 

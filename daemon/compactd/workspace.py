@@ -119,7 +119,7 @@ class Workspace:
         return self.path / "memory"
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class WorkspaceChoice:
     """The workspace a session gets, or None with the reason a header ``cwd`` was not believed."""
 

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 _GLOB_CHARS = frozenset("*?[")
-# Redaction for free-form strings shown by repr/redacted_dict (hook commands, prompts): common key shapes.
-_SECRET_SHAPES = re.compile(
+# Redaction for free-form strings shown by repr/redacted_dict (hook commands, prompts): common key shapes. A
+# pattern, compiled (and cached by ``re``) on first use: most commands never show one.
+_SECRET_SHAPES = (
     r"\bsk-[A-Za-z0-9_-]{12,}"
     r"|\bgh[pousr]_[A-Za-z0-9]{16,}"
     r"|\bxox[abprs]-[A-Za-z0-9-]{8,}"
@@ -58,7 +59,7 @@ def agent_id_for(session_file: str | os.PathLike[str]) -> str | None:
 
 
 def _redact(text: str) -> str:
-    return _SECRET_SHAPES.sub("***", text)
+    return re.sub(_SECRET_SHAPES, "***", text)
 
 
 def _is_path_pattern(key: str) -> bool:

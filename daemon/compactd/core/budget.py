@@ -131,7 +131,7 @@ class Budget:
         }
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class _WindowTerms:
     """The parts of a budget that depend on the window and the configuration alone, not on the session."""
 

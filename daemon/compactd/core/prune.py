@@ -543,7 +543,7 @@ class PruneEdit:
         return planned() if callable(planned) else planned
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class PrunePlan:
     """Which entries change and how, and what that frees of the tokens asked for (pi's estimate)."""
 

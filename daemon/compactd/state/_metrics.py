@@ -43,7 +43,7 @@ LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 Labels = tuple[tuple[str, str], ...]
 
 
-@datarecord(slots=True)
+@datarecord(slots=True, rare=True)
 class _Histogram:
     buckets: tuple[float, ...]
     counts: list[int] = field(default_factory=list)  # cumulative, one per bucket

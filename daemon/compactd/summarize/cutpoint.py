@@ -51,7 +51,7 @@ class _Later:
         plan.__dict__[self.slot] = [] if value is None else value
 
 
-@datarecord
+@datarecord(rare=True)
 class CutPlan:
     path: list[Entry]
     boundary_start: int

@@ -73,7 +73,7 @@ POST_COMPACTION_CUSTOM_TYPE = "compactd.post_compaction_context"
 IDENTIFIER_LINE_MAX_CHARS = 300
 
 
-@datarecord
+@datarecord(rare=True)
 class EngineSettings:
     keep_recent_turns: int
     keep_recent_tokens: int
@@ -94,7 +94,7 @@ class EngineSettings:
     keep_budget_tokens: int | None = None
 
 
-@datarecord(repr=False)
+@datarecord(repr=False, rare=True)
 class EngineResult:
     """The engine's output. Its repr stays a line (the plan holds the whole branch; see ``JobResult``)."""
 

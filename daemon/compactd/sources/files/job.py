@@ -87,7 +87,7 @@ def snapshot_size(transcript: Transcript) -> int:
     return transcript.spans[-1][1] + 1
 
 
-@datarecord(frozen=True)
+@datarecord(frozen=True, rare=True)
 class Fill:
     """Where a session stood before and after a job and where its tokens went (pi's estimate, raw tokens).
 
@@ -177,7 +177,7 @@ def _of_commit(status: CommitStatus) -> JobStatus:
     }.get(status, JobStatus.FAILED)
 
 
-@datarecord(frozen=True, slots=True)
+@datarecord(frozen=True, slots=True, rare=True)
 class Plan:
     """The decision made on one reading of a session, with the figures it was made from: handed to the job,
     which takes its budget and route from it and decides nothing again."""
@@ -195,7 +195,7 @@ def plan_of(
     return Plan(figures, decide(config, figures, now=time.time(), force=True))
 
 
-@datarecord(repr=False)
+@datarecord(repr=False, rare=True)
 class JobResult:
     """What one job did. Its repr is a line, not the data: asyncio formats a finished task's result when
     the runner looks up its SIGINT handler, and the whole engine result (every entry) cost seconds there."""
