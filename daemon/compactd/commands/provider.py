@@ -56,6 +56,8 @@ class ModelFailed(Exception):
 
 @datarecord(frozen=True)
 class SummaryRequest:
+    """What ``compactd provider`` is asked to summarize: the messages, and the previous summary and instructions."""
+
     messages: list[dict[str, Any]]
     previous_summary: str | None = None
     custom_instructions: str | None = None

@@ -292,6 +292,8 @@ def current_transcript(
 
 @datarecord
 class ReplaceResult:
+    """What an atomic replace did: the new file's inode and size, the agent's lines it carried or rescued."""
+
     new_inode: int
     size: int
     carried_lines: int

@@ -91,6 +91,8 @@ class CommitStatus(enum.Enum):
 
 @datarecord
 class CommitResult:
+    """A commit's outcome, for the job and the log: committed or why not, the archive, the sizes, lines carried."""
+
     committed: bool
     mode: str
     archive: str | None

@@ -268,6 +268,8 @@ class Journal:
 
 @datarecord
 class RecoveryReport:
+    """What the start-up recovery finished, rolled back or rescued of commits a killed compactd left."""
+
     rolled_back: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)

@@ -21,6 +21,8 @@ __all__ = ["CommitRequest"]
 
 @datarecord(frozen=True, slots=True)
 class CommitRequest:
+    """Everything one commit writes and checks, handed as one value to the commit's steps."""
+
     path: str
     compaction: Entry | None
     post: Entry | None

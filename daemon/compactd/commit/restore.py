@@ -56,6 +56,8 @@ _OURS_CUSTOM_PREFIX = "compactd."
 
 @datarecord(frozen=True)
 class RestorePlan:
+    """A restore worked out before anything is written: the file's new bytes and what of the live file it carries."""
+
     data: bytes  # the restored file: the archive's complete lines, then the carried lines
     carried: int  # agent lines from the live file put onto the restored branch
     reattached: int  # of those, re-parented (their parent was compactd's or summarized away)

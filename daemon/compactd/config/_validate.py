@@ -152,6 +152,8 @@ def _string_list(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[st
 
 @datarecord(rare=True)
 class _Ctx:
+    """One validation's context: where the text came from, the environment, and the problems found so far."""
+
     source: str
     env: Mapping[str, str]
     base_dir: Path

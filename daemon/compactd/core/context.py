@@ -47,6 +47,8 @@ __all__ = [
 
 @datarecord
 class SessionContext:
+    """The messages pi would send the model from a branch, with the model and thinking level in force."""
+
     messages: list[dict[str, Any]]
     thinking_level: str
     model: dict[str, Any] | None

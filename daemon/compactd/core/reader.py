@@ -77,6 +77,8 @@ def link_key(value: Any) -> Hashable | None:
 
 @datarecord(frozen=True, slots=True)
 class Problem:
+    """Something a transcript holds that pi's loader or compactd's commit has to work around (``kind``), where."""
+
     kind: str
     line: int | None
     message: str

@@ -45,6 +45,8 @@ Labels = tuple[tuple[str, str], ...]
 
 @datarecord(slots=True, rare=True)
 class _Histogram:
+    """A Prometheus histogram: cumulative bucket counts, their sum and count."""
+
     buckets: tuple[float, ...]
     counts: list[int] = field(default_factory=list)  # cumulative, one per bucket
     total: float = 0.0
@@ -62,6 +64,8 @@ class _Histogram:
 
 @datarecord(slots=True)
 class _SessionGauges:
+    """The gauges one session contributes to the metrics (the top-N fullest are exported)."""
+
     session_id: str
     file: str
     tokens: int

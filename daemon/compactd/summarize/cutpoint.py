@@ -53,6 +53,8 @@ class _Later:
 
 @datarecord(rare=True)
 class CutPlan:
+    """Where a compaction cuts a branch: what is summarized, the split turn's prefix, and what is kept."""
+
     path: list[Entry]
     boundary_start: int
     first_kept_index: int

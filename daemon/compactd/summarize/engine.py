@@ -75,6 +75,8 @@ IDENTIFIER_LINE_MAX_CHARS = 300
 
 @datarecord(rare=True)
 class EngineSettings:
+    """How the engine compacts: what it keeps, its identifier and quality rules, the summary's limits."""
+
     keep_recent_turns: int
     keep_recent_tokens: int
     identifier_policy: str = "strict"

@@ -26,6 +26,8 @@ PATH_KEYS = ("path", "file_path")
 
 @datarecord(frozen=True, slots=True)
 class FileOps:
+    """The files the summarized span read and modified, as pi's compaction details list them."""
+
     read: list[str]  # read and never modified, sorted
     modified: list[str]  # edited or written, sorted
 

@@ -97,6 +97,8 @@ class SummaryFailed(Exception):
 
 @datarecord
 class StageSettings:
+    """What every stage of one summary is given: the window, identifier rules, instructions and limits."""
+
     window: int
     identifier_policy: str = "strict"
     identifier_instructions: str | None = None
@@ -110,6 +112,8 @@ class StageSettings:
 
 @datarecord
 class StageStats:
+    """What one summary's stages did: calls, splits, chunks and what went wrong, for the job's report."""
+
     calls: int = 0
     overflow_splits: int = 0
     chunks: int = 0

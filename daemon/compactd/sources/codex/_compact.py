@@ -92,6 +92,8 @@ def _writable(history: list[dict[str, Any]]) -> bool:
 
 @datarecord(slots=True)
 class Planned:
+    """A Codex compaction planned: the engine's result, the line to append and how many items stay verbatim."""
+
     result: EngineResult
     line: bytes
     kept: int  # Codex items kept verbatim after the summary

@@ -55,6 +55,8 @@ def _is_rollout_name(name: str) -> bool:
 
 @datarecord(slots=True)
 class CodexSession:
+    """One Codex rollout as followed: its cursor, figures, last decision and state."""
+
     path: str
     state: SessionState
     cursor: Cursor = field(default_factory=Cursor)
@@ -69,6 +71,8 @@ class CodexSession:
 
 @datarecord
 class CodexSource(HostedSource[CodexSession]):
+    """Codex CLI's rollouts, followed through the shared hosted-source loop."""
+
     kind = SOURCE
     # Rollouts of a thread that has a newer one (a later window file): read for status, never compacted.
     superseded: set[str] = field(default_factory=set)

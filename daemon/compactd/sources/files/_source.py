@@ -83,6 +83,8 @@ def _signature(path: str) -> tuple[int, ...] | None:
 
 @datarecord(slots=True)
 class FileSession:
+    """One transcript file as served: its tracker, and where the last decision left it."""
+
     tracker: SessionTracker
     in_flight: bool = False
     due: bool = False  # the last decision found something to do, and no action has settled it since

@@ -36,6 +36,8 @@ class Change(Enum):
 
 @datarecord(slots=True)
 class Update:
+    """What one poll of a transcript found: nothing, new complete lines, a reload, or why it was not read."""
+
     change: Change
     entries: list[dict[str, Any]] = field(default_factory=list)
     data: bytes | None = None  # a reload's complete lines
@@ -58,6 +60,8 @@ class Update:
 
 @datarecord(slots=True)
 class FileCursor:
+    """Where the reading of one file stands: its identity, the offset of its last complete line, its torn tail."""
+
     path: str
     dev: int = -1
     ino: int = -1

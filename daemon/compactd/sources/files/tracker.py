@@ -26,6 +26,8 @@ UNTOUCHED = "snapshot: untouched"
 
 @datarecord(slots=True)
 class SessionTracker:
+    """One transcript's cursor and ledger, kept in step by each refresh."""
+
     path: str
     # A saved snapshot to try at the first refresh (``compactd.sources.files.resume``); used once, then dropped.
     resume: Snapshot | None = None

@@ -44,6 +44,8 @@ class OpenClawConfigError(Exception):
 
 @datarecord(frozen=True, slots=True)
 class Agent:
+    """An OpenClaw agent found on this host: its directory, database, workspace and model."""
+
     agent_id: str
     agent_dir: str
     database: str

@@ -32,6 +32,8 @@ def read_session_rows(store: Store, conn: sqlite3.Connection, session_id: str) -
 
 @datarecord(slots=True)
 class Follower:
+    """One OpenClaw session followed in its agent's database: the generation and event read up to, its ledger."""
+
     session_key: str
     session_id: str | None = None
     generation: str | None = None

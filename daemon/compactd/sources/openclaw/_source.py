@@ -65,6 +65,8 @@ def _signature(database: str) -> tuple[int, ...]:
 
 @datarecord(slots=True)
 class OpenClawSession:
+    """One OpenClaw session as served: its agent, follower, state and last decision."""
+
     agent: Agent
     follower: Follower
     state: SessionState
@@ -91,6 +93,8 @@ def session_path(agent: Agent, session_key: str) -> str:
 
 @datarecord
 class OpenClawSource(HostedSource[OpenClawSession]):
+    """OpenClaw 2026.9+ agents' SQLite stores, followed through the shared hosted-source loop."""
+
     kind = SOURCE
     install: Install | None = None
     stores: dict[str, Store] = field(default_factory=dict)

@@ -113,6 +113,8 @@ class Node:
 
 @datarecord(frozen=True, slots=True)
 class Event:
+    """One transcript event read from an agent's database."""
+
     seq: int
     data: bytes  # the entry's JSON, decoded from its zstd frame when it had one
     created_at: float  # seconds since the epoch
