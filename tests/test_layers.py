@@ -26,6 +26,7 @@ CORE_ALLOWED = {
     "contextlib",  # core.collector's context manager
     "dataclasses",
     "compactd.datarecord",  # dataclasses.dataclass, with generic methods; it does no I/O
+    "compactd.patterns",  # regular expressions compiled on first use
     "datetime",
     "enum",
     "functools",

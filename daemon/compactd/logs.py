@@ -28,6 +28,7 @@ from urllib.parse import unquote_plus, urlsplit
 
 from compactd.core.timestamps import js_iso
 from compactd.display import display_name
+from compactd.patterns import lazy_pattern
 from compactd.summarize.secret_rules import redact_url_secrets
 
 if TYPE_CHECKING:
@@ -62,10 +63,10 @@ LOG_FORMATS: tuple[str, ...] = ("text", "logfmt", "json")
 _CHATTY_LOGGERS = ("httpx", "httpcore", "watchfiles")
 
 # A printf placeholder, optionally preceded by ``key=`` (then it is a field).
-_PLACEHOLDER = re.compile(
+_PLACEHOLDER = lazy_pattern(
     r"(?:(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=)?%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa%]"
 )
-_LITERAL_FIELD = re.compile(r"(?<!\S)([A-Za-z_][A-Za-z0-9_]*)=([^\s=%]+)(?!\S)")
+_LITERAL_FIELD = lazy_pattern(r"(?<!\S)([A-Za-z_][A-Za-z0-9_]*)=([^\s=%]+)(?!\S)")
 # The level given on the command line wins over the config's, at start and on reload.
 _pinned_level = False
 
@@ -181,14 +182,14 @@ def event_fields(record: logging.LogRecord) -> tuple[str, dict[str, object]] | N
     prose: list[str] = []
 
     def text(piece: str) -> None:
-        for literal in _LITERAL_FIELD.finditer(piece):
+        for literal in _LITERAL_FIELD().finditer(piece):
             fields.setdefault(literal.group(1), literal.group(2))  # ``action=ready`` in the format itself
-        prose.append(_LITERAL_FIELD.sub("", piece))
+        prose.append(_LITERAL_FIELD().sub("", piece))
 
     index = 0
     last = 0
     fmt = record.msg
-    for match in _PLACEHOLDER.finditer(fmt):
+    for match in _PLACEHOLDER().finditer(fmt):
         spec = match.group(0)
         text(fmt[last : match.start()])
         last = match.end()
@@ -225,7 +226,7 @@ def _text_message(record: logging.LogRecord) -> str:
     keep: list[object] = []
     pieces: list[str] = []
     last = 0
-    for index, match in enumerate(_PLACEHOLDER.finditer(record.msg)):
+    for index, match in enumerate(_PLACEHOLDER().finditer(record.msg)):
         spec = match.group(0)
         if spec.endswith("%%") or "*" in spec or "%(" in spec or index >= len(args):
             return record.getMessage()

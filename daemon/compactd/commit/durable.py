@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 from pathlib import Path
+
+from compactd.patterns import lazy_pattern
 
 __all__ = ["TEMP_NAME", "fsync_dir", "os_reason", "write_all", "write_atomic"]
 
@@ -39,7 +40,7 @@ def os_reason(exc: OSError) -> str:
 
 # ``.<target name>.<pid>.<random>.tmp``: the pid tells a live writer's from a dead one's, and the name does
 # not end in the target's suffix, so node_exporter (``*.prom``) never reads a half-written one.
-TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp\Z")
+TEMP_NAME = lazy_pattern(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp\Z")
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:

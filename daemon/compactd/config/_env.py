@@ -4,15 +4,16 @@ configuration and key files, and the masking of key shapes in what a configurati
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from compactd.patterns import lazy_pattern
+
 _GLOB_CHARS = frozenset("*?[")
 # Redaction for free-form strings shown by repr/redacted_dict (hook commands, prompts): common key shapes. A
-# pattern, compiled (and cached by ``re``) on first use: most commands never show one.
-_SECRET_SHAPES = (
+# pattern compiled on first use: most commands never show one.
+_SECRET_SHAPES = lazy_pattern(
     r"\bsk-[A-Za-z0-9_-]{12,}"
     r"|\bgh[pousr]_[A-Za-z0-9]{16,}"
     r"|\bxox[abprs]-[A-Za-z0-9-]{8,}"
@@ -59,7 +60,7 @@ def agent_id_for(session_file: str | os.PathLike[str]) -> str | None:
 
 
 def _redact(text: str) -> str:
-    return re.sub(_SECRET_SHAPES, "***", text)
+    return _SECRET_SHAPES().sub("***", text)
 
 
 def _is_path_pattern(key: str) -> bool:

@@ -7,7 +7,6 @@ bad value; the key itself is never echoed where it could be a pasted secret.
 from __future__ import annotations
 
 import os
-import re
 import types
 import typing
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit
 
 from compactd.config._env import _is_path_pattern, expand_user, resolve_state_dir
 from compactd.config._validate import _Ctx, _describe, _empty_mapping, _Invalid, _kind, _string_list
+from compactd.patterns import lazy_pattern
 from compactd.roots import forbidden_root, literal_base
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -24,7 +24,7 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 # A string hook command runs through this shell, so pipes and redirections work as the user expects.
 HOOK_SHELL = ("/bin/sh", "-c")
 # What an environment-variable name looks like; anything else was most likely the key itself, pasted.
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ENV_NAME = lazy_pattern(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _parse_roots(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> tuple[str, ...]:
@@ -122,7 +122,7 @@ def _parse_env_name(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> str |
     if value is None:
         return None
     # Never echo the value: a malformed "name" is most often the key itself.
-    if not isinstance(value, str) or not _ENV_NAME.match(value):
+    if not isinstance(value, str) or not _ENV_NAME().match(value):
         raise _Invalid(
             "expected the NAME of an environment variable (letters, digits, _), not the key itself"
         )
@@ -146,7 +146,7 @@ def _parse_num_ctx(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> bool |
 
 
 # Ollama's keep_alive: a Go duration ("10m", "1h30m", "-1m"), "0", or a number of seconds (negative: forever).
-_GO_DURATION = re.compile(r"-?(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+\Z|0\Z")
+_GO_DURATION = lazy_pattern(r"-?(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+\Z|0\Z")
 
 
 def _parse_keep_alive(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> str | float | None:
@@ -154,7 +154,7 @@ def _parse_keep_alive(value: Any, ctx: _Ctx, path: tuple[str | int, ...]) -> str
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and _GO_DURATION.match(value.strip()):
+    if isinstance(value, str) and _GO_DURATION().match(value.strip()):
         return value.strip()
     raise _Invalid(
         "expected a duration such as 5m, 1h or -1m, a number of seconds (negative keeps the model loaded), "

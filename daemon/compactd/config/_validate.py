@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from compactd.datarecord import datarecord
+from compactd.patterns import lazy_pattern
 
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
+_PLAIN_KEY = lazy_pattern(r"[A-Za-z0-9_-]+\Z")
 
 # --- errors -------------------------------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ def _dotted(path: tuple[str | int, ...]) -> str:
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _PLAIN_KEY.match(part):
+        elif _PLAIN_KEY().match(part):
             out += f".{part}" if out else part
         else:
             out += f'["{part}"]'

@@ -14,7 +14,6 @@ judges); which one applies is read off the branch itself (:func:`rules_of`, desi
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Hashable, Iterator
 from dataclasses import field
@@ -24,6 +23,7 @@ from compactd.core.messages import PI_0_73, PI_1, is_runtime_context
 from compactd.core.reader import Entry, Transcript, link_key
 from compactd.core.tokens import ContextEstimate, estimate_for_planning, projected_estimate
 from compactd.datarecord import datarecord
+from compactd.patterns import lazy_pattern
 
 __all__ = [
     "UNDEFINED",
@@ -95,7 +95,7 @@ class SessionContext:
 
 UNDEFINED: Any = object()  # a key the entry does not have: ``undefined`` in JavaScript
 # ECMAScript's date-time string format (the only one Date.parse must accept; V8's legacy fallback is not copied).
-_ES_DATE = re.compile(
+_ES_DATE = lazy_pattern(
     r"([+-]\d{6}|\d{4})(?:-(\d{2})(?:-(\d{2}))?)?"
     r"(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?)?(Z|[+-]\d{2}:\d{2})?"
 )
@@ -111,7 +111,7 @@ def js_timestamp(value: Any = UNDEFINED) -> float | int | None:
         return math.trunc(value) if math.isfinite(value) and abs(value) <= 8.64e15 else None
     if not isinstance(value, str):
         return None
-    match = _ES_DATE.fullmatch(value)
+    match = _ES_DATE().fullmatch(value)
     if match is None:
         return None
     year, month, day, hour, minute, second, fraction, offset = match.groups()

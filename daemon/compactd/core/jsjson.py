@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from compactd.patterns import lazy_pattern
+
 __all__ = [
     "JS_WHITESPACE",
     "is_js_blank",
@@ -40,9 +42,9 @@ _JS_BLANK = re.compile(rb"(?:" + _JS_WS_BYTES + rb")*")
 _ASCII_WS = frozenset(b"\t\n\v\f\r ")
 _MULTIBYTE_WS = tuple(c.encode() for c in JS_WHITESPACE if ord(c) > 0x7F)
 
-_WS = re.compile(r"[ \t\n\r]*")
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_WS = lazy_pattern(r"[ \t\n\r]*")
+_NUMBER = lazy_pattern(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LONE_SURROGATE = lazy_pattern("[\ud800-\udfff]")
 # The json module's string scanner (C): escapes and surrogate pairs as JavaScript reads them (untyped).
 _scanstring: Callable[[str, int, bool], tuple[str, int]] = getattr(json.decoder, "scanstring")  # noqa: B009
 
@@ -71,7 +73,7 @@ def loads(text: str) -> Any:
 
 
 def _skip_ws(text: str, pos: int) -> int:
-    match = _WS.match(text, pos)
+    match = _WS().match(text, pos)
     return match.end() if match else pos
 
 
@@ -114,7 +116,7 @@ def _parse_iteratively(text: str) -> Any:
         elif text.startswith("null", pos):
             value, pos = None, pos + 4
         else:
-            number = _NUMBER.match(text, pos)
+            number = _NUMBER().match(text, pos)
             if number is None:
                 raise _fail(text, pos, "unexpected character")
             literal = number.group()
@@ -217,9 +219,9 @@ def js_number(value: float) -> str:
 def js_string(text: str) -> str:
     """``JSON.stringify(text)``: the json module's escapes (V8's too), lone surrogates as ``\\udxxx``."""
     quoted = json.dumps(text, ensure_ascii=False)
-    if _LONE_SURROGATE.search(quoted) is None:
+    if _LONE_SURROGATE().search(quoted) is None:
         return quoted
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+    return _LONE_SURROGATE().sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
 
 
 def _scalar(value: Any, nonfinite: str) -> str:
@@ -252,13 +254,13 @@ class _Raw(str):
 
 
 _OPEN_LIST, _CLOSE_LIST, _OPEN_DICT, _CLOSE_DICT = _Raw("["), _Raw("]"), _Raw("{"), _Raw("}")
-_INDEX_KEY = re.compile(r"0|[1-9][0-9]{0,9}")
+_INDEX_KEY = lazy_pattern(r"0|[1-9][0-9]{0,9}")
 
 
 def _js_key_order(obj: dict[str, Any]) -> list[str]:
     """Own-property order: array-index keys ascending first, then the others in insertion order."""
     keys = list(obj)
-    index = [k for k in keys if _INDEX_KEY.fullmatch(k) and int(k) < 2**32 - 1]
+    index = [k for k in keys if _INDEX_KEY().fullmatch(k) and int(k) < 2**32 - 1]
     if not index:
         return keys
     taken = set(index)
@@ -318,7 +320,7 @@ def nesting(value: Any) -> int:
     return deepest
 
 
-_JS_DECIMAL = re.compile(r"[+-]?(?:Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
+_JS_DECIMAL = lazy_pattern(r"[+-]?(?:Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
 _JS_RADIX = {"0x": 16, "0X": 16, "0o": 8, "0O": 8, "0b": 2, "0B": 2}
 
 
@@ -347,6 +349,6 @@ def js_to_number(value: Any) -> float:
             return float(int(text[2:], base)) if text[2:].isalnum() else math.nan
         except ValueError:
             return math.nan
-    if not _JS_DECIMAL.fullmatch(text):
+    if not _JS_DECIMAL().fullmatch(text):
         return math.nan
     return float(text.replace("Infinity", "inf"))

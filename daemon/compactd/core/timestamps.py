@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Literal
+
+from compactd.patterns import lazy_pattern
 
 __all__ = [
     "archive_stamp",
@@ -23,7 +24,7 @@ __all__ = [
     "parse_iso",
 ]
 
-_ARCHIVE_STAMP = re.compile(r"(\d{4}-\d{2}-\d{2})T(\d{2})-(\d{2})-(\d{2})\.(\d{3})Z")
+_ARCHIVE_STAMP = lazy_pattern(r"(\d{4}-\d{2}-\d{2})T(\d{2})-(\d{2})-(\d{2})\.(\d{3})Z")
 
 
 def _utc(moment: float | datetime | None) -> datetime:
@@ -47,7 +48,7 @@ def archive_stamp(moment: float) -> str:
 
 def parse_archive_stamp(text: str) -> float | None:
     """The epoch seconds of the first :func:`archive_stamp` in ``text``; None when there is none."""
-    match = _ARCHIVE_STAMP.search(text)
+    match = _ARCHIVE_STAMP().search(text)
     if match is None:
         return None
     day, hours, minutes, seconds, millis = match.groups()

@@ -394,7 +394,7 @@ class StateStore:
         except OSError:
             return removed
         for name in names:
-            match = TEMP_NAME.match(name)
+            match = TEMP_NAME().match(name)
             if not match or match["target"] not in ours or pid_alive(int(match["pid"])):
                 continue
             path = self.state_dir / name

@@ -8,11 +8,11 @@ not pay).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 
 from compactd.datarecord import datarecord
+from compactd.patterns import lazy_pattern
 
 __all__ = ["redact_url_secrets"]
 
@@ -35,11 +35,8 @@ _PLACEHOLDER = r"""^(?:
     )$"""
 
 
-@functools.cache
-def placeholder() -> re.Pattern[str]:
-    """:data:`_PLACEHOLDER`, compiled on first use (about 2 ms): few printed or logged lines hold a value it
-    is asked about."""
-    return re.compile(_PLACEHOLDER, re.IGNORECASE | re.VERBOSE)
+# ``_PLACEHOLDER`` compiled on first use (about 2 ms): few printed or logged lines hold a value it is asked about.
+placeholder = lazy_pattern(_PLACEHOLDER, re.IGNORECASE | re.VERBOSE)
 
 
 def _keep_prefix(kind: str, group: str = "prefix") -> Replacer:
@@ -254,11 +251,11 @@ def _gate_word(gate: re.Pattern[str]) -> str:
     which every match holds."""
     word = _GATE_WORDS.get(gate)
     if word is None:
-        word = _GATE_WORDS[gate] = _LETTERS.match(gate.pattern).group(1)  # type: ignore[union-attr]
+        word = _GATE_WORDS[gate] = _LETTERS().match(gate.pattern).group(1)  # type: ignore[union-attr]
     return word
 
 
-_LETTERS = re.compile(r"([a-z]*?)(?:[a-z][?*{]|(?![a-z]))")
+_LETTERS = lazy_pattern(r"([a-z]*?)(?:[a-z][?*{]|(?![a-z]))")
 _GATE_WORDS: dict[re.Pattern[str], str] = {}
 
 

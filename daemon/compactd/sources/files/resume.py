@@ -312,7 +312,7 @@ class SnapshotStore:
 
         with contextlib.suppress(OSError):
             for name in os.listdir(self.directory):
-                match = TEMP_NAME.match(name)
+                match = TEMP_NAME().match(name)
                 if match and not pid_alive(int(match["pid"])):
                     with contextlib.suppress(OSError):
                         os.unlink(self.directory / name)
