@@ -207,11 +207,25 @@ def test_the_needle_prefilter_never_skips_a_secret(parts: list[str]) -> None:
     assert redact._redact(text, redact._RULES, redact._ANY_NEEDLE) == redact._redact(
         text, redact._RULES, everything
     )
-    assert secret_rules._redact(
-        text, secret_rules._URL_RULES, secret_rules._ANY_URL_NEEDLE
-    ) == secret_rules._redact(text, secret_rules._URL_RULES, everything)
+    url_rules = secret_rules.url_rules()
+    assert secret_rules._redact(text, url_rules, secret_rules._any_url_needle()) == secret_rules._redact(
+        text, url_rules, everything
+    )
     for secret in _SECRET_SAMPLES:
         assert redact_secrets(secret) != secret  # each sample is one the rules redact
+
+
+def test_a_text_without_the_url_needles_is_returned_before_the_url_rules_are_made() -> None:
+    """``redact_url_secrets`` returns a text that holds none of ``_URL_NEEDLES`` as it is: they are the URL
+    rules' needles, none a letter (so the lower-cased text, which the rules' tests read, holds none either)."""
+    from compactd.summarize import secret_rules
+
+    needles = {n for rule in secret_rules.url_rules() for n in rule.needles}
+    assert needles == set(secret_rules._URL_NEEDLES)
+    assert not any(c.isalpha() for n in needles for c in n)
+    assert redact_url_secrets("see https://user:hunter22@example.com/x?token=abcdef") == (
+        "see https://user:[REDACTED:url_password]@example.com/x?token=[REDACTED:url_secret]"
+    )
 
 
 def test_redact_value_copies_only_what_holds_a_secret() -> None:

@@ -15,7 +15,6 @@ from typing import Any
 
 from compactd.core.messages import Message, role_of, text_of
 from compactd.summarize.secret_rules import (
-    _URL_RULES,
     Replacer,
     _any_needle,
     _keep_prefix,
@@ -23,6 +22,7 @@ from compactd.summarize.secret_rules import (
     _Rule,
     placeholder,
     redact_url_secrets,
+    url_rules,
 )
 
 __all__ = ["SpanText", "redact_secrets", "redact_secrets_counted", "redact_url_secrets", "redact_value"]
@@ -147,7 +147,7 @@ _RULES: tuple[_Rule, ...] = (
         _keep_prefix("bearer"),
         "alnum_",
     ),
-    *_URL_RULES,
+    *url_rules(),
     _Rule(
         # Not "--", which is in most command output ("-rw-r--r--", "--verbose"): the whole option's name.
         tuple(

@@ -8,13 +8,14 @@ not pay).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 
 from compactd.datarecord import datarecord
 from compactd.patterns import lazy_pattern
 
-__all__ = ["redact_url_secrets"]
+__all__ = ["redact_url_secrets", "url_rules"]
 
 Replacer = Callable[[re.Match[str]], str]
 
@@ -35,7 +36,8 @@ _PLACEHOLDER = r"""^(?:
     )$"""
 
 
-# ``_PLACEHOLDER`` compiled on first use (about 2 ms): few printed or logged lines hold a value it is asked about.
+# ``_PLACEHOLDER`` compiled on first use (about 2 ms): few printed or logged lines hold a value it is asked
+# about.
 placeholder = lazy_pattern(_PLACEHOLDER, re.IGNORECASE | re.VERBOSE)
 
 
@@ -85,26 +87,35 @@ def _in_class(char: str, spec: str) -> bool:
     )
 
 
-# Secrets a URL carries: scheme://user:password@host (the user name stays, it is an identifier) and a query
-# parameter named like a credential (?api-key=, &token=, X-Amz-Signature=, Azure's ?code=, Google's ?key=).
-_URL_RULES: tuple[_Rule, ...] = (
-    _Rule(
-        ("://",),
-        re.compile(r"(?P<prefix>://[^\s:/@\[\]]+:)(?P<cred>(?!\[REDACTED)[^\s/@]+)(?=@)"),
-        _keep_prefix("url_password"),
-    ),
-    _Rule(
-        ("?", "&"),
-        re.compile(
-            r"(?P<prefix>[?&](?:"
-            r"(?:[A-Za-z0-9_.~-]*[_.-])?(?:key|apikey|token|secret|signature|password|passwd|credentials?)"
-            r"|sig|code|auth|pwd|pass)=)"
-            r"(?P<cred>(?!\[REDACTED)[^&#\s\"'<>`]{4,})",
-            re.IGNORECASE,
+# The URL rules' needles (``tests/test_redact.py`` holds them to the rules'): a text that holds none is
+# returned by :func:`redact_url_secrets` before the rules are made. Few printed or logged lines hold one
+# (none of ``once --dry-run``'s), and the rules' two patterns are about 4M instructions to compile.
+_URL_NEEDLES = ("://", "?", "&")
+
+
+@functools.cache
+def url_rules() -> tuple[_Rule, ...]:
+    """Secrets a URL carries: scheme://user:password@host (the user name stays, it is an identifier) and a
+    query parameter named like a credential (?api-key=, &token=, X-Amz-Signature=, Azure's ?code=, Google's
+    ?key=). Made on first use."""
+    return (
+        _Rule(
+            ("://",),
+            re.compile(r"(?P<prefix>://[^\s:/@\[\]]+:)(?P<cred>(?!\[REDACTED)[^\s/@]+)(?=@)"),
+            _keep_prefix("url_password"),
         ),
-        _url_query,
-    ),
-)
+        _Rule(
+            ("?", "&"),
+            re.compile(
+                r"(?P<prefix>[?&](?:"
+                r"(?:[A-Za-z0-9_.~-]*[_.-])?(?:key|apikey|token|secret|signature|password|passwd|credentials?)"
+                r"|sig|code|auth|pwd|pass)=)"
+                r"(?P<cred>(?!\[REDACTED)[^&#\s\"'<>`]{4,})",
+                re.IGNORECASE,
+            ),
+            _url_query,
+        ),
+    )
 
 
 def _any_needle(rules: tuple[_Rule, ...]) -> re.Pattern[str]:
@@ -115,7 +126,9 @@ def _any_needle(rules: tuple[_Rule, ...]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(n) for n in needles))
 
 
-_ANY_URL_NEEDLE = _any_needle(_URL_RULES)
+@functools.cache
+def _any_url_needle() -> re.Pattern[str]:
+    return _any_needle(url_rules())
 
 
 def _redact(text: str, rules: tuple[_Rule, ...], any_needle: re.Pattern[str]) -> tuple[str, dict[str, int]]:
@@ -295,4 +308,7 @@ def _gated(
 def redact_url_secrets(text: str) -> str:
     """Only the credentials URLs carry (userinfo password, credential-named query values): cheap enough for
     every log line and every line a command prints, and it cannot touch anything else in them."""
-    return _redact(text, _URL_RULES, _ANY_URL_NEEDLE)[0]
+    # The needles hold no letter: a text without one has none lower-cased either, and no rule would run.
+    if not any(map(text.__contains__, _URL_NEEDLES)):
+        return text
+    return _redact(text, url_rules(), _any_url_needle())[0]
