@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from compactd.config import load_config
-from compactd.core import planning
+from compactd.core import planning, reader
+from compactd.core.reader import MAX_DEPTH
 from compactd.service import run_once
 from compactd.sources.files import _source
 from compactd.sources.files._source import FileSource
@@ -138,3 +140,55 @@ def test_a_dry_run_decides_each_reading_once(
     # due: the refresh's (forced, the full read's too: the refresh's was under the time rule); fits: the
     # refresh's; torn (a line after the bytes its ledger read): the refresh's and the full read's.
     assert made == [False, *([True] if force else []), False, False, force]
+
+
+def _with_deep_value(source: Path, target: Path, at: int) -> None:
+    """``source`` with a value nested deeper than ``MAX_DEPTH`` added to its line ``at`` (0: the header)."""
+    lines = source.read_bytes().split(b"\n")
+    deep: Any = "x"
+    for _ in range(MAX_DEPTH + 3):
+        deep = [deep]
+    lines[at] = orjson.dumps({**orjson.loads(lines[at]), "deep": deep})
+    target.write_bytes(b"\n".join(lines))
+
+
+def test_a_dry_run_reports_a_deep_line_yet_scans_no_session_that_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A due session nested too deep (a line anywhere, or its header) is blocked as when its action read it
+    again; the nesting check's scan of every byte (``opening_bytes``) is made only for the due sessions'
+    readings, whose problems are read: never for one that fits, deep line or not, whose problems nobody reads."""
+    config = _sessions(tmp_path)
+    sessions = tmp_path / "sessions"
+    middle = (sessions / "due.jsonl").read_bytes().count(b"\n") // 2
+    _with_deep_value(sessions / "due.jsonl", sessions / "deep.jsonl", middle)
+    _with_deep_value(sessions / "due.jsonl", sessions / "deep_header.jsonl", 0)
+    _with_deep_value(sessions / "fits.jsonl", sessions / "deep_fits.jsonl", 3)
+    again, _, _ = _dry_run(config, monkeypatch, keep=False)
+    scanned: list[int] = []
+    opening_bytes = reader.opening_bytes
+
+    def counting(data: bytes) -> bytes:
+        scanned.append(len(data))
+        return opening_bytes(data)
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(reader, "opening_bytes", counting)
+        once, _, _ = _dry_run(config, monkeypatch, keep=True)
+
+    assert once == again
+    deep, deep_header = sessions / "deep.jsonl", sessions / "deep_header.jsonl"
+    assert f"{deep} " in once and f"too_deep at line {middle + 1}" in once
+    assert f"{deep_header} " in once and "too_deep at line 1" in once
+    size = {p.name: p.stat().st_size for p in sessions.iterdir()}
+    # The discovery's readings (torn: the bytes before its torn line; then its action's full read).
+    assert sorted(scanned) == sorted(
+        [
+            size["due.jsonl"],
+            size["deep.jsonl"],
+            size["deep_header.jsonl"],
+            size["due.jsonl"],
+            size["torn.jsonl"],
+        ]
+    )
+    assert size["fits.jsonl"] not in scanned and size["deep_fits.jsonl"] not in scanned

@@ -767,16 +767,23 @@ def test_ledger_reducible_kept_across_appends_without_tool_results(tmp_path: Pat
     assert tracker.ledger.reducible is None  # its cut depends on its text: the route reads the file
 
 
-def test_ledger_reducible_left_to_the_full_read_when_no_compaction_may_be_built(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keep_reading", [False, True])
+@pytest.mark.parametrize("levels", [MAX_DEPTH - 5, MAX_DEPTH + 5])
+def test_ledger_reducible_left_to_the_full_read_when_no_compaction_may_be_built(
+    tmp_path: Path, keep_reading: bool, levels: int
+) -> None:
+    """Nested too deep, the reading is not committable: from the cold read and from a dry run's lean reading
+    (``keep_reading``), whose nesting check is made when the ledger asks, after the cap."""
     path, s, _ = started(tmp_path)
     deep: Json = "x"
-    for _ in range(MAX_DEPTH + 5):
+    for _ in range(levels):
         deep = [deep]
     write(path, s.tool_result("c1", "x" * 5_000), s.entry("custom", customType="state", data=deep))
-    tracker = SessionTracker(str(path), cap_for=lambda _ledger: 1_000)
+    tracker = SessionTracker(str(path), cap_for=lambda _ledger: 1_000, keep_reading=keep_reading)
     tracker.refresh()
-    assert read_transcript(path).committable is False
-    assert tracker.ledger is not None and tracker.ledger.reducible is None
+    assert read_transcript(path).committable is (levels < MAX_DEPTH)
+    assert tracker.ledger is not None
+    assert (tracker.ledger.reducible is None) is (levels > MAX_DEPTH)
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 from compactd.commit.successor import PlanError, build_successor, verify
-from compactd.core.reader import MAX_DEPTH, Transcript, parse_transcript
+from compactd.core.reader import MAX_DEPTH, Problem, Transcript, parse_transcript
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -313,7 +313,7 @@ def test_bracket_heavy_lines_are_those_with_more_than_max_depth_opening_bytes(bo
     """The lean reading walks only these lines for ``too_deep``: exactly the lines two counts per line found
     (a line's brackets inside strings count too: a superset of the deep ones is enough), numbered as ``Scan``
     numbers them, a BOM and blank lines included."""
-    from compactd.core.reader import bracket_heavy_lines, opening_bytes
+    from compactd.core.reader import bracket_heavy_lines
 
     lines = [
         orjson.dumps(HEADER),
@@ -330,7 +330,6 @@ def test_bracket_heavy_lines_are_those_with_more_than_max_depth_opening_bytes(bo
     assert bracket_heavy_lines(data + b"\n") == expected
     assert bracket_heavy_lines(b"") == frozenset()
     assert bracket_heavy_lines(orjson.dumps(HEADER) + b"\n") == frozenset()
-    assert bracket_heavy_lines(data, opening_bytes(data)) == expected  # the caller's, when it has them
 
 
 def test_a_deep_line_is_found_among_heavy_ones_and_not_elsewhere() -> None:
@@ -351,6 +350,88 @@ def test_a_deep_line_is_found_among_heavy_ones_and_not_elsewhere() -> None:
     assert lean.lean
     assert [(p.kind, p.line) for p in lean.problems] == [("too_deep", 4)]
     assert lean.problems == parse_transcript(data).problems
+
+
+def _deep(levels: int = MAX_DEPTH + 3) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _deep_rows(where: str) -> list[dict[str, Any]]:
+    """A session with one value nested too deep ``where``: the header, the first entry, the middle of the
+    branch, an orphan off it, the last entry; and a bracket-heavy shallow line always."""
+    rows: list[dict[str, Any]] = [
+        {**HEADER, "extra": _deep()} if where == "header" else HEADER,
+        _message("a", None, "user", "hi"),
+        {"type": "custom", "id": "b", "parentId": "a", "data": {"text": "[" * (MAX_DEPTH * 2)}},
+        _message("c", "b", "assistant", "yes"),
+        {"type": "custom", "id": "o", "parentId": "gone", "data": "orphan"},
+        _message("d", "c", "user", "again"),
+    ]
+    at = {"first": 1, "middle": 3, "orphan": 4, "last": 5}.get(where)
+    if at is not None:
+        rows[at] = {**rows[at], "deep": _deep()}
+    return rows
+
+
+def _counting_openings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the bytes ``opening_bytes`` (the nesting check's scan of every byte) is called on."""
+    from compactd.core import reader
+
+    calls: list[int] = []
+    opening_bytes = reader.opening_bytes
+
+    def counting(data: bytes) -> bytes:
+        calls.append(len(data))
+        return opening_bytes(data)
+
+    monkeypatch.setattr(reader, "opening_bytes", counting)
+    return calls
+
+
+@pytest.mark.parametrize("where", ["header", "first", "middle", "orphan", "last", "nowhere"])
+@pytest.mark.parametrize("asked", ["problems", "blocking", "committable", "too_deep", "reason", "entries"])
+def test_a_lean_reading_checks_its_nesting_when_its_problems_are_first_read(
+    monkeypatch: pytest.MonkeyPatch, where: str, asked: str
+) -> None:
+    """Not before (what a session that fits is asked never needs it: no scan of its bytes), and whichever way
+    its problems are first observed, they are the full reading's: ``too_deep`` in the same order and place,
+    other code's appended after them."""
+    from compactd.core.decision import blocked_reason
+
+    data = b"\n".join(orjson.dumps(r) for r in _deep_rows(where)) + b"\n"
+    full = parse_transcript(data)
+    deep = [p.line for p in full.problems if p.kind == "too_deep"]
+    assert deep == ({"header": [1], "first": [2], "middle": [4], "orphan": [5], "last": [6]}.get(where) or [])
+    calls = _counting_openings(monkeypatch)
+    lean = parse_transcript(data, lean=True)
+    assert lean.lean and [e["id"] for e in lean.branch()] == [e["id"] for e in full.branch()]
+    assert lean.usable and not lean.has_problem("trailing_whitespace") and lean.has_problem("dangling_parent")
+    assert calls == []
+    if asked == "entries":
+        assert lean.entries == full.entries and not lean.lean and calls == []  # (the lines' values dropped)
+    observed = {
+        "problems": lambda: lean.problems,
+        "blocking": lambda: lean.blocking,
+        "committable": lambda: lean.committable,
+        "too_deep": lambda: lean.has_problem("too_deep"),
+        "reason": lambda: blocked_reason(lean),
+        "entries": lambda: lean.problems,
+    }[asked]()
+    expected = {
+        "problems": full.problems,
+        "blocking": full.blocking,
+        "committable": full.committable,
+        "too_deep": bool(deep),
+        "reason": blocked_reason(full),
+        "entries": full.problems,
+    }[asked]
+    assert observed == expected and calls == [len(data)]
+    lean.problems.append(Problem("other", None, "appended by its reader"))
+    assert lean.problems == [*full.problems, Problem("other", None, "appended by its reader")]
+    assert lean.committable == full.committable == (not deep) and calls == [len(data)]  # checked once
 
 
 def chain(seed: int, size: int) -> bytes:

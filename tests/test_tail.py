@@ -10,7 +10,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from compactd.core.reader import opening_bytes, parse_transcript
+import pytest
+from compactd.core.reader import parse_transcript
 from compactd.reading import read_transcript
 from compactd.sources.files.tail import Change, FileCursor, _more_lines_than
 from compactd.sources.files.tracker import SessionTracker
@@ -438,30 +439,46 @@ def test_a_skipped_file_is_not_read_again_until_it_shrinks_or_is_replaced(tmp_pa
 @given(st.lists(st.sampled_from([b"\n", b"x", b"{}"]), max_size=60).map(b"".join), st.integers(0, 30))
 def test_the_line_cap_counts_newlines_as_count_does(data: bytes, limit: int) -> None:
     assert _more_lines_than(data, limit) == (data.count(b"\n") > limit)
-    # Counted on the openings of the complete lines alone (those a cursor hands on): the same newlines.
-    openings = opening_bytes(data[: data.rfind(b"\n") + 1])
-    assert _more_lines_than(data, limit, openings) == (data.count(b"\n") > limit)
 
 
-def test_a_cursor_that_keeps_openings_hands_on_those_of_its_complete_lines(tmp_path: Path) -> None:
-    """A dry run's tracker keeps them for its lean reading: those of exactly the bytes handed on (not of a torn
-    last line), the reading the same, and the line cap told on them with the same reason."""
-    path = new_session(tmp_path, count=6)
-    append(path, b'{"type":"message","id":"torn","content":[{')
+@pytest.mark.parametrize("cap", [None, 1_000])
+def test_a_dry_runs_reading_is_checked_for_nesting_only_when_its_problems_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap: int | None
+) -> None:
+    """A dry run's tracker (``keep_reading``) reads each file lean. Its ledger asks whether the reading is
+    committable only for a session that needs a route (``cap_for`` gives a cap): one that fits (None) is never
+    scanned for its nesting (``opening_bytes``, 0.5 ns a byte over every byte read), yet its reading's problems,
+    once read, hold the deep line where the full reading has it. The cursor's line cap needs no such scan."""
+    from compactd.core import reader
+
+    deep: Any = "x"
+    for _ in range(reader.MAX_DEPTH + 3):
+        deep = [deep]
+    rows = chain(6)
+    rows[3] = {**rows[3], "deep": deep}
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(line(header()) + b"".join(line(e) for e in rows))
+    append(path, b'{"type":"message","id":"torn","content":[' + b"[" * 300)  # not in the reading
     whole = path.read_bytes()
     complete = whole[: whole.rfind(b"\n") + 1]
-    plain, keeping = FileCursor(str(path)), FileCursor(str(path), keep_openings=True)
-    update, kept = plain.poll(), keeping.poll()
-    assert update.openings is None and kept.data == update.data == complete
-    assert kept.openings == opening_bytes(complete) and kept.openings.endswith(b"\n")
-    assert (keeping.offset, keeping.partial) == (plain.offset, plain.partial)
-    tracker = SessionTracker(str(path), keep_reading=True)
-    assert tracker.cursor.keep_openings and tracker.refresh().change is Change.RELOADED
-    reading, again = tracker.reading, parse_transcript(complete, lean=True)
-    assert reading is not None and (reading.problems, reading.branch()) == (again.problems, again.branch())
-    for keep in (False, True):
-        cursor = FileCursor(str(path), max_lines=6, keep_openings=keep)
-        skipped = cursor.poll()
-        assert skipped.change is Change.SKIPPED and skipped.openings is None
-        assert skipped.reason == "too large to read: 7 lines, over the 6-line cap"
-    assert FileCursor(str(path), max_lines=7, keep_openings=True).poll().change is Change.RELOADED
+    calls: list[int] = []
+    opening_bytes = reader.opening_bytes
+
+    def counting(data: bytes) -> bytes:
+        calls.append(len(data))
+        return opening_bytes(data)
+
+    monkeypatch.setattr(reader, "opening_bytes", counting)
+    for max_lines, change in ((6, Change.SKIPPED), (7, Change.RELOADED)):
+        cursor = FileCursor(str(path), max_lines=max_lines)
+        polled = cursor.poll()
+        assert polled.change is change
+        assert change is Change.RELOADED or polled.reason == "too large to read: 7 lines, over the 6-line cap"
+    tracker = SessionTracker(str(path), cap_for=lambda _ledger: cap, keep_reading=True)
+    assert tracker.refresh().change is Change.RELOADED and tracker.ledger is not None
+    assert calls == ([] if cap is None else [len(complete)])  # due: committable? (no: nothing counted)
+    assert tracker.ledger.reducible is None
+    reading, full = tracker.reading, parse_transcript(complete)
+    assert reading is not None and reading.lean
+    assert [(p.kind, p.line) for p in reading.problems if p.kind == "too_deep"] == [("too_deep", 5)]
+    assert reading.problems == full.problems and not reading.committable and calls == [len(complete)]

@@ -122,7 +122,7 @@ class SessionLedger:
             entries=transcript.count,
             usable=transcript.usable,
             leaf_id=transcript.leaf_id,
-            reload_on_append=_trims_tail(transcript.problems),
+            reload_on_append=transcript.has_problem("trailing_whitespace"),  # (no nesting check)
         )
         ledger.turn = turn_of_branch(reversed(transcript.branch()))
         context = context if context is not None else build_context(transcript)
@@ -163,10 +163,10 @@ class SessionLedger:
     def _count_reducible(
         self, transcript: Transcript, context: SessionContext, cap_for: CapFor | None
     ) -> None:
-        if cap_for is None or not transcript.committable:
-            return
-        cap = cap_for(self)
-        if cap is None:  # most sessions (they fit): no tool result is looked at
+        # The cap first: most sessions fit (None), and then whether the reading is committable is never asked,
+        # nor its lines' nesting checked (``Transcript.problems``).
+        cap = cap_for(self) if cap_for is not None else None
+        if cap is None or not transcript.committable:  # most sessions (they fit): no tool result is looked at
             return
         # The context's tool results: ``message_entries`` of the branch, taken from the context instead of walking
         # the branch and converting each entry to its message again (``planning.tool_result_items``).

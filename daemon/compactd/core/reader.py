@@ -163,12 +163,15 @@ class Transcript:
     A lean reading (``parse_transcript(..., lean=True)``) holds parsed dicts only for the current branch:
     ``entries`` (every entry as a dict) then parses the others on first use and keeps them, so a caller that
     needs only the branch, the links (``id_at``, ``parent_at``, ``type_at``, ``id_index``) or one entry
-    (``entry``, ``get``) never holds them all."""
+    (``entry``, ``get``) never holds them all.
+
+    Its ``problems`` are complete whenever they are read: a lean reading checks its lines' nesting then, the
+    first time (``_unchecked``), and ``_problems`` alone may lack those."""
 
     header: Entry | None
     version: int
     _entries: list[Entry] | None
-    problems: list[Problem]
+    _problems: list[Problem]
     leaf_id: str | None
     # 1-based line number and (start, end) byte span of each entry, parallel to ``entries``.
     lines: Sequence[int] = field(default_factory=list)
@@ -189,6 +192,24 @@ class Transcript:
     _lean: _Lean | None = field(default=None, repr=False)
     _id_index: dict[str, int] | None = field(default=None, repr=False)
     _branch_at: list[int] | None = field(default=None, repr=False)
+    # The bytes of a lean reading whose nesting check (``_depth_problems_owed``) is not made yet: most sessions'
+    # problems are never read (a dry run's that fit), and the check's scan of every byte (``opening_bytes``,
+    # 0.5 ns a byte) was 12 % of a ``once --dry-run``, a fifth of it for those.
+    _unchecked: bytes | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def problems(self) -> list[Problem]:
+        """What a loader would stumble on, in ``validate``'s order; other code appends its own after them."""
+        data = self._unchecked
+        if data is not None:
+            self._problems.extend(_depth_problems_owed(self, data))
+            self._unchecked = None
+        return self._problems
+
+    def has_problem(self, kind: str) -> bool:
+        """Whether ``problems`` holds one of ``kind``: told without the nesting check for any kind but
+        ``too_deep`` (the only one it adds)."""
+        return any(p.kind == kind for p in (self.problems if kind == "too_deep" else self._problems))
 
     @property
     def entries(self) -> list[Entry]:
@@ -260,7 +281,7 @@ class Transcript:
 
     @property
     def usable(self) -> bool:
-        return not any(p.kind in FATAL_KINDS for p in self.problems)
+        return not any(p.kind in FATAL_KINDS for p in self._problems)  # the nesting check adds none
 
     @property
     def blocking(self) -> list[Problem]:
@@ -367,7 +388,6 @@ def parse_transcript(
     check: bool = True,
     reuse: Mapping[str, Entry] | None = None,
     lean: bool = False,
-    openings: bytes | None = None,
 ) -> Transcript:
     """Parse a whole file's bytes. Never raises on any input (see ``_parse``).
 
@@ -379,14 +399,13 @@ def parse_transcript(
     of the others keep their links and their lines' bytes (see ``Transcript``). A compaction needs nothing
     more, and 100,000 entries off the branch (about 1.1 KB each as dicts) then cost their bytes and links.
     The reading is the same: the same problems in the same order, the same branch, the same ``entries``.
-    ``openings``: ``opening_bytes(data)``, when the caller has it already (the tail counted the lines on it).
 
     The cyclic garbage collector is paused meanwhile: parsed entries are acyclic dicts, and letting it scan
     every one of them again at each allocation threshold costs more than the parsing itself on large files.
     """
     with collector_paused():
         if lean and check:
-            transcript = _parse_lean(data, reuse, openings)
+            transcript = _parse_lean(data, reuse)
             if transcript is not None:
                 return transcript
         return _parse(data, check=check, reuse=reuse)
@@ -591,7 +610,7 @@ def _parse(data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None
         header=header,
         version=version,
         _entries=entries,
-        problems=problems,
+        _problems=problems,
         leaf_id=leaf if isinstance(leaf, str) else None,
         lines=lines,
         spans=spans,
@@ -620,16 +639,15 @@ def _parse(data: bytes, *, check: bool = True, reuse: Mapping[str, Entry] | None
 _RAW_SHARE = 0.5
 
 
-def _parse_lean(
-    data: bytes, reuse: Mapping[str, Entry] | None, openings: bytes | None = None
-) -> Transcript | None:
+def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | None:
     """``_parse`` and ``validate`` in one pass that keeps only the branch's entries as dicts; None for a file
     pi migrates (older than version 3: every entry changes), which ``_parse`` reads.
 
     An entry is kept while it is read when it continues the chain kept so far (its parent is the last kept
     entry): the branch of an ordinary session, read once. Whatever else the branch holds (a fork's entries, a
     root under a missing parent) is parsed again from its line after the walk; kept entries off the branch
-    are dropped then. Every per-entry check of ``validate`` runs on the parsed line as it is read.
+    are dropped then. Every per-entry check of ``validate`` runs on the parsed line as it is read, but the
+    nesting's, which the transcript makes when its problems are first read (``Transcript.problems``).
     """
     scan = Scan(data)
     lean = _Lean()
@@ -638,12 +656,9 @@ def _parse_lean(
     spans = Spans()
     links: dict[Hashable, int] = {}
     early: list[tuple[int, Problem]] = []  # validate's problems of each entry but dangling parents
-    deep: list[tuple[int, int]] = []  # (line, depth) of entries nested too deep
     interned: dict[Any, Any] = {}
     last_kept: Hashable | None = None
     empty_id: int | None = None
-    count = data.count
-    heavy = bracket_heavy_lines(data, openings)
     # The loop runs once per line: bound methods, and a string id's link key (itself) without a call.
     add_id, add_parent, add_type, add_line = ids.append, parents.append, types.append, lines.append
     add_span = spans._flat.append
@@ -683,10 +698,6 @@ def _parse_lean(
         else:
             key = link_key(entry_id)
             early.append((index, _id_problem(entry_id, line_no)))
-        if line_no in heavy:
-            depth = nesting(value)
-            if depth > MAX_DEPTH:
-                deep.append((line_no, depth))
         if index == 0 or (
             last_kept is not None and (parent if type(parent) is str else link_key(parent)) == last_kept
         ):
@@ -764,7 +775,7 @@ def _parse_lean(
         header=header,
         version=scan.version,
         _entries=None,
-        problems=problems,
+        _problems=problems,
         leaf_id=leaf if isinstance(leaf, str) else None,
         lines=lines,
         spans=spans,
@@ -775,6 +786,7 @@ def _parse_lean(
         complete=complete,
         edge=data[max(0, complete - EDGE_BYTES) : complete],
         _lean=lean,
+        _unchecked=data,
     )
     branch = list(kept.values()) if chain and path else [kept[i] for i in path]
     transcript._branch = (branch, cycle)
@@ -787,7 +799,7 @@ def _parse_lean(
                 "the last parsed line is not an object: pi takes it as the leaf, empty context",
             )
         )
-    # validate's problems, in its order: each entry's, the cycle, the branch's, the nesting.
+    # validate's problems, in its order: each entry's, the cycle, the branch's, the nesting (owed: ``_unchecked``).
     if early or not _all_found(parents, links):
         at = 0
         for index in range(n):
@@ -800,13 +812,31 @@ def _parse_lean(
     if cycle:
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
     problems.extend(_branch_problems(branch, lines if chain and path else [lines[i] for i in path]))
-    header_span = scan.header_span
-    if header_span is not None and count(b"{", *header_span) + count(b"[", *header_span) > MAX_DEPTH:
-        depth = nesting(header)
-        if depth > MAX_DEPTH:
-            problems.append(_too_deep(scan.header_line, depth))
-    problems.extend(_too_deep(line, depth) for line, depth in deep)
     return transcript
+
+
+def _depth_problems_owed(transcript: Transcript, data: bytes) -> list[Problem]:
+    """A lean reading's nesting problems (``validate``'s last), from the bytes it was read from: the header's,
+    then each entry line's in file order. Only a line with more than ``MAX_DEPTH`` opening bytes is walked
+    (``bracket_heavy_lines``; a tool result holding JSON often has that many), as its entry: the branch's as
+    kept (entries are never changed once parsed), another parsed again from its line."""
+    problems: list[Problem] = []
+    header_span = transcript.header_span
+    if (
+        header_span is not None
+        and data.count(b"{", *header_span) + data.count(b"[", *header_span) > MAX_DEPTH
+    ):
+        depth = nesting(transcript.header)
+        if depth > MAX_DEPTH:
+            problems.append(_too_deep(transcript.header_line, depth))
+    heavy = bracket_heavy_lines(data)
+    if heavy:
+        for index, line_no in enumerate(transcript.lines):  # in file order
+            if line_no in heavy:
+                depth = nesting(transcript.entry(index))
+                if depth > MAX_DEPTH:
+                    problems.append(_too_deep(line_no, depth))
+    return problems
 
 
 def _all_found(parents: list[Any], links: Mapping[Hashable, int]) -> bool:
@@ -832,14 +862,13 @@ def opening_bytes(data: bytes) -> bytes:
     return data.translate(None, _NOT_OPENING)
 
 
-def bracket_heavy_lines(data: bytes, openings: bytes | None = None) -> frozenset[int]:
+def bracket_heavy_lines(data: bytes) -> frozenset[int]:
     """The 1-based numbers of the lines (as ``Scan`` counts them) holding more than ``MAX_DEPTH`` bytes ``{``
     or ``[``: only those can nest deeper (each level opens with one, and JSON has no escaped form of either
     outside a string), so only their values need a walk.
 
-    Told from ``opening_bytes(data)`` (``openings``, when the caller has it already) instead of two counts per
-    line: about half the time."""
-    kept = opening_bytes(data) if openings is None else openings
+    Told from ``opening_bytes(data)`` instead of two counts per line: about half the time."""
+    kept = opening_bytes(data)
     if len(kept) - kept.count(b"\n") <= MAX_DEPTH:
         return frozenset()
     return frozenset(number for number, line in enumerate(kept.split(b"\n"), 1) if len(line) > MAX_DEPTH)

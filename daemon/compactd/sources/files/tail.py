@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any
 
 from compactd.core.jsjson import is_js_blank, js_trim_bounds
-from compactd.core.reader import Transcript, opening_bytes, parse_line, parse_transcript
+from compactd.core.reader import Transcript, parse_line, parse_transcript
 from compactd.datarecord import datarecord
 from compactd.defaults import MAX_COLD_READ_BYTES, MAX_COLD_READ_LINES
 
@@ -41,7 +41,6 @@ class Update:
     change: Change
     entries: list[dict[str, Any]] = field(default_factory=list)
     data: bytes | None = None  # a reload's complete lines
-    openings: bytes | None = None  # ``opening_bytes(data)``, made by a cursor that ``keep_openings``
     reason: str = ""
     malformed: int = 0
     # Lines that are JSON but not objects: pi takes such a line as its leaf, so only a reload stays exact.
@@ -79,9 +78,6 @@ class FileCursor:
     max_bytes: int = MAX_COLD_READ_BYTES
     max_lines: int = MAX_COLD_READ_LINES
     skipped: str = ""
-    # Hand a reload's ``openings`` on (for its lean reading, which needs them): made here once, they count the
-    # lines for the cap as well.
-    keep_openings: bool = False
 
     @property
     def known(self) -> bool:
@@ -153,15 +149,13 @@ class FileCursor:
             return self._skip(st, f"too large to read: over the {self.max_bytes}-byte cap")
         cut = data.rfind(b"\n") + 1
         complete = data[:cut]  # ``data`` itself (no copy) when it ends with a newline
-        # Those of the bytes handed on; their newlines are all of ``data``'s (none follows the cut).
-        openings = opening_bytes(complete) if self.keep_openings else None
-        if _more_lines_than(data, self.max_lines, openings):
+        if _more_lines_than(data, self.max_lines):
             lines = data.count(b"\n")
             return self._skip(st, f"too large to read: {lines} lines, over the {self.max_lines}-line cap")
         self.offset = cut
         self.pending = len(data) - cut
         self.partial = data[cut:] if self.pending <= MAX_PARTIAL_BYTES else b""
-        return Update(Change.RELOADED, data=complete, openings=openings, reason=reason)
+        return Update(Change.RELOADED, data=complete, reason=reason)
 
     def _skip(self, st: os.stat_result, reason: str) -> Update:
         """Not read whole: remembered by identity and size, so polls of it growing read nothing."""
@@ -191,12 +185,9 @@ class FileCursor:
         self.partial, self.skipped = b"", ""
 
 
-def _more_lines_than(data: bytes, limit: int, openings: bytes | None = None) -> bool:
+def _more_lines_than(data: bytes, limit: int) -> bool:
     """``data.count(b"\\n") > limit``, stopping at the newline past the limit: a transcript's lines are long
-    (kilobytes), and finding each newline (memchr) then costs a fraction of counting every byte. Counted on
-    ``openings`` (``data``'s newlines and a few other bytes) when the caller has them: a fraction again."""
-    if openings is not None:
-        return openings.count(b"\n") > limit
+    (kilobytes), and finding each newline (memchr) then costs a fraction of counting every byte."""
     if len(data) <= limit:
         return False
     find = data.find

@@ -50,7 +50,7 @@ class SessionTracker:
     snapshot: Snapshot | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.cursor = FileCursor(self.path, keep_openings=self.keep_reading)
+        self.cursor = FileCursor(self.path)
         self.snapshot = self.resume  # kept as it is until the file is read: it still describes that file
 
     def refresh(self, info: os.stat_result | None = None) -> Update:
@@ -77,7 +77,7 @@ class SessionTracker:
         if update.change is Change.RELOADED and update.data is not None:
             if self.keep_reading:
                 # The same ledger as the cold read's (``SessionLedger.from_bytes`` is equal to this by contract).
-                reading = self.reading = parse_transcript(update.data, lean=True, openings=update.openings)
+                reading = self.reading = parse_transcript(update.data, lean=True)
                 reading.identity = (self.cursor.dev, self.cursor.ino)
                 context = self.reading_context = build_context(reading)
                 self.ledger = SessionLedger.from_transcript(reading, cap_for=self.cap_for, context=context)
