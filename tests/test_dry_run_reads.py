@@ -192,3 +192,33 @@ def test_a_dry_run_reports_a_deep_line_yet_scans_no_session_that_fits(
         ]
     )
     assert size["fits.jsonl"] not in scanned and size["deep_fits.jsonl"] not in scanned
+
+
+def test_a_dry_run_never_walks_a_branch_for_its_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The branch's problems (tool calls' pairing, usage figures, compactions, context edits: a walk of every
+    entry of the branch, ``_branch_problems``) are worked out when a reading's ``problems`` are read: a dry run
+    reads none of them, due sessions' included; an invalid context edit on a due session's branch still blocks
+    it, found without that walk."""
+    config = _sessions(tmp_path)
+    sessions = tmp_path / "sessions"
+    due = (sessions / "due.jsonl").read_bytes()
+    last = orjson.loads(due.rstrip(b"\n").rsplit(b"\n", 1)[-1])["id"]
+    edit = {"type": "context_edit", "id": "edit", "parentId": last, "targetId": last, "replacement": "bad"}
+    (sessions / "edit.jsonl").write_bytes(due + orjson.dumps(edit) + b"\n")
+    walks: list[int] = []
+    branch_problems = reader._branch_problems
+
+    def counting(branch: list[Any], lines: Any) -> Any:
+        walks.append(len(branch))
+        return branch_problems(branch, lines)
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(reader, "_branch_problems", counting)
+        output, _, _ = _dry_run(config, monkeypatch, keep=True)
+
+    assert walks == []
+    line = due.count(b"\n") + 1
+    assert f"{sessions / 'edit.jsonl'} reason=context_edit_invalid at line {line}:" in output
+    assert "due.jsonl" in output and "route=" in output  # due, decided on: its reading was not blocked

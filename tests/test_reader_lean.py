@@ -479,3 +479,257 @@ def test_a_straight_chain_read_lean_is_the_full_reading(seed: int, size: int) ->
     """The shortcut for a chain read whole (``_parse_lean``'s ``chain``) gives the walk's branch, cycle and
     problems, and is not taken where the chain is broken."""
     assert_same_reading(chain(seed, size))
+
+
+def with_branch_problems(seed: int, size: int, *, blocking: bool = True) -> bytes:
+    """A transcript whose branch may hold every kind ``_branch_problems`` reports: tool calls answered, answered
+    twice, never answered, results with no call, errored turns; usage figures within and beyond what we count;
+    compactions keeping from an entry on the branch or not; context edits valid, invalid, naming no entry on the
+    branch. With forks and orphans, and (``blocking``) a line nested too deep, an id or a message that block."""
+    rng = random.Random(seed)
+    lines: list[bytes] = [orjson.dumps(HEADER)]
+    ids: list[str] = []
+    calls: list[str] = []
+    for n in range(size):
+        roll = rng.random()
+        parent: Any = ids[-1] if ids else None
+        if roll < 0.1 and ids:
+            parent = rng.choice(ids)  # a fork
+        elif roll < 0.15:
+            parent = f"gone{n}"  # an orphan
+        entry_id: Any = f"e{n}"
+        if roll > 0.97 and blocking:
+            entry_id = rng.choice([7, None])
+        stamp = "2026-01-01T00:00:00.000Z"
+        kind = rng.random()
+        target = rng.choice([*ids[-5:], "nowhere"]) if ids else "nowhere"
+        if kind < 0.06:
+            entry: dict[str, Any] = {
+                "type": "compaction",
+                "id": entry_id,
+                "parentId": parent,
+                "timestamp": stamp,
+                "summary": "s",
+                "firstKeptEntryId": target,
+                "tokensBefore": 1,
+            }
+        elif kind < 0.14:
+            entry = {"type": "context_edit", "id": entry_id, "parentId": parent, "targetId": target}
+            replacement = rng.choice(
+                [
+                    None,
+                    {"content": "x"},
+                    {"content": [{"type": "text", "text": "x"}]},
+                    {"content": 5},
+                    "bad",
+                    0,
+                ]
+            )
+            if replacement != 0:
+                entry["replacement"] = replacement  # (0: none at all)
+        elif kind < 0.40:
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": "calling"}]
+            for _ in range(rng.randint(0, 2)):
+                calls.append(f"call{len(calls)}")
+                blocks.append({"type": rng.choice(["toolCall", "toolUse"]), "id": calls[-1], "name": "bash"})
+            usage = rng.choice(
+                [
+                    {"totalTokens": 10},
+                    {"totalTokens": 2**60},
+                    {"totalTokens": 1e300},
+                    {"totalTokens": -1.5},
+                    {"input": 2**52, "output": 2**52, "cacheRead": 0, "cacheWrite": 0},
+                    {"input": 3, "output": 4, "totalTokens": 0},
+                    "none",
+                ]
+            )
+            message: Any = {
+                "role": "assistant",
+                "content": blocks,
+                "stopReason": rng.choice(["toolUse", "toolUse", "stop", "error", "aborted"]),
+                "usage": usage,
+                "timestamp": 1,
+            }
+            entry = {
+                "type": "message",
+                "id": entry_id,
+                "parentId": parent,
+                "timestamp": stamp,
+                "message": message,
+            }
+        elif kind < 0.70:
+            call = rng.choice(calls[-3:]) if calls and rng.random() < 0.85 else rng.choice(["nocall", None])
+            message = {
+                "role": "toolResult",
+                "toolCallId": call,
+                "content": [],
+                "isError": False,
+                "timestamp": 1,
+            }
+            entry = {
+                "type": "message",
+                "id": entry_id,
+                "parentId": parent,
+                "timestamp": stamp,
+                "message": message,
+            }
+        elif kind < 0.73 and blocking:
+            entry = {"type": "custom", "id": entry_id, "parentId": parent, "data": _deep()}
+        elif kind < 0.75 and blocking:
+            entry = {"type": "message", "id": entry_id, "parentId": parent, "message": ["not", "an object"]}
+        else:
+            entry = _message(entry_id, parent, "user", f"turn {n}")
+        lines.append(orjson.dumps(entry))
+        if isinstance(entry_id, str):
+            ids.append(entry_id)
+    return b"\n".join(lines) + b"\n"
+
+
+def _blocking_of(problems: list[Problem]) -> list[Problem]:
+    from compactd.core.reader import BLOCKING_KINDS, FATAL_KINDS
+
+    return [p for p in problems if p.kind in FATAL_KINDS or p.kind in BLOCKING_KINDS]
+
+
+def test_the_generator_reaches_every_kind_of_branch_problem_and_they_are_owed() -> None:
+    """Every kind the branch's walk reports comes up in ``with_branch_problems``, and is one of those a lean
+    reading owes (``_OWED_KINDS``: ``has_problem`` of such a kind works them out first)."""
+    from compactd.core.reader import _OWED_KINDS, _branch_problems
+
+    kinds: set[str] = set()
+    for seed in range(40):
+        full = parse_transcript(with_branch_problems(seed, 60))
+        branch = full.branch()
+        kinds |= {p.kind for p in _branch_problems(branch, [full.lines[i] for i in full.branch_indices()])}
+    assert kinds == _OWED_KINDS - {"too_deep"}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_lean_reading_with_branch_problems_is_the_full_reading(seed: int) -> None:
+    assert_same_reading(with_branch_problems(seed, 10 + seed * 3))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.integers(1, 60), st.booleans())
+def test_a_lean_reading_with_branch_problems_is_the_full_reading_generated(
+    seed: int, size: int, blocking: bool
+) -> None:
+    assert_same_reading(with_branch_problems(seed, size, blocking=blocking))
+
+
+_ASKED = [
+    "problems",
+    "blocking",
+    "committable",
+    "usable",
+    "reason",
+    *(
+        f"has_{kind}"
+        for kind in (
+            "too_deep",
+            "context_edit_invalid",
+            "context_edit_target_missing",
+            "orphan_tool_result",
+            "missing_tool_result",
+            "figure_overflow",
+            "first_kept_not_on_branch",
+            "dangling_parent",
+            "trailing_whitespace",
+        )
+    ),
+]
+
+
+def _ask(transcript: Transcript, name: str) -> Any:
+    """One of the ways a reading's problems are observed (``_ASKED``)."""
+    from compactd.core.decision import blocked_reason
+
+    if name.startswith("has_"):
+        return transcript.has_problem(name.removeprefix("has_"))
+    if name == "reason":
+        return blocked_reason(transcript)
+    if name == "problems":
+        return list(transcript.problems)
+    return getattr(transcript, name)  # blocking, committable, usable
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 10_000),
+    st.integers(1, 40),
+    st.booleans(),
+    st.permutations(_ASKED),
+    st.integers(0, len(_ASKED)),
+)
+def test_a_lean_readings_problems_are_the_full_readings_whatever_is_read_first(
+    seed: int, size: int, blocking: bool, order: list[str], asked: int
+) -> None:
+    """Whichever of its accessors is read first (and whatever follows), a lean reading answers what the full
+    reading (every problem worked out as it is parsed) answers; ``blocking`` is ``problems`` filtered, in their
+    order, before and after ``problems`` is read; what other code appends comes after the branch's and the
+    nesting's problems."""
+    data = with_branch_problems(seed, size, blocking=blocking)
+    full = parse_transcript(data)
+    lean = parse_transcript(data, lean=True)
+    for name in order[:asked]:
+        assert _ask(lean, name) == _ask(full, name), name
+    assert lean.blocking == _blocking_of(lean.problems) == full.blocking == _blocking_of(full.problems)
+    assert lean.problems == full.problems
+    appended = Problem("other", None, "appended by its reader")
+    lean.problems.append(appended)
+    full.problems.append(appended)
+    assert lean.problems == full.problems and lean.problems[-1] is appended
+    assert lean.blocking == full.blocking and lean.committable == full.committable
+
+
+@pytest.mark.parametrize("asked", ["blocking", "committable", "reason", "usable", "has_trailing_whitespace"])
+def test_the_branch_problems_are_worked_out_only_when_problems_are_read(
+    monkeypatch: pytest.MonkeyPatch, asked: str
+) -> None:
+    """What a decision asks (``blocking`` and what depends on it, ``usable``, ``has_problem`` of a kind the
+    parse finds) never walks the branch for its problems; ``problems`` does, once, and then says what the
+    full reading says."""
+    from compactd.core import reader
+
+    walks: list[int] = []
+    branch_problems = reader._branch_problems
+
+    def counting(branch: list[Any], lines: Any) -> list[Problem]:
+        walks.append(len(branch))
+        return branch_problems(branch, lines)
+
+    monkeypatch.setattr(reader, "_branch_problems", counting)
+    for seed in range(30):
+        data = with_branch_problems(seed, 40)
+        lean = parse_transcript(data, lean=True)
+        observed = _ask(lean, asked)
+        assert walks == []
+        full = parse_transcript(data)  # (its validate walks the branch)
+        assert observed == _ask(full, asked)
+        walks.clear()
+        assert lean.problems == full.problems and len(walks) == 1
+        assert lean.problems == full.problems and lean.blocking == full.blocking and len(walks) == 1
+        walks.clear()
+
+
+@pytest.mark.parametrize("on_branch", [True, False])
+def test_an_invalid_context_edit_blocks_a_lean_reading_before_its_problems_are_read(on_branch: bool) -> None:
+    rows: list[dict[str, Any]] = [
+        HEADER,
+        _message("a", None, "user", "hi"),
+        {"type": "context_edit", "id": "x", "parentId": "a" if on_branch else "gone", "targetId": "a"},
+        {"type": "context_edit", "id": "b", "parentId": "a", "targetId": "a", "replacement": {"content": 5}},
+        {"type": "context_edit", "id": "c", "parentId": "b", "targetId": "nowhere", "replacement": None},
+        {**_message("d", "c", "user", "deep"), "deep": _deep()},
+    ]
+    rows[3]["parentId"] = "x" if on_branch else "a"
+    rows[2]["replacement"] = "bad"
+    data = b"\n".join(orjson.dumps(r) for r in rows) + b"\n"
+    full = parse_transcript(data)
+    lean = parse_transcript(data, lean=True)
+    edits = [3, 4] if on_branch else [4]
+    assert [(p.kind, p.line) for p in lean.blocking] == [
+        *(("context_edit_invalid", line) for line in edits),
+        ("too_deep", 6),
+    ]
+    assert lean.blocking == full.blocking and lean.problems == full.problems

@@ -54,6 +54,18 @@ MAX_DEPTH = 200
 FATAL_KINDS = frozenset({"no_header", "unreadable"})
 # Problem kinds that forbid building a compaction on our reading: pi keeps a line we cannot carry faithfully.
 BLOCKING_KINDS = frozenset({"too_deep", "non_string_id", "message_not_object", "context_edit_invalid"})
+# The kinds a lean reading's problems owed add (``_Owed``): the branch's (``_branch_problems``), the nesting's.
+_OWED_KINDS = frozenset(
+    {
+        "first_kept_not_on_branch",
+        "context_edit_invalid",
+        "context_edit_target_missing",
+        "orphan_tool_result",
+        "missing_tool_result",
+        "figure_overflow",
+        "too_deep",
+    }
+)
 
 _TRUE_KEY = ("bool", True)
 _ABSENT: Any = object()
@@ -156,6 +168,42 @@ class _Lean:
         return value  # type: ignore[no-any-return]
 
 
+class _Owed:
+    """What a lean reading's ``problems`` lack until they are first read (``Transcript.problems``), in
+    ``validate``'s order: the branch's (``_branch_problems``: its tool calls' pairing, usage figures,
+    compactions and context edits, a walk of every entry) then the lines' nesting (``_depth_problems_owed``: a
+    scan of every byte, ``opening_bytes``). A dry run reads neither for most sessions (those that fit) and only
+    ``blocking`` for the others: the branch's walk, once made for each of its readings, was 4 % of its work.
+
+    It holds the bytes read until the nesting is checked, and the branch's line numbers when they are the
+    transcript's own (a chain read whole); the branch is the transcript's (``_branch``: entries are never
+    changed once parsed), so nothing else is kept alive meanwhile."""
+
+    __slots__ = ("data", "depth", "edits", "lines")
+
+    def __init__(self, data: bytes, lines: Sequence[int] | None, edits: bool) -> None:
+        self.data: bytes | None = data
+        self.depth: list[Problem] | None = None
+        self.lines = lines
+        self.edits = edits  # some entry is a context edit: ``blocking`` looks at the branch's
+
+    def branch_lines(self, transcript: Transcript) -> Sequence[int]:
+        """The line number of each entry of the branch, root first."""
+        if self.lines is None:
+            lines, at = transcript.lines, transcript._branch_at
+            assert at is not None
+            self.lines = [lines[i] for i in at]
+        return self.lines
+
+    def too_deep(self, transcript: Transcript) -> list[Problem]:
+        """The nesting problems, worked out once (``blocking`` may ask before ``problems``)."""
+        if self.depth is None:
+            assert self.data is not None
+            self.depth = _depth_problems_owed(transcript, self.data)
+            self.data = None
+        return self.depth
+
+
 @datarecord
 class Transcript:
     """A parsed transcript: header, migrated entries in file order, and what a loader would stumble on.
@@ -165,8 +213,8 @@ class Transcript:
     needs only the branch, the links (``id_at``, ``parent_at``, ``type_at``, ``id_index``) or one entry
     (``entry``, ``get``) never holds them all.
 
-    Its ``problems`` are complete whenever they are read: a lean reading checks its lines' nesting then, the
-    first time (``_unchecked``), and ``_problems`` alone may lack those."""
+    Its ``problems`` are complete whenever they are read: a lean reading works out its branch's and its lines'
+    nesting then, the first time (``_owed``), and ``_problems`` alone may lack those."""
 
     header: Entry | None
     version: int
@@ -192,24 +240,23 @@ class Transcript:
     _lean: _Lean | None = field(default=None, repr=False)
     _id_index: dict[str, int] | None = field(default=None, repr=False)
     _branch_at: list[int] | None = field(default=None, repr=False)
-    # The bytes of a lean reading whose nesting check (``_depth_problems_owed``) is not made yet: most sessions'
-    # problems are never read (a dry run's that fit), and the check's scan of every byte (``opening_bytes``,
-    # 0.5 ns a byte) was 12 % of a ``once --dry-run``, a fifth of it for those.
-    _unchecked: bytes | None = field(default=None, repr=False, compare=False)
+    # A lean reading's problems not worked out yet (see ``_Owed``): most sessions' problems are never read.
+    _owed: _Owed | None = field(default=None, repr=False, compare=False)
 
     @property
     def problems(self) -> list[Problem]:
         """What a loader would stumble on, in ``validate``'s order; other code appends its own after them."""
-        data = self._unchecked
-        if data is not None:
-            self._problems.extend(_depth_problems_owed(self, data))
-            self._unchecked = None
+        owed = self._owed
+        if owed is not None:
+            self._problems.extend(_branch_problems(self._owed_branch(), owed.branch_lines(self)))
+            self._problems.extend(owed.too_deep(self))
+            self._owed = None
         return self._problems
 
     def has_problem(self, kind: str) -> bool:
-        """Whether ``problems`` holds one of ``kind``: told without the nesting check for any kind but
-        ``too_deep`` (the only one it adds)."""
-        return any(p.kind == kind for p in (self.problems if kind == "too_deep" else self._problems))
+        """Whether ``problems`` holds one of ``kind``: told without the problems owed (``_owed``) for any kind
+        but those they add."""
+        return any(p.kind == kind for p in (self.problems if kind in _OWED_KINDS else self._problems))
 
     @property
     def entries(self) -> list[Entry]:
@@ -285,8 +332,22 @@ class Transcript:
 
     @property
     def blocking(self) -> list[Problem]:
-        """Why compactd must not build a compaction on this reading (empty: it may)."""
-        return [p for p in self.problems if p.kind in FATAL_KINDS or p.kind in BLOCKING_KINDS]
+        """Why compactd must not build a compaction on this reading (empty: it may): ``problems`` of those kinds,
+        in their order. Told without the branch's problems owed (``_owed``): of those only the context edits'
+        replacements block, looked at alone."""
+        found = [p for p in self._problems if p.kind in FATAL_KINDS or p.kind in BLOCKING_KINDS]
+        owed = self._owed
+        if owed is None:
+            return found
+        if owed.edits:
+            branch = self._owed_branch()
+            for entry, line in zip(branch, owed.branch_lines(self), strict=True):
+                if entry.get("type") == "context_edit":
+                    invalid = _edit_invalid(entry, line)
+                    if invalid is not None:
+                        found.append(invalid)
+        found.extend(owed.too_deep(self))
+        return found
 
     @property
     def committable(self) -> bool:
@@ -367,6 +428,10 @@ class Transcript:
             return False
         key = link_key(path[0].get("parentId"))
         return key is not None and key in self.links()
+
+    def _owed_branch(self) -> list[Entry]:
+        assert self._branch is not None  # a lean reading's, set as it is read
+        return self._branch[0]
 
     def _walk(self, leaf_id: str | None) -> list[Entry]:
         index = self.links()
@@ -647,7 +712,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
     entry): the branch of an ordinary session, read once. Whatever else the branch holds (a fork's entries, a
     root under a missing parent) is parsed again from its line after the walk; kept entries off the branch
     are dropped then. Every per-entry check of ``validate`` runs on the parsed line as it is read, but the
-    nesting's, which the transcript makes when its problems are first read (``Transcript.problems``).
+    nesting's; it and the branch's are made when the transcript's problems are first read (``_Owed``).
     """
     scan = Scan(data)
     lean = _Lean()
@@ -786,7 +851,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
         complete=complete,
         edge=data[max(0, complete - EDGE_BYTES) : complete],
         _lean=lean,
-        _unchecked=data,
+        _owed=_Owed(data, lines if chain and path else None, "context_edit" in types),
     )
     branch = list(kept.values()) if chain and path else [kept[i] for i in path]
     transcript._branch = (branch, cycle)
@@ -799,7 +864,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
                 "the last parsed line is not an object: pi takes it as the leaf, empty context",
             )
         )
-    # validate's problems, in its order: each entry's, the cycle, the branch's, the nesting (owed: ``_unchecked``).
+    # validate's problems, in its order: each entry's, the cycle; the branch's and the nesting are owed (``_Owed``).
     if early or not _all_found(parents, links):
         at = 0
         for index in range(n):
@@ -811,7 +876,6 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
                 problems.append(_dangling(parent, lines[index]))
     if cycle:
         problems.append(Problem("parent_cycle", None, "parentId links form a cycle; pi would hang on load"))
-    problems.extend(_branch_problems(branch, lines if chain and path else [lines[i] for i in path]))
     return transcript
 
 
@@ -1086,17 +1150,9 @@ def _branch_problems(branch: list[Entry], lines: Sequence[int | None]) -> list[P
         if kind == "context_edit":
             # One whose replacement pi cannot apply makes pi throw when it builds the context (never
             # compacted); one naming an entry not on the branch changes nothing.
-            replacement = entry.get("replacement", _ABSENT)
-            content = replacement.get("content") if isinstance(replacement, dict) else None
-            if replacement is not None and not isinstance(content, str | list):
-                edit_problems.append(
-                    Problem(
-                        "context_edit_invalid",
-                        line,
-                        "context edit's replacement is neither null nor {content: string or array}: pi 1.x "
-                        "throws when it builds this branch's context; this session is never compacted",
-                    )
-                )
+            invalid = _edit_invalid(entry, line)
+            if invalid is not None:
+                edit_problems.append(invalid)
             target = entry.get("targetId")
             if not on_branch(target):
                 edit_problems.append(
@@ -1180,6 +1236,20 @@ def _branch_problems(branch: list[Entry], lines: Sequence[int | None]) -> list[P
                 )
             )
     return first_kept_problems + edit_problems + pairing_problems + overflow_problems
+
+
+def _edit_invalid(entry: Entry, line: int | None) -> Problem | None:
+    """``context_edit_invalid`` for a context edit (``entry``) whose replacement pi cannot apply."""
+    replacement = entry.get("replacement", _ABSENT)
+    content = replacement.get("content") if isinstance(replacement, dict) else None
+    if replacement is not None and not isinstance(content, str | list):
+        return Problem(
+            "context_edit_invalid",
+            line,
+            "context edit's replacement is neither null nor {content: string or array}: pi 1.x "
+            "throws when it builds this branch's context; this session is never compacted",
+        )
+    return None
 
 
 def same_reading(transcript: Transcript | None, data: bytes, identity: tuple[int, int]) -> bool:
