@@ -116,14 +116,19 @@ def parse_line(line: bytes) -> tuple[Any, str | None]:
         return None, first_error
 
 
+# The type code of the arrays of offsets and line numbers: unsigned, whose append converts an int directly; a
+# signed one's parses it as an argument (``PyArg_Parse``), 200 instructions more, three times per entry.
+_OFFSETS = "Q"
+
+
 class Spans(Sequence[tuple[int, int]]):
-    """(start, end) byte spans in one flat ``array('q')``: 16 bytes per entry instead of a tuple and two ints
+    """(start, end) byte spans in one flat ``array(_OFFSETS)``: 16 bytes per entry instead of a tuple and two ints
     (about 110), for a lean reading of a file with many entries."""
 
     __slots__ = ("_flat",)
 
     def __init__(self, flat: array[int] | None = None) -> None:
-        self._flat = flat if flat is not None else array("q")
+        self._flat = flat if flat is not None else array(_OFFSETS)
 
     def append(self, span: tuple[int, int]) -> None:
         self._flat.extend(span)
@@ -717,7 +722,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
     scan = Scan(data)
     lean = _Lean()
     ids, parents, types, kept = lean.ids, lean.parents, lean.types, lean.kept
-    lines: array[int] = array("q")
+    lines: array[int] = array(_OFFSETS)
     spans = Spans()
     links: dict[Hashable, int] = {}
     early: list[tuple[int, Problem]] = []  # validate's problems of each entry but dangling parents
@@ -826,7 +831,7 @@ def _parse_lean(data: bytes, reuse: Mapping[str, Entry] | None) -> Transcript | 
         lean.raw, lean.raw_spans = data, spans
     elif off:
         raw = bytearray()
-        raw_spans = Spans(array("q", bytes(16 * n)))
+        raw_spans = Spans(array(_OFFSETS, bytes(16 * n)))
         flat = raw_spans._flat
         view = memoryview(data)
         for i in off:
