@@ -13,9 +13,10 @@ processes does not count. The variants run in a shuffled order in every round; t
 ``git archive <rev> daemon | tar -x -C /tmp/old``, then ``--code /tmp/old/daemon``): the "before" figures.
 ``--baseline DIR`` runs that package as a third side in the same shuffled rounds: ours ÷ baseline, same run.
 ``--parts`` splits the dry run, in the same rounds: the interpreter's start with every module the dry run loads
-imported and nothing else done, and the exact reading it starts from (``parse_transcript`` of every file, the
-checks included, with the reader's imports alone). ``bare ÷ the reading`` is the most any dry run that reads
-every session as compactd must can reach, before it imports or decides anything else.
+imported and nothing else done, and the exact reading it starts from (``parse_transcript`` of every file, every
+check made, its problems read, with the reader's imports alone; a dry run has the costlier checks made for its due
+sessions only). ``bare ÷ the reading`` bounds what a dry run that reads every session as compactd must can reach,
+before it imports or decides anything else.
 """
 
 from __future__ import annotations
@@ -53,14 +54,15 @@ for name in sys.argv[1:]:
             loads(line)
 """
 
-# The dry run's exact reading alone: every file read and parsed as a dry run reads it, with the reader's checks.
+# The dry run's exact reading alone: every file read and parsed as a dry run reads it, with every check the reader
+# makes (its problems read: a dry run has the nesting checked for its due sessions only, so this bounds its reading).
 READING_ONLY = """
 import sys, os
 from compactd.core.reader import parse_transcript
 for name in sys.argv[1:]:
     with open(name, "rb") as f:
         data = f.read()
-    parse_transcript(data, lean=True)
+    parse_transcript(data, lean=True).problems
 os._exit(0)  # as the dry run ends: without the interpreter's teardown
 """
 
