@@ -589,6 +589,36 @@ def test_v1_index_counts_skipped_duplicate_headers_like_pi() -> None:
     assert target["message"]["content"][0]["text"] == "one"
 
 
+def test_scan_numbers_lines_and_pi_positions_past_blank_malformed_and_junk_lines() -> None:
+    """Each entry's line number and index in pi's parsed array (``JSON.parse``'s successes, header at 0: a
+    blank or malformed line takes no slot, a junk value or repeated header does), and ``line_no`` and
+    ``junk_leaf`` once the walk stops, also when its consumer stops early."""
+    from compactd.core.reader import Scan
+
+    head = json.dumps({"type": "session", "id": "s", "version": 3}).encode()
+    entry = json.dumps({"type": "message", "id": "a"}).encode()
+    lines = [b"", b"{oops", head, b"  ", entry, b"[1]", b"{bad", head, entry, b"7", b"\t", entry, b"{torn"]
+    data = b"\n".join(lines)
+    scan = Scan(data)
+    found = [(line, position) for _, _, _, line, position in scan.entries()]
+    assert found == [(5, 1), (9, 4), (12, 6)]  # parsed: 3 (header), 5, 6, 8, 9, 10, 12
+    assert (scan.line_no, scan.junk_leaf) == (13, False)
+    assert [(p.kind, p.line) for p in scan.problems] == [
+        ("malformed_line", 2),
+        ("malformed_line", 6),
+        ("malformed_line", 7),
+        ("malformed_line", 10),
+        ("torn_last_line", 13),
+    ]
+    junk = Scan(b"\n".join(lines[:-3]))
+    assert [line for *_, line, _ in junk.entries()] == [5, 9]
+    assert (junk.line_no, junk.junk_leaf) == (10, True)
+    early = Scan(data)
+    for _ in early.entries():
+        break  # the walk is closed as it is dropped
+    assert early.line_no == 5
+
+
 def test_v2_hook_message_becomes_custom_and_v3_is_left_alone() -> None:
     hook = {"role": "hookMessage", "customType": "ext", "content": "note", "display": True, "timestamp": 1}
     v2 = parse_transcript(jsonl(header(version=2), msg("h1", None, copy.deepcopy(hook))))
