@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "daemon" / "compactd"
 CORE_ALLOWED = {
     "__future__",
     "array",  # flat spans of a lean reading (reader.Spans); no file is read or written through it
+    "bisect",  # a lean reading's entry of a line number (reader._depth_problems_owed)
     "collections",
     "collections.abc",
     "contextlib",  # core.collector's context manager

@@ -352,6 +352,28 @@ def test_a_deep_line_is_found_among_heavy_ones_and_not_elsewhere() -> None:
     assert lean.problems == parse_transcript(data).problems
 
 
+def test_deep_lines_that_are_no_entry_are_not_looked_up_as_entries() -> None:
+    """A bracket-heavy line that is no entry (a value that is not an object, a malformed line) is
+    passed over, as the full reading's check passes it: only the entries' lines are looked up (bisected)."""
+    deep = _deep()
+    lines = [
+        orjson.dumps(HEADER),
+        orjson.dumps(deep),  # JSON, not an object: skipped as junk
+        b"[" * (MAX_DEPTH + 5),  # malformed
+        b"",
+        orjson.dumps(_message("a", None, "user", "hi")),
+        orjson.dumps({"type": "custom", "id": "b", "parentId": "a", "data": deep}),
+        orjson.dumps(deep),
+        b"{" * (MAX_DEPTH + 1),
+        orjson.dumps(_message("c", "b", "user", "again")),
+    ]
+    data = b"\n".join(lines) + b"\n"
+    lean = parse_transcript(data, lean=True)
+    assert lean.lean
+    assert [(p.kind, p.line) for p in lean.problems if p.kind == "too_deep"] == [("too_deep", 6)]
+    assert lean.problems == parse_transcript(data).problems
+
+
 def _deep(levels: int = MAX_DEPTH + 3) -> Any:
     value: Any = "x"
     for _ in range(levels):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import field
 from typing import Any
@@ -911,13 +912,13 @@ def _depth_problems_owed(transcript: Transcript, data: bytes) -> list[Problem]:
         depth = nesting(transcript.header)
         if depth > MAX_DEPTH:
             problems.append(_too_deep(transcript.header_line, depth))
-    heavy = bracket_heavy_lines(data)
-    if heavy:
-        for index, line_no in enumerate(transcript.lines):  # in file order
-            if line_no in heavy:
-                depth = nesting(transcript.entry(index))
-                if depth > MAX_DEPTH:
-                    problems.append(_too_deep(line_no, depth))
+    lines = transcript.lines  # ascending: each heavy line's entry (if it is one) found by bisection
+    for line_no in sorted(bracket_heavy_lines(data)):  # in file order
+        index = bisect_left(lines, line_no)
+        if index < len(lines) and lines[index] == line_no:
+            depth = nesting(transcript.entry(index))
+            if depth > MAX_DEPTH:
+                problems.append(_too_deep(line_no, depth))
     return problems
 
 
