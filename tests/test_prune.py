@@ -127,6 +127,33 @@ def test_has_important_tail(text: str, expected: bool) -> None:
     assert has_important_tail(text) is expected
 
 
+# Pieces the word search must tell apart: the words, their near misses and prefixes, characters that are or are
+# not re.ASCII word characters, and characters whose lower case is longer or ASCII (İ, the Kelvin sign).
+_TAIL_PIECES = st.sampled_from(
+    [
+        "error", "errors", "terror", "errno", "exception", "failed", "fatal", "traceback", "panic", "stack trace",
+        "stack  trace", "exit code", "exit", "total", "summary", "result", "complete", "finished", "done", "Done",
+        "ERROR", "don", "e", "_", "0", "a", "Z", " ", "\n", ".", "-", "}", "é", "İ", "\u212a", "\u0130rror", "ß",
+        "\U0001f600",
+    ]
+)  # fmt: skip
+
+
+@given(pieces=st.lists(_TAIL_PIECES, max_size=12), padding=st.integers(0, 2_010))
+@settings(max_examples=400, deadline=None)
+def test_important_words_are_the_patterns(pieces: list[str], padding: int) -> None:
+    """The word search finds what the reference's pattern (``\\b(?:error|...)\\b``, re.ASCII) finds, in any
+    tail, and ``has_important_tail`` answers as the reference's, the window's edge included."""
+    from compactd.core.prune import _has_important_word
+
+    from tests.support.reference import prune as reference
+
+    text = "".join(pieces)
+    assert _has_important_word(text.lower()) is (reference._IMPORTANT_WORDS.search(text.lower()) is not None)
+    padded = text + "x" * padding if padding % 2 else "x" * padding + text
+    assert has_important_tail(padded) is reference.has_important_tail(padded)
+
+
 # --- truncateToolResultText ---------------------------------------------------------------------------------
 
 
