@@ -492,13 +492,13 @@ def _message_cut(
     suffix = suffix or _suffix_factory(note)
     if len(texts) == 1:
         # One text block (most results), over the budget: ``_block_budgets`` gives it all of it, and the
-        # effective minimum; worked out here without the shares' arithmetic.
+        # effective minimum, which the cut works out again from ``min_keep`` (``_cut_points``; the effective
+        # minimum of the effective minimum is itself): passed as is, without the shares' arithmetic.
         index, units, _ = texts[0]
-        keep = _effective_min_keep(max_chars, min_keep, suffix)
         one = (
-            _cut_units(units, max_chars, keep, suffix, compat=True)
+            _cut_units(units, max_chars, min_keep, suffix, compat=True)
             if compat
-            else _text_cut(units, max_chars, keep, suffix)
+            else _text_cut(units, max_chars, min_keep, suffix)
         )
         return _MessageCut(message, [(index, one)], len(one))
     cuts: list[tuple[int, _TextCut | str]] = []
