@@ -147,9 +147,9 @@ def test_a_compaction_decides_its_route_on_the_ledger_and_once_on_its_reading(
     files.refresh(str(path))
     session = files.sessions[str(path)]
     assert session.due and session.decision is not None and session.decision.exact
-    # The tracker's "does its route need the tool results counted?" (route_cap), then the refresh's decision,
-    # exact from the ledger's count: no read of the file.
-    assert decisions.calls == 2
+    # The refresh's decision, exact from the ledger's count: no read of the file. (The tracker's "does its route
+    # need the tool results counted?", ``planning.route_cap``, works out the budget alone: no decision.)
+    assert decisions.calls == 1
     decisions.calls = 0
     assert files.ready(time.time()) == [session]
     files.next_wake(time.time())  # the worker's other question: how long to sleep

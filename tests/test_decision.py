@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from compactd.config import Config
-from compactd.core.decision import ROUTES, Figures, Recorded, decide
+from compactd.core.decision import ROUTES, Figures, Recorded, decide, route_needed
 from compactd.core.ledger import SessionLedger
 from compactd.core.planning import figures_of, route_cap, tool_result_cap
 from compactd.core.turns import Turn
@@ -85,6 +85,30 @@ def test_the_route_and_what_is_due_are_monotone_in_tokens(
         assert d.action in (*ROUTES, "flush", "skipped")
         if d.route != "fits":
             assert (d.route == "compact_only") == (reducible == 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    window=st.integers(1_000, 400_000),
+    reserve=st.none() | st.integers(0, 100_000),
+    tokens=st.integers(0, 600_000),
+    stale=st.none() | st.integers(0, 600_000),
+    known=st.booleans(),
+)
+def test_route_needed_is_a_ledger_decisions_provisional_route(
+    window: int, reserve: int | None, tokens: int, stale: int | None, known: bool
+) -> None:
+    """``route_needed`` (what the tracker asks before counting a ledger's tool results) is ``decide``'s
+    ``not exact`` on the ledger's figures, skipped windows and unknown models included."""
+    config = cfg(window, reserve)
+    ledger = SessionLedger(
+        provider="ollama" if known else None,
+        model="tiny" if known else None,
+        trailing_tokens=tokens,
+        stale_total=stale,
+    )
+    decision = decide(config, Figures.of_ledger(ledger, size=0, mtime=0.0), now=NOW)
+    assert route_needed(config, ledger) is not decision.exact
 
 
 @settings(max_examples=200, deadline=None)

@@ -45,6 +45,7 @@ __all__ = [
     "prune_target_tokens",
     "readiness",
     "route_after_summary",
+    "route_needed",
 ]
 
 # The one vocabulary of routes (OpenClaw's precheck names them so): every output says one of these.
@@ -319,6 +320,21 @@ def decide(
         turn_in_flight=verdict.turn_in_flight,
         held=held_reason(budget, recorded, figures.size) if route != "fits" else None,
     )
+
+
+def route_needed(config: Config, ledger: SessionLedger) -> bool:
+    """Whether :func:`decide` on the ledger's figures (no reducible characters counted) leaves the route
+    provisional (``not exact``): the session overflows its budget and is not skipped. Only the budget is
+    worked out, not the whole decision: the tracker asks this of every session it reads
+    (``planning.route_cap``), and the refresh's decision follows."""
+    budget = compute_budget(
+        config,
+        provider=ledger.provider,
+        model=ledger.model,
+        estimated_tokens=ledger.planning_tokens,
+        reducible_chars=0,
+    )
+    return choose_route(budget) != "fits" and skip_reason(budget) is None
 
 
 def prune_target_tokens(budget: Budget, route: Route) -> int:

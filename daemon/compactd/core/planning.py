@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from compactd.core.budget import Budget, resolve_window, tool_result_max_chars
 from compactd.core.context import SessionContext, build_context, context_estimate, message_entries
-from compactd.core.decision import Figures, decide
+from compactd.core.decision import Figures, route_needed
 from compactd.core.messages import PI_1, role_of, strip_for_llm
 from compactd.core.prune import PrunePlan, plan_pruning, reducible_chars
 from compactd.core.reader import Transcript
@@ -137,7 +137,7 @@ def route_cap(config: Config) -> Callable[[SessionLedger], int | None]:
     or is skipped), which spares the count for most sessions."""
 
     def cap(ledger: SessionLedger) -> int | None:
-        if decide(config, Figures.of_ledger(ledger, size=0, mtime=0.0), now=0.0).exact:
+        if not route_needed(config, ledger):
             return None
         return tool_result_cap(config, ledger.provider, ledger.model)
 
