@@ -485,7 +485,7 @@ def _message_cut(
         if role_of(message) != "toolResult":
             return None  # no text characters to count: nothing over ``max_chars``
         texts = _text_units(content)
-    lengths = [length for _, _, length in texts]
+    lengths = [texts[0][2]] if len(texts) == 1 else [length for _, _, length in texts]  # most: one text
     total = sum(lengths)
     if total <= max_chars:
         return None
@@ -597,11 +597,10 @@ class _Result:
     suffix_chars: int  # the longest suffix a cut of it can carry (``_suffix_chars``)
     planned: _MessageCut | None  # the cut kept so far (None: whole); its text is built for the edit only
     chars: int  # planned text characters
+    # The committed estimate of ``chars``: ⌈(other_chars + chars + growth) / 4⌉, kept with them (a plan reads it
+    # two or three times per cut).
+    tokens: int
     growth: int = 0  # what the committed notes add to ``chars``
-
-    @property
-    def tokens(self) -> int:
-        return -(-(self.other_chars + self.chars + self.growth) // CHARS_PER_TOKEN)
 
     def cut(self, max_chars: int, min_keep: int) -> None:
         """Cut the original (never a previous cut: the suffix must count every character left out)."""
@@ -612,9 +611,10 @@ class _Result:
             return
         chars = cut.chars
         growth = len(cut.cuts) * self.note_growth  # a suffix in each text block cut
-        if -(-(self.other_chars + chars + growth) // CHARS_PER_TOKEN) >= self.tokens:
+        tokens = -(-(self.other_chars + chars + growth) // CHARS_PER_TOKEN)
+        if tokens >= self.tokens:
             return  # fewer characters, not fewer tokens: not worth an edit
-        self.planned, self.chars, self.growth = cut, chars, growth
+        self.planned, self.chars, self.growth, self.tokens = cut, chars, growth, tokens
 
 
 def _suffix_chars(chars_before: int, note: str | None) -> int:
@@ -664,10 +664,8 @@ def plan_pruning(
         suffix = suffixes.get(note) or suffixes.setdefault(note, _suffix_factory(note))
         longest = _suffix_chars(chars, note)
         results.append(
-            _Result(
-                entry_id, message, note, growth, other, chars, tokens, texts, suffix, longest, None, chars
-            )
-        )
+            _Result(entry_id, message, note, growth, other, chars, tokens, texts, suffix, longest, None, chars, tokens)
+        )  # fmt: skip
 
     saved = sum(r.tokens_before - r.tokens for r in results)  # kept up to date as cuts are made: no rescan
 
