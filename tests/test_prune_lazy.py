@@ -180,3 +180,14 @@ def test_a_suffix_written_once_is_the_reference(counts: list[int], note: str | N
     suffix, theirs = prune._suffix_factory(note), reference._suffix_factory(note)
     for count in counts + counts:
         assert suffix(count) == theirs(count)
+
+
+@given(
+    count=st.integers(-3, 10**12) | st.floats(-5.0, 1e15, allow_nan=False) | st.booleans(),
+    note=NOTES | st.just(""),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_suffix_is_the_references(count: float, note: str | None) -> None:
+    """``truncation_suffix`` (no floor nor max() call for an int count) writes the reference's notice for any
+    count: ints, floats (floored), booleans, and counts under 1."""
+    assert prune.truncation_suffix(count, note) == reference.truncation_suffix(count, note)

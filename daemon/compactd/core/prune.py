@@ -134,9 +134,13 @@ Suffix = Callable[[int], str]
 
 def truncation_suffix(omitted: int, note: str | None = None) -> str:
     """OpenClaw's notice; ``note`` (where the full text is kept) goes inside the bracket, after the count."""
-    count = max(1, math.floor(omitted))
-    detail = f"; {note}" if note else ""
-    return f"[... {count} more characters truncated{detail}]"
+    # An int (every caller's count) needs no floor; no max() call either: a plan writes thousands of these.
+    count = omitted if type(omitted) is int else math.floor(omitted)
+    if count < 1:
+        count = 1
+    if note:
+        return f"[... {count} more characters truncated; {note}]"
+    return f"[... {count} more characters truncated]"
 
 
 def _suffix_factory(note: str | None) -> Suffix:
