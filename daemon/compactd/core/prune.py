@@ -162,7 +162,9 @@ def _suffix_factory(note: str | None) -> Suffix:
 def _effective_min_keep(max_chars: int, min_keep: int, suffix: Suffix) -> int:
     if min_keep <= 0:  # the recovery cuts' minimum: no suffix to build
         return 0
-    return max(0, min(min_keep, max(0, max_chars - len(suffix(1)))))
+    # max(0, min(min_keep, max(0, room))), without the three calls: every cut asks it.
+    room = max_chars - len(suffix(1))
+    return 0 if room <= 0 else min_keep if min_keep < room else room
 
 
 def has_important_tail(text: str) -> bool:
@@ -323,7 +325,10 @@ def _cut_points(
     """
     length = len(units)
     eff_min_keep = _effective_min_keep(max_chars, min_keep, suffix)
-    budget = max(eff_min_keep, max_chars - len(suffix(max(1, length - max_chars))))
+    omitted = length - max_chars  # the characters past the budget (the suffix counts at least 1)
+    budget = max_chars - len(suffix(omitted if omitted > 1 else 1))
+    if budget < eff_min_keep:
+        budget = eff_min_keep
 
     head_end: int
     tail_start: int | None = None
@@ -360,7 +365,8 @@ def _bounded(units: str, head_end: int, tail_start: int | None, max_chars: int, 
     marker = MIDDLE_MARKER if tail_start is not None else ""
     tail_start = length if tail_start is None else tail_start
     while True:
-        text = suffix(max(1, tail_start - head_end))  # the characters left out between head and tail
+        omitted = tail_start - head_end  # the characters left out between head and tail (at least 1 counted)
+        text = suffix(omitted if omitted > 1 else 1)
         size = head_end + len(marker) + length - tail_start + len(text)
         if size <= max_chars:
             return _TextCut(units, head_end, tail_start, marker, text)
@@ -598,7 +604,9 @@ class _Result:
     tokens_before: int
     texts: list[_Text]  # its text blocks (``_text_units``), read once for all its cuts
     suffix: Suffix  # ``_suffix_factory(note)``, shared by the plan's results of one note
-    suffix_chars: int  # the longest suffix a cut of it can carry (``_suffix_chars``)
+    # What each of the plan's three passes cuts it towards at least: the cap, ``min_keep`` and nothing, each
+    # with the longest suffix a cut of it can carry (``_suffix_chars``).
+    floors: tuple[int, int, int]
     planned: _MessageCut | None  # the cut kept so far (None: whole); its text is built for the edit only
     chars: int  # planned text characters
     # The committed estimate of ``chars``: ⌈(other_chars + chars + growth) / 4⌉, kept with them (a plan reads it
@@ -660,30 +668,27 @@ def plan_pruning(
             continue
         content = message.get("content")
         texts = _text_units(content) if isinstance(content, list) else []
-        chars = sum(length for _, _, length in texts)  # ``tool_result_text_chars``
+        # ``tool_result_text_chars``; most results are one text (no generator)
+        chars = texts[0][2] if len(texts) == 1 else sum(length for _, _, length in texts)
         other = message_chars(message) - chars
         tokens = -(-(other + chars) // CHARS_PER_TOKEN)
         note = note_for(entry_id) if note_for else None
         growth = committed_note_chars(entry_id) - js_len(note) if committed_note_chars and note else 0
         suffix = suffixes.get(note) or suffixes.setdefault(note, _suffix_factory(note))
         longest = _suffix_chars(chars, note)
+        floors = (max_chars if max_chars > longest else longest, min_keep + longest, longest)
         results.append(
-            _Result(entry_id, message, note, growth, other, chars, tokens, texts, suffix, longest, None, chars, tokens)
+            _Result(entry_id, message, note, growth, other, chars, tokens, texts, suffix, floors, None, chars, tokens)
         )  # fmt: skip
 
     saved = sum(r.tokens_before - r.tokens for r in results)  # kept up to date as cuts are made: no rescan
 
-    passes: tuple[tuple[Callable[[_Result], int], int], ...] = (
-        (lambda r: max(max_chars, r.suffix_chars), min_keep),
-        (lambda r: min_keep + r.suffix_chars, min_keep),
-        (lambda r: r.suffix_chars, RECOVERY_MIN_KEEP_CHARS),
-    )
-    for floor_of, keep in passes:
+    for number, keep in enumerate((min_keep, min_keep, RECOVERY_MIN_KEEP_CHARS)):
         for result in results:
             left = need_tokens - saved
             if left <= 0:
                 break
-            floor = floor_of(result)
+            floor = result.floors[number]
             if result.chars <= floor:
                 continue
             # The most text this result may keep so that its committed estimate drops by ``left`` tokens.
