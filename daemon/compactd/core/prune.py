@@ -393,7 +393,8 @@ def _bounded_openclaw(kept: str, length: int, max_chars: int, suffix: Suffix) ->
 def _openclaw_fit(kept: int, length: int, max_chars: int, suffix: Suffix) -> tuple[int, int]:
     """``appendBoundedTruncationSuffix`` on lengths: (characters of the kept text left, length of the result)."""
     while True:
-        final = kept + len(suffix(max(1, length - kept)))
+        omitted = length - kept  # the suffix counts at least 1 (no max() call: once per cut of the count)
+        final = kept + len(suffix(omitted if omitted > 1 else 1))
         if final <= max_chars:
             return kept, final
         if not kept:
@@ -843,6 +844,13 @@ class ReducibleCount:
 
 def _first_cut(texts: list[str], chars: int, max_chars: int, suffix: Suffix) -> list[_Units]:
     """A result's texts (``chars`` long in all) after the cut of each to its share of ``max_chars``."""
+    if len(texts) == 1:  # most results (every pending one): its share is all of it, its minimum none
+        units = texts[0]
+        return [
+            _PendingCut(units, max_chars, RECOVERY_MIN_KEEP_CHARS, suffix)
+            if len(units) > max_chars
+            else units
+        ]
     return [
         _PendingCut(units, budget, keep, suffix) if len(units) > budget else units
         for units, (budget, keep) in zip(
@@ -878,5 +886,7 @@ def _cut_blocks_len(
         # One text cut to the bare one-digit suffix (the aggregate pass's floor): no character of it fits
         # beside the longer suffix its count needs, so the bounded cut is that length, not walked.
         return max_chars
+    if len(blocks) == 1:  # its share is all of it, its minimum none (``_block_budgets``), without the shares
+        return _cut_len(blocks[0], max_chars, RECOVERY_MIN_KEEP_CHARS, suffix)
     budgets = _block_budgets(map(len, blocks), total, max_chars, suffix)
     return sum(_cut_len(u, budget, keep, suffix) for u, (budget, keep) in zip(blocks, budgets, strict=True))
