@@ -617,9 +617,20 @@ class _Result:
 
     def cut(self, max_chars: int, min_keep: int) -> None:
         """Cut the original (never a previous cut: the suffix must count every character left out)."""
-        cut = _message_cut(
-            self.original, max_chars, min_keep, self.note, compat=False, texts=self.texts, suffix=self.suffix
-        )
+        texts = self.texts
+        cut: _MessageCut | None
+        if len(texts) == 1:
+            # Most results: ``_message_cut``'s one-text cut (a text over the budget is cut to all of it), without
+            # the checks and the lengths this result's reading settled.
+            if self.chars_before <= max_chars:
+                return
+            index, units, _ = texts[0]
+            one = _text_cut(units, max_chars, min_keep, self.suffix)
+            cut = _MessageCut(self.original, [(index, one)], len(one))
+        else:
+            cut = _message_cut(
+                self.original, max_chars, min_keep, self.note, compat=False, texts=texts, suffix=self.suffix
+            )
         if cut is None or cut.chars >= self.chars:
             return
         chars = cut.chars
