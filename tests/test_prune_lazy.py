@@ -191,3 +191,15 @@ def test_a_suffix_is_the_references(count: float, note: str | None) -> None:
     """``truncation_suffix`` (no floor nor max() call for an int count) writes the reference's notice for any
     count: ints, floats (floored), booleans, and counts under 1."""
     assert prune.truncation_suffix(count, note) == reference.truncation_suffix(count, note)
+
+
+@given(text=TEXTS | st.text())
+@settings(max_examples=300, deadline=None)
+def test_code_units_are_the_references(text: str) -> None:
+    """A text's code units (``_to_units``, which asks how the string is stored instead of measuring it) are
+    the reference's, and ``may_hold_astral`` says exactly when JavaScript counts more units than characters."""
+    from compactd.core.tokens import js_len, may_hold_astral
+
+    assert prune._to_units(text) == reference._to_units(text)
+    assert may_hold_astral(text) is (js_len(text) != len(text))
+    assert may_hold_astral(text) is any(ord(c) > 0xFFFF for c in text)

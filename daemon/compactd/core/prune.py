@@ -28,7 +28,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from compactd.core.messages import Message, role_of
-from compactd.core.tokens import js_len, message_chars
+from compactd.core.tokens import js_len, may_hold_astral, message_chars
 from compactd.datarecord import datarecord
 from compactd.defaults import (
     CHARS_PER_TOKEN,
@@ -90,8 +90,9 @@ def _pair(match: re.Match[str]) -> str:
 
 def _to_units(text: str) -> str:
     """The text as JavaScript sees it: one Python character per UTF-16 code unit."""
-    if js_len(text) == len(text):  # no astral character (the UTF-16 encoder is much faster than a regex)
+    if text.isascii() or not may_hold_astral(text):  # told from how it is stored: no scan, no UTF-16 copy
         return text
+    # A string stored so holds an astral character (and one that did not would come back equal).
     return _ASTRAL.sub(_pair, text)
 
 

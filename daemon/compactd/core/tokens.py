@@ -28,6 +28,7 @@ __all__ = [
     "estimate_tokens",
     "js_json_len",
     "js_len",
+    "may_hold_astral",
     "message_chars",
     "projected_estimate",
     "usage_tokens",
@@ -48,9 +49,15 @@ _UCS4_HEADER = sys.getsizeof("\U00010000") - 2 * 4
 
 def js_len(text: str) -> int:
     """``text.length`` in JavaScript: astral characters count twice."""
-    if text.isascii() or sys.getsizeof(text) != _UCS4_HEADER + 4 * (len(text) + 1):
+    if text.isascii() or sys.getsizeof(text) != _UCS4_HEADER + 4 * (len(text) + 1):  # may_hold_astral, inline
         return len(text)
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def may_hold_astral(text: str) -> bool:
+    """Whether ``text`` is stored 4 bytes per character: only such a string can hold an astral character (one
+    that JavaScript counts twice), and CPython stores a string that way only when it does."""
+    return sys.getsizeof(text) == _UCS4_HEADER + 4 * (len(text) + 1)
 
 
 def js_json_len(value: Any) -> int:
