@@ -159,16 +159,30 @@ def _entry_tokens(entry: Entry, shown: Shown, pi1: bool) -> int:
 
 
 def _budget_cut(
-    path: list[Entry], users: list[int], shown: Shown, pi1: bool, *, turns: int, tokens: int
+    path: list[Entry],
+    users: list[int],
+    shown: Shown,
+    pi1: bool,
+    *,
+    turns: int,
+    tokens: int,
+    weighed: dict[int, int] | None = None,
 ) -> int:
     """The start of the oldest of the newest whole turns that fit ``tokens`` (at most ``turns`` of them); the
-    newest turn's start whatever it weighs."""
+    newest turn's start whatever it weighs. ``weighed``: ``_entry_tokens`` of entries by index, where the
+    caller has them (the token-bounded cut's walk weighed the newest entries already)."""
+    known = weighed if weighed is not None else {}
+
+    def weight(i: int) -> int:
+        value = known.get(i)
+        return value if value is not None else _entry_tokens(path[i], shown, pi1)
+
     cut = users[-1]
-    total = sum(_entry_tokens(e, shown, pi1) for e in path[cut:])
+    total = sum(map(weight, range(cut, len(path))))
     for n, start in enumerate(reversed(users[:-1]), 2):
         if turns and n > turns:
             break
-        total += sum(_entry_tokens(e, shown, pi1) for e in path[start:cut])
+        total += sum(map(weight, range(start, cut)))
         if total > tokens:
             break
         cut = start
@@ -221,17 +235,20 @@ def plan_cut(
         return None
     last_cut = next(i for i in range(end - 1, start - 1, -1) if _is_cut_point(path[i]))
 
-    # pi's token-bounded cut: walk back over messages until keep_recent_tokens is reached.
+    # pi's token-bounded cut: walk back over messages until keep_recent_tokens is reached. Each entry's weight
+    # (``_entry_tokens``) is kept for the budget's cut, which weighs the newest turns again.
     token_cut = first_cut
     accumulated = 0
+    weighed: dict[int, int] = {}
     for i in range(end - 1, start - 1, -1):
         entry = path[i]
         if pi1:
-            accumulated += sum(estimate_tokens(m, pi1=True) for m in shown(entry))
+            weighed[i] = weight = sum(estimate_tokens(m, pi1=True) for m in shown(entry))
         elif entry.get("type") != "message" or not isinstance(entry.get("message"), dict):
             continue
         else:
-            accumulated += estimate_tokens(entry["message"])
+            weighed[i] = weight = estimate_tokens(entry["message"])
+        accumulated += weight
         if accumulated >= keep_recent_tokens:
             token_cut = next((c for c in range(i, last_cut) if _is_cut_point(path[c])), last_cut)
             break
@@ -246,7 +263,7 @@ def plan_cut(
     cut = max(token_cut, turn_cut)
     if keep_budget_tokens is not None and users and keep_recent_turns:
         budget = min(keep_budget_tokens, keep_recent_tokens)
-        cut = _budget_cut(path, users, shown, pi1, turns=keep_recent_turns, tokens=budget)
+        cut = _budget_cut(path, users, shown, pi1, turns=keep_recent_turns, tokens=budget, weighed=weighed)
 
     while cut > start and path[cut - 1].get("type") not in ("compaction", "message"):
         cut -= 1
