@@ -799,3 +799,17 @@ def test_the_ledger_counts_the_tool_results_of_the_branch(data: bytes, cap: int)
         assert ledger.reducible is None
         return
     assert ledger.reducible == (cap, reducible_chars(tool_result_items(transcript), cap))
+
+
+@settings(max_examples=200, deadline=None)
+@given(session_bytes(), st.booleans())
+def test_tool_result_items_off_the_context_are_the_branchs(data: bytes, strip: bool) -> None:
+    """``tool_result_items`` given the context (its tool results, no role looked at again, a copy only of a
+    result with details) lists what it lists from the branch, details stripped alike."""
+    from compactd.core.reader import parse_transcript
+
+    transcript = parse_transcript(data)
+    from_context = tool_result_items(transcript, strip=strip, context=build_context(transcript))
+    from_branch = tool_result_items(transcript, strip=strip)
+    assert from_context == from_branch
+    assert not strip or all("details" not in message for _, message in from_context)

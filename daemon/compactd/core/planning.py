@@ -39,8 +39,14 @@ def tool_result_items(
     ``build_context(transcript)``, when the caller has it: its messages are taken with their entries instead of
     walking the branch again."""
     items: list[tuple[str, dict[str, Any]]] = []
-    shown = context.tool_results() if context is not None else message_entries(transcript.branch(), rules)
-    for entry, message in shown:
+    if context is not None:  # its tool results: no role to look at again, and only one with details is copied
+        for entry, message in context.tool_results():
+            entry_id = entry.get("id")
+            if isinstance(entry_id, str):
+                stripped = strip and "details" in message  # strip_for_llm's copy, only where it makes one
+                items.append((entry_id, strip_for_llm(message) if stripped else message))
+        return items
+    for entry, message in message_entries(transcript.branch(), rules):
         entry_id = entry.get("id")
         if role_of(message) == "toolResult" and isinstance(entry_id, str):
             items.append((entry_id, strip_for_llm(message) if strip else message))
