@@ -18,6 +18,7 @@ from compactd.core.budget import (
     guard,
     min_prompt_budget,
     resolve_window,
+    tool_result_cap,
     tool_result_max_chars,
 )
 from compactd.core.decision import choose_route, flush_due
@@ -442,3 +443,29 @@ def test_real_sessions_route_by_window() -> None:
 def test_an_estimate_past_a_count_is_clamped_not_an_overflow(estimated: int) -> None:
     b = budget(200_000, estimated=estimated)
     assert b.estimated_tokens == MAX_TOKENS and choose_route(b) == "compact_only" and b.overflow_tokens > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    window=st.integers(1, 2_000_000),
+    agent_cap=st.none() | st.integers(1, 400_000),
+    hard_cap=st.integers(1, 100_000),
+    share=st.floats(0.01, 1.0),
+    provider=st.sampled_from([None, "ollama", "other"]),
+    model=st.sampled_from([None, "tiny", "other"]),
+)
+def test_the_tool_result_cap_kept_per_model_is_the_resolved_windows(
+    window: int, agent_cap: int | None, hard_cap: int, share: float, provider: str | None, model: str | None
+) -> None:
+    """``tool_result_cap`` (kept with each model's window terms) is ``tool_result_max_chars`` of the window
+    ``resolve_window`` gives, asked once or again."""
+    data: dict[str, Any] = {
+        "models": {"providers": {"ollama": {"models": {"tiny": {"context_tokens": window}}}}},
+        "compaction": {"tool_result_max_chars": hard_cap, "tool_result_share": share},
+    }
+    if agent_cap is not None:
+        data["agents"] = {"defaults": {"context_tokens": agent_cap}}
+    cfg = config(data)
+    expected = tool_result_max_chars(cfg, resolve_window(cfg, provider, model)[0])
+    assert tool_result_cap(cfg, provider, model) == expected
+    assert tool_result_cap(cfg, provider, model) == expected  # the kept one

@@ -37,6 +37,7 @@ __all__ = [
     "resolve_window",
     "target_tokens",
     "thresholds",
+    "tool_result_cap",
     "tool_result_max_chars",
 ]
 
@@ -143,6 +144,7 @@ class _WindowTerms:
     min_prompt_budget: int
     prompt_budget: int
     flush_threshold: int
+    tool_result_cap: int  # ``tool_result_max_chars`` of the window (as resolved, before the floor of 1)
 
     @classmethod
     def of(
@@ -153,6 +155,7 @@ class _WindowTerms:
         provider: str | None = None,
         model: str | None = None,
     ) -> _WindowTerms:
+        cap = tool_result_max_chars(config, window)
         window = max(1, math.floor(window))
         reserve_tokens = config.compaction.reserve_tokens
         pi = config.pi.settings
@@ -172,6 +175,7 @@ class _WindowTerms:
             floor_prompt,
             prompt_budget,
             flush_threshold,
+            cap,
         )
 
 
@@ -192,6 +196,12 @@ def _terms_for(config: Config, provider: str | None, model: str | None) -> _Wind
         window, source = resolve_window(config, provider, model)
         terms = table[(provider, model)] = _WindowTerms.of(config, window, source, provider, model)
     return terms
+
+
+def tool_result_cap(config: Config, provider: str | None, model: str | None) -> int:
+    """The per-result cap of a session with this provider and model (its window's share, at most the cap), from
+    the window terms kept per model: every decision and count asks it, and resolving the window is the cost."""
+    return _terms_for(config, provider, model).tool_result_cap
 
 
 def budget_for_window(

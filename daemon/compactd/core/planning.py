@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from compactd.core.budget import Budget, resolve_window, tool_result_max_chars
+from compactd.core.budget import Budget, tool_result_cap, tool_result_max_chars
 from compactd.core.context import SessionContext, build_context, context_estimate, message_entries
 from compactd.core.decision import Figures, route_needed
 from compactd.core.messages import PI_1, role_of, strip_for_llm
@@ -130,11 +130,6 @@ def prune_plan(
         note_for=(lambda _id: note) if note else None,
         committed_note_chars=committed_note_chars,
     )
-
-
-def tool_result_cap(config: Config, provider: str | None, model: str | None) -> int:
-    """The per-result cap of a session with this provider and model (the window's share, at most the cap)."""
-    return tool_result_max_chars(config, resolve_window(config, provider, model)[0])
 
 
 def route_cap(config: Config) -> Callable[[SessionLedger], int | None]:
