@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,6 +159,32 @@ def test_a_compaction_decides_its_route_on_the_ledger_and_once_on_its_reading(
     assert outcome.committed, outcome
     # One on the act's reading (handed to the job as its plan), one on the committed file (the next cycle's).
     assert decisions.calls == 2
+
+
+def test_a_compactions_reading_is_checked_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lean reading makes its nesting check (a scan of every byte) when first asked whether it may be
+    compacted: the job asks in the thread that read it, never on the event loop (here the main thread)."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    path = sessions / "s.jsonl"
+    path.write_bytes(session_bytes(300_000, seed=3)[0])
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    config = load_config(config_file(tmp_path, sessions, "append"))
+    threads: list[int] = []
+    original = reader.opening_bytes
+
+    def recording(data: bytes) -> bytes:
+        threads.append(threading.get_ident())
+        return original(data)
+
+    monkeypatch.setattr(reader, "opening_bytes", recording)
+    result = anyio.run(lambda: compact_file(str(path), config, dry_run=True))
+    assert result.engine is not None
+    assert threads, "the reading's nesting was never checked"
+    assert threading.main_thread().ident not in threads
 
 
 @pytest.mark.slow  # a big session compacted; the read-count test keeps the path fast

@@ -356,6 +356,12 @@ class Transcript:
         found.extend(owed.too_deep(self))
         return found
 
+    def check_now(self) -> None:
+        """Make the costly check ``blocking`` owes (a lean reading's nesting, a scan of every byte) now, in the
+        caller's thread: a job reads in a worker thread, and this keeps that scan off the event loop."""
+        if self._owed is not None:
+            self._owed.too_deep(self)
+
     @property
     def committable(self) -> bool:
         return not self.blocking

@@ -575,7 +575,7 @@ class FileSource:
         transcript = kept
         if transcript is None:
             transcript = await offload.run_sync(
-                lambda: read_transcript(path, follow_symlinks=False, lean=True)
+                lambda: read_transcript(path, follow_symlinks=False, lean=True, checked=True)
             )
         blocked = blocked_reason(transcript)
         if blocked is not None:

@@ -313,7 +313,9 @@ async def compact_file(
         return JobResult(path, "none", reason=f"refusing: {sqlite_refusal}", status=refused)
     if transcript is None:
         progress.stage("reading", path)
-        transcript = await offload.run_sync(lambda: read_transcript(path, follow_symlinks=False, lean=True))
+        transcript = await offload.run_sync(
+            lambda: read_transcript(path, follow_symlinks=False, lean=True, checked=True)
+        )
     if not transcript.usable:
         reason = "; ".join(p.message for p in transcript.problems)
         return JobResult(path, "none", reason=f"unusable transcript: {reason}", status=JobStatus.UNUSABLE)
