@@ -29,6 +29,7 @@ from compactd.sources.files.job import compact_file
 
 from bench.corpus import session_bytes
 from tests.support.cli import REPO, compactd
+from tests.support.scans import OpeningScans
 
 if TYPE_CHECKING:
     from tests.support.llm_server import StubLLMServer
@@ -173,14 +174,7 @@ def test_a_compactions_reading_is_checked_off_the_event_loop(
     old = time.time() - 3600
     os.utime(path, (old, old))
     config = load_config(config_file(tmp_path, sessions, "append"))
-    threads: list[int] = []
-    original = reader.opening_bytes
-
-    def recording(data: bytes) -> bytes:
-        threads.append(threading.get_ident())
-        return original(data)
-
-    monkeypatch.setattr(reader, "opening_bytes", recording)
+    threads = OpeningScans(monkeypatch).threads
     result = anyio.run(lambda: compact_file(str(path), config, dry_run=True))
     assert result.engine is not None
     assert threads, "the reading's nesting was never checked"

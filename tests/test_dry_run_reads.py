@@ -18,6 +18,7 @@ from compactd.sources.files import _source
 from compactd.sources.files._source import FileSource
 
 from bench.corpus import generate_session
+from tests.support.scans import OpeningScans
 
 
 def _sessions(tmp_path: Path) -> Path:
@@ -165,15 +166,8 @@ def test_a_dry_run_reports_a_deep_line_yet_scans_no_session_that_fits(
     _with_deep_value(sessions / "due.jsonl", sessions / "deep_header.jsonl", 0)
     _with_deep_value(sessions / "fits.jsonl", sessions / "deep_fits.jsonl", 3)
     again, _, _ = _dry_run(config, monkeypatch, keep=False)
-    scanned: list[int] = []
-    opening_bytes = reader.opening_bytes
-
-    def counting(data: bytes) -> bytes:
-        scanned.append(len(data))
-        return opening_bytes(data)
-
     with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(reader, "opening_bytes", counting)
+        scanned = OpeningScans(patched).sizes
         once, _, _ = _dry_run(config, monkeypatch, keep=True)
 
     assert once == again

@@ -19,6 +19,7 @@ from compactd.core.reader import MAX_DEPTH, Problem, Transcript, parse_transcrip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.scans import OpeningScans
 from tests.test_differential import REAL_DIR, REAL_NAMES
 
 HEADER = {
@@ -398,21 +399,6 @@ def _deep_rows(where: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _counting_openings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sizes of the bytes ``opening_bytes`` (the nesting check's scan of every byte) is called on."""
-    from compactd.core import reader
-
-    calls: list[int] = []
-    opening_bytes = reader.opening_bytes
-
-    def counting(data: bytes) -> bytes:
-        calls.append(len(data))
-        return opening_bytes(data)
-
-    monkeypatch.setattr(reader, "opening_bytes", counting)
-    return calls
-
-
 @pytest.mark.parametrize("where", ["header", "first", "middle", "orphan", "last", "nowhere"])
 @pytest.mark.parametrize("asked", ["problems", "blocking", "committable", "too_deep", "reason", "entries"])
 def test_a_lean_reading_checks_its_nesting_when_its_problems_are_first_read(
@@ -427,7 +413,7 @@ def test_a_lean_reading_checks_its_nesting_when_its_problems_are_first_read(
     full = parse_transcript(data)
     deep = [p.line for p in full.problems if p.kind == "too_deep"]
     assert deep == ({"header": [1], "first": [2], "middle": [4], "orphan": [5], "last": [6]}.get(where) or [])
-    calls = _counting_openings(monkeypatch)
+    calls = OpeningScans(monkeypatch).sizes
     lean = parse_transcript(data, lean=True)
     assert lean.lean and [e["id"] for e in lean.branch()] == [e["id"] for e in full.branch()]
     assert lean.usable and not lean.has_problem("trailing_whitespace") and lean.has_problem("dangling_parent")

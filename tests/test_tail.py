@@ -18,6 +18,8 @@ from compactd.sources.files.tracker import SessionTracker
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.scans import OpeningScans
+
 Json = dict[str, Any]
 
 
@@ -461,14 +463,7 @@ def test_a_dry_runs_reading_is_checked_for_nesting_only_when_its_problems_are_re
     append(path, b'{"type":"message","id":"torn","content":[' + b"[" * 300)  # not in the reading
     whole = path.read_bytes()
     complete = whole[: whole.rfind(b"\n") + 1]
-    calls: list[int] = []
-    opening_bytes = reader.opening_bytes
-
-    def counting(data: bytes) -> bytes:
-        calls.append(len(data))
-        return opening_bytes(data)
-
-    monkeypatch.setattr(reader, "opening_bytes", counting)
+    calls = OpeningScans(monkeypatch).sizes
     for max_lines, change in ((6, Change.SKIPPED), (7, Change.RELOADED)):
         cursor = FileCursor(str(path), max_lines=max_lines)
         polled = cursor.poll()
