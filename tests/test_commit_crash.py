@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from compactd.commit import CRASH_POINTS, CompactionEntries, Journal, commit, recover
+from compactd.commit import (
+    CRASH_POINTS,
+    LEAF_POINTER_TYPE,
+    CommitResult,
+    CompactionEntries,
+    Journal,
+    commit,
+    recover,
+)
+from compactd.commit.append import MAX_CORRECTIONS, MAX_POINTERS
 from compactd.commit.locks import lock_is_live, lock_path_for, read_lock
 from compactd.reading import read_transcript
 
@@ -98,7 +107,7 @@ def test_kill_minus_nine_anywhere_loses_nothing(pi: Pi, tmp_path: Path) -> None:
             with open(path, "ab") as f:
                 f.write(b'{"type":"message","id":"70rn')
             with_writer = False
-        if point == "append_after_correction":
+        if point in ("append_before_correction", "append_after_correction"):
             # An agent line slips in between our read and our write, so a correction is needed. It hangs from
             # the file's last line, as pi's does: from the plan's leaf it would fork below the appender's lines,
             # and a one-against-one fork has no branch holding both (the longer-branch rule is tested below).
@@ -354,6 +363,73 @@ def test_recovery_repoints_to_the_longer_branch_after_a_correction_onto_a_fork(
     assert {"5e000001", "5e000002"} <= branch
     assert {"5e000001", "5e000002"} <= set(pi.load_many([path])[0]["branch_ids"])
     assert recover(state, roots=[tmp_path]).leaf_pointers == 0
+
+
+class _RacingWriter:
+    """An agent that appends a line, chained from its own previous one (pi's in-memory leaf), each time the
+    commit is about to write (its first write and every correction), ``races`` times in all."""
+
+    def __init__(self, path: Path, leaf: str, races: int) -> None:
+        self.path, self.leaf, self.races = path, leaf, races
+        self.ids: list[str] = []
+
+    def __call__(self) -> None:
+        if self.races == 0:
+            return
+        self.races -= 1
+        entry_id = f"a9{len(self.ids):06x}"
+        with open(self.path, "ab") as f:
+            f.write(_message_line(entry_id, self.leaf, f"slipped in, {len(self.ids)}"))
+        self.leaf = entry_id
+        self.ids.append(entry_id)
+
+
+def _commit_racing(pi: Pi, tmp_path: Path, races: int) -> tuple[Path, _RacingWriter, CommitResult]:
+    from tests.support.crash import TEST_HOOKS
+
+    path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
+    entries = make_entries(path)
+    writer = _RacingWriter(path, entries.snapshot_leaf_id, races)
+    TEST_HOOKS.update({"append_after_intent": writer, "append_before_correction": writer})
+    try:
+        result = commit(
+            path, entries, mode="append", state_dir=tmp_path / "state", idle_seconds=0, force=True
+        )
+    finally:
+        TEST_HOOKS.clear()
+    assert result.committed, result.reason
+    return path, writer, result
+
+
+@pytest.mark.parametrize("pointer_races", [0, 3])
+def test_append_points_the_leaf_at_a_writer_that_races_every_correction(
+    pi: Pi, tmp_path: Path, pointer_races: int
+) -> None:
+    """A writer slips a line in before each of our writes, more often than we correct (as a node appender did
+    on a loaded CI machine): our last correction hangs from the line before the writer's last, so pi, loading
+    the branch of the file's last line, would cut the writer's last line off. A leaf pointer to it (raced
+    ``pointer_races`` times too) keeps every agent line on the branch; our compaction is bypassed."""
+    races = 1 + MAX_CORRECTIONS + pointer_races
+    path, writer, result = _commit_racing(pi, tmp_path, races)
+    assert len(writer.ids) == races and result.corrections == MAX_CORRECTIONS
+    last = file_lines(path)[-1]
+    assert last.get("customType") == LEAF_POINTER_TYPE and last["parentId"] == writer.ids[-1]
+    assert read_transcript(path).leaf_id == result.leaf_id == last["id"]
+    assert set(writer.ids) <= set(pi.load_many([path])[0]["branch_ids"])
+    assert recover(tmp_path / "state", roots=[tmp_path]).leaf_pointers == 0
+
+
+def test_append_gives_up_on_a_writer_that_never_stops_racing(
+    pi: Pi, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer that races every write: the commit still ends, after a bounded number of writes, says so, and
+    loses nothing (every line in the file, no dangling parent)."""
+    path, writer, _ = _commit_racing(pi, tmp_path, races=10_000)
+    assert len(writer.ids) == 1 + MAX_CORRECTIONS + MAX_POINTERS
+    assert "gave up after 8 corrections and 8 leaf pointers" in caplog.text
+    ids = {e.get("id") for e in file_lines(path)}
+    assert set(writer.ids) <= ids
+    assert not [p for p in read_transcript(path).problems if p.kind == "dangling_parent"]
 
 
 def test_recovery_removes_an_empty_lock_our_killed_process_left(tmp_path: Path) -> None:

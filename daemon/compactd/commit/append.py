@@ -3,7 +3,8 @@
 Our lines go in one ``O_APPEND`` write, chained from the current leaf, then ``fsync``. Then we check where
 they landed: if an agent's line got in between our read and our write, our compaction hangs from the old leaf
 and the agent's line is not on its branch; a corrected plan (fresh ids) is appended from the agent's newest
-line, so the last line of the file leads to a branch holding every agent line. An agent that appends *after*
+line, so the last line of the file leads to a branch holding every agent line (when no correction can be
+chained, or the writer races every one, a leaf pointer to that line does it instead). An agent that appends *after*
 our lines from its in-memory leaf bypasses our compaction: that is append mode's known limit (rotate mode does
 not have it).
 """
@@ -27,11 +28,14 @@ from compactd.commit.atomic import (
 from compactd.commit.notes import entry_note
 from compactd.commit.request import CommitRequest
 from compactd.commit.successor import (
+    SLIPPED_LINES,
     Entry,
     PlanError,
     build_append,
     dumps_entry,
     fresh_id,
+    leaf_pointer_entry,
+    leaf_to_repoint,
     newest_tip,
     verify,
 )
@@ -41,10 +45,10 @@ __all__ = ["append_commit"]
 
 log = logging.getLogger(__name__)
 
-# A writer that keeps slipping lines between our read and our write gets this many corrections, then we stop
-# (each correction is small; the last line still leads to every agent line, only our compaction may be
-# bypassed).
+# A writer that keeps slipping lines between our read and our write gets this many corrections; then the leaf
+# is pointed at the agent's newest line instead (our compaction bypassed), in at most this many more tries.
 MAX_CORRECTIONS = 8
+MAX_POINTERS = 8
 # A torn last line in a file being written is usually a write in progress: wait this long for it to complete.
 TORN_WAIT_SECONDS = 1.0
 TORN_POLL_SECONDS = 0.01
@@ -154,38 +158,55 @@ def _write(
             log.error("append verification: our bytes are not where the kernel put them path=%s", path)
         base = snap.cut
         ours = set(new_ids)
-        corrections = 0
+        corrections = pointers = 0
+        pointer: str | None = None
         while landed != base:
-            # An agent's line got in between: chain a corrected plan from its newest line.
-            if corrections >= MAX_CORRECTIONS:
-                log.error(
-                    "append: the writer kept slipping lines in; gave up after %d corrections", corrections
-                )
-                break
-            if replacements:
-                correction = _full_correction(
-                    fd, base, ours, compaction, post, replacements, note, branch_ids
-                )
+            # An agent's line got in between: chain a corrected plan from its newest line. When that is not
+            # possible (or the writer kept racing us), point the leaf at that line instead: pi loads the branch
+            # of the file's last line, and our last write must not cut the agent's lines off it.
+            correction = None
+            if pointers == 0 and corrections < MAX_CORRECTIONS:
+                if replacements:
+                    correction = _full_correction(
+                        fd, base, ours, compaction, post, replacements, note, branch_ids
+                    )
+                else:
+                    correction = _quick_correction(fd, base, ours, compaction, post, branch_ids)
+            if correction is not None:
+                corrections += 1
+                what = "a corrected compaction"
+            elif pointers < MAX_POINTERS:
+                correction = _leaf_pointer(fd, base, ours, branch_ids)
+                if correction is None:
+                    break
+                pointers += 1
+                pointer = correction[2]
+                what = "a leaf pointer to the agent's newest line (our compaction is bypassed)"
             else:
-                correction = _quick_correction(fd, base, ours, compaction, post, branch_ids)
-            if correction is None:
+                log.error(
+                    "append: the writer kept slipping lines in; gave up after %d corrections and %d leaf "
+                    "pointers: the last line may not lead to the agent's newest line path=%s",
+                    corrections,
+                    pointers,
+                    path,
+                )
                 break
             plan_data, plan_ids, plan_leaf, base = correction
-            corrections += 1
             request.journal.progress(tx, ids=plan_ids)
             ours.update(plan_ids)
+            crash_point("append_before_correction")
             landed = _append_once(fd, plan_data, st)
             os.fsync(fd)
             crash_point("append_after_correction")
             leaf_id = plan_leaf
-            log.warning("append: an agent line got in between; appended a corrected compaction path=%s", path)
-        if corrections == 0:
+            log.warning("append: an agent line got in between; appended %s path=%s", what, path)
+        if corrections == 0 and pointers == 0:
             # pi -c must not think this session was just used.
             os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
         size = os.fstat(fd).st_size
     finally:
         os.close(fd)
-    return Written(leaf_id=leaf_id, bytes_after=size, corrections=corrections)
+    return Written(leaf_id=leaf_id, bytes_after=size, corrections=corrections, leaf_pointer=pointer)
 
 
 Correction = tuple[bytes, list[str], str | None, int]
@@ -203,6 +224,14 @@ def _region(fd: int, base: int) -> tuple[list[Entry], int]:
             if isinstance(value, dict):
                 entries.append(value)
     return entries, base + end
+
+
+def _branch_index(branch_ids: list[str]) -> dict[str, Entry]:
+    """Stub entries (id and parent) for the branch planned on, so depths count from the root."""
+    return {
+        entry_id: {"id": entry_id, "parentId": branch_ids[n - 1] if n else None}
+        for n, entry_id in enumerate(branch_ids)
+    }
 
 
 def _join(entry: Entry, agent: Mapping[str, Entry]) -> tuple[object, list[str]]:
@@ -251,10 +280,7 @@ def _quick_correction(
     if not joining:
         log.warning("append: an agent line joined the tree away from our cut point; not correcting")
         return None
-    index: dict[str, Entry] = {
-        entry_id: {"id": entry_id, "parentId": branch_ids[n - 1] if n else None}
-        for n, entry_id in enumerate(branch_ids)
-    }
+    index = _branch_index(branch_ids)
     index.update(agent)
     tip = newest_tip(joining, index, anchor=branch_ids[-1] if branch_ids else None)
     if tip is None or tip not in agent:
@@ -281,6 +307,30 @@ def _quick_correction(
         lines.append(new_post)
         leaf = new_post["id"]
     return b"".join(dumps_entry(e) + b"\n" for e in lines), [str(e["id"]) for e in lines], leaf, end
+
+
+def _leaf_pointer(fd: int, base: int, ours: set[str], branch_ids: list[str]) -> Correction | None:
+    """A leaf pointer to the agent's newest line after ``base`` when the file's last line does not lead to it.
+
+    The newest line is recovery's (see :func:`leaf_to_repoint`): the tip of the longest chain from the root,
+    ties to the branch we last chained from (``branch_ids``, which is set in place to the branch pointed at).
+    """
+    entries, end = _region(fd, base)
+    agent = [e for e in entries if isinstance(i := e.get("id"), str) and i not in ours]
+    index = _branch_index(branch_ids)
+    index.update((i, e) for e in entries if isinstance(i := e.get("id"), str))
+    anchor = branch_ids[-1] if branch_ids else None
+    target = leaf_to_repoint(agent, entries[-1] if entries else None, index, anchor)
+    if target is None:
+        return None
+    chain: list[str] = []
+    current: object = target
+    while isinstance(current, str) and current in index and current not in chain:
+        chain.append(current)
+        current = index[current].get("parentId")
+    branch_ids[:] = reversed(chain)
+    entry = leaf_pointer_entry(fresh_id(set(index) | ours), target, reason=SLIPPED_LINES)
+    return dumps_entry(entry) + b"\n", [str(entry["id"])], str(entry["id"]), end
 
 
 def _full_correction(

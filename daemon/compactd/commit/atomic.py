@@ -93,6 +93,7 @@ CRASH_POINTS: tuple[str, ...] = (
     "append_after_intent",
     "append_after_write",
     "append_after_fsync",
+    "append_before_correction",
     "append_after_correction",
     "append_after_done",
 )

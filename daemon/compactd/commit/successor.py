@@ -120,7 +120,13 @@ def iso_timestamp(now: float | None = None) -> str:
     return js_iso(now)
 
 
-def leaf_pointer_entry(entry_id: str, parent_id: str, now: float | None = None) -> Entry:
+LATE_LINES = "late lines rescued after a rotation landed after newer ones"
+SLIPPED_LINES = "agent lines slipped in between a commit's read and its write"
+
+
+def leaf_pointer_entry(
+    entry_id: str, parent_id: str, now: float | None = None, *, reason: str = LATE_LINES
+) -> Entry:
     """A ``custom`` entry (no effect on the context) that makes ``parent_id``'s branch the current one."""
     return {
         "type": "custom",
@@ -128,7 +134,7 @@ def leaf_pointer_entry(entry_id: str, parent_id: str, now: float | None = None) 
         "parentId": parent_id,
         "timestamp": iso_timestamp(now),
         "customType": LEAF_POINTER_TYPE,
-        "data": {"reason": "late lines rescued after a rotation landed after newer ones"},
+        "data": {"reason": reason},
     }
 
 
