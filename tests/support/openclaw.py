@@ -339,8 +339,15 @@ class Gateway:
                     "model": {"primary": f"{PROVIDER}/{MODEL_ID}"},
                     "workspace": str(self.workspace),
                     "compaction": {"keepRecentTokens": 3000, "recentTurnsPreserve": 1},
+                    # No heartbeat: its scheduled turn (every 30 minutes, the first at a seeded moment) runs in
+                    # agent:main:main and can land inside a test, adding a session it does not expect ("0m"
+                    # disables it: resolveHeartbeatIntervalMs gives null, and the wake is skipped).
+                    "heartbeat": {"every": "0m"},
                 }
             },
+            # Nor memory-core's dreaming: a cron job at 03:00 (its default frequency "0 3 * * *") that would
+            # run in the agent's database if a test spans that minute.
+            "plugins": {"entries": {"memory-core": {"config": {"dreaming": {"enabled": False}}}}},
         }
 
     def write_config(self, extra: Mapping[str, Any] | None = None) -> None:
