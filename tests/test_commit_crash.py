@@ -17,7 +17,7 @@ import random
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -286,6 +286,21 @@ def _message_line(entry_id: str, parent: str, text: str) -> bytes:
     return json.dumps(entry, separators=(",", ":")).encode() + b"\n"
 
 
+def _append_with_hooks(
+    path: Path, entries: CompactionEntries, state: Path, hooks: Mapping[str, Callable[[], None]]
+) -> CommitResult:
+    """An append commit (forced) in this process with ``hooks`` run at its steps; it must commit."""
+    from tests.support.crash import TEST_HOOKS
+
+    TEST_HOOKS.update(hooks)
+    try:
+        result = commit(path, entries, mode="append", state_dir=state, idle_seconds=0, force=True)
+    finally:
+        TEST_HOOKS.clear()
+    assert result.committed, result.reason
+    return result
+
+
 def _forked_below_the_leaf(pi: Pi, tmp_path: Path) -> tuple[Path, CompactionEntries, bytes]:
     """A session whose agent appended two lines (s1, s2) after the plan was made, and a line from a writer
     with a stale leaf (f1, under the plan's leaf, below s1 and s2) that slips in between our read and write."""
@@ -303,22 +318,13 @@ def test_append_correction_keeps_the_longer_branch_when_a_line_forks_below_the_l
 ) -> None:
     """The correction chains from the agent's newest line, which is the tip of the longest chain, not the last
     line in the file: chaining from f1 cut s1 and s2 (after the cut point) off the branch."""
-    from tests.support.crash import TEST_HOOKS
-
     path, entries, forked = _forked_below_the_leaf(pi, tmp_path)
 
     def slip_in() -> None:
         with open(path, "ab") as f:
             f.write(forked)
 
-    TEST_HOOKS["append_after_intent"] = slip_in
-    try:
-        result = commit(
-            path, entries, mode="append", state_dir=tmp_path / "state", idle_seconds=0, force=True
-        )
-    finally:
-        TEST_HOOKS.clear()
-    assert result.committed, result.reason
+    result = _append_with_hooks(path, entries, tmp_path / "state", {"append_after_intent": slip_in})
     branch = [e.get("id") for e in read_transcript(path).branch()]
     assert {"5e000001", "5e000002"} <= set(branch), branch[-6:]
     assert read_transcript(path).leaf_id == result.leaf_id
@@ -385,20 +391,11 @@ class _RacingWriter:
 
 
 def _commit_racing(pi: Pi, tmp_path: Path, races: int) -> tuple[Path, _RacingWriter, CommitResult]:
-    from tests.support.crash import TEST_HOOKS
-
     path = Path(pi.write(tmp_path / "s", session_ops(6, side_branch=False))["path"])
     entries = make_entries(path)
     writer = _RacingWriter(path, entries.snapshot_leaf_id, races)
-    TEST_HOOKS.update({"append_after_intent": writer, "append_before_correction": writer})
-    try:
-        result = commit(
-            path, entries, mode="append", state_dir=tmp_path / "state", idle_seconds=0, force=True
-        )
-    finally:
-        TEST_HOOKS.clear()
-    assert result.committed, result.reason
-    return path, writer, result
+    hooks = {"append_after_intent": writer, "append_before_correction": writer}
+    return path, writer, _append_with_hooks(path, entries, tmp_path / "state", hooks)
 
 
 @pytest.mark.parametrize("pointer_races", [0, 3])
