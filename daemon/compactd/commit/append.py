@@ -3,10 +3,10 @@
 Our lines go in one ``O_APPEND`` write, chained from the current leaf, then ``fsync``. Then we check where
 they landed: if an agent's line got in between our read and our write, our compaction hangs from the old leaf
 and the agent's line is not on its branch; a corrected plan (fresh ids) is appended from the agent's newest
-line, so the last line of the file leads to a branch holding every agent line (when no correction can be
-chained, or the writer races every one, a leaf pointer to that line does it instead). An agent that appends *after*
-our lines from its in-memory leaf bypasses our compaction: that is append mode's known limit (rotate mode does
-not have it).
+line, so the last line of the file leads to a branch holding every agent line. When no correction can be
+chained, or the writer races every one, a leaf pointer to that line does it instead. An agent that appends
+*after* our lines from its in-memory leaf bypasses our compaction: that is append mode's known limit (rotate
+mode does not have it).
 """
 
 from __future__ import annotations
