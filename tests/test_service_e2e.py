@@ -408,6 +408,47 @@ def test_sighup_with_a_broken_config_keeps_running_on_the_old_one(
     assert d.stop() == 0
 
 
+def test_sighup_decides_every_session_again_under_the_new_config(
+    pi: Pi, llm_server: StubLLMServer, daemon_factory: Callable[..., Daemon]
+) -> None:
+    """A reload that shrinks the model's window: a quiet session that fitted is over its new threshold, and is
+    compacted without waiting for its agent's next append (none comes); status shows the new threshold."""
+    llm_server.responder = responder
+    d = daemon_factory(llm_server, memory_flush={"enabled": False})
+    models = d.config["models"]["providers"]["anthropic"]["models"]
+    models[MODEL]["context_tokens"] = 200_000
+    d.write_config(d.config)
+    d.root.mkdir(parents=True)
+    path = Path(pi.write(d.root, turn_ops(12, 3_000), cwd=str(d.workspace))["path"])
+    d.start()
+    ready = d.wait_notice("READY=1")
+
+    def threshold() -> int | None:
+        return next(
+            (
+                r.get("compact_threshold")
+                for r in status_doc(d).get("sessions", ())
+                if r.get("path") == str(path)
+            ),
+            None,
+        )
+
+    wide = wait_for(threshold, 30, "the session decided under the first config", d.proc)
+    tokens = tokens_of(status_doc(d), path)
+    assert tokens is not None and tokens < wide and not has_compaction(path)
+    models[MODEL]["context_tokens"] = 20_000
+    d.write_config(d.config)
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_notice("READY=1", start=d.wait_notice("RELOADING=1", start=ready))
+    narrow = wait_for(
+        lambda: (t := threshold()) is not None and t < tokens and t, 30, "the new threshold", d.proc
+    )
+    assert narrow < wide
+    wait_for(lambda: has_compaction(path), 60, "the compaction the new window calls for", d.proc)
+    assert d.stop() == 0
+
+
 def test_sd_notify_ready_status_watchdog_and_stopping(daemon_factory: Callable[..., Daemon]) -> None:
     d = daemon_factory()
     d.root.mkdir(parents=True)

@@ -126,6 +126,7 @@ class FileSource:
         self.state: dict[str, SessionState] = {}
         self.wakeup: anyio.Event | Unawaited = Unawaited()
         self.rescan_due: anyio.Event | None = None  # made by :meth:`watch_roots`, which waits on it
+        self.redecide = False  # the next rescan decides unchanged sessions again too (a reload)
         self.stopping = False
         self.heartbeat = time.monotonic()
         self.last_sweep = time.monotonic()
@@ -152,6 +153,12 @@ class FileSource:
         self.resume.fingerprint = None  # decisions recorded from now on may be under either configuration
         if self.serving:
             self._prepare(config)
+            # A reload: every session is decided again under the new configuration (thresholds, windows, idle
+            # time) by the next rescan, asked for now, so a session a lowered threshold makes due is acted on
+            # without waiting for its agent's next append, and status shows the new thresholds.
+            self.redecide = True
+            if self.rescan_due is not None:
+                self.rescan_due.set()
 
     def _prepare(self, config: Config) -> None:
         """Prepare appended messages while serving, if the configuration wants it (shares are made with
@@ -261,7 +268,7 @@ class FileSource:
                 self.preparer.appended(path, update.entries, session.tracker.cursor.offset - offset)
             elif update.change is Change.RELOADED:
                 self.preparer.reloaded(path, session.tracker.cursor.offset)
-        if update.change is Change.UNCHANGED and path in self.state and not seeded:
+        if update.change is Change.UNCHANGED and path in self.state and not seeded and not self.redecide:
             return None  # nothing new: the rescan's common case, kept cheap
         self.host.changed()
         if update.change is Change.SKIPPED:  # kept (its cursor remembers it), never read whole nor acted on
@@ -945,6 +952,7 @@ class FileSource:
                 await self.rescan_due.wait()
             self.rescan_due = anyio.Event()
             self.rescan()
+            self.redecide = False
             if time.monotonic() - self.last_sweep >= RETENTION_SWEEP_SECONDS:
                 await anyio.to_thread.run_sync(self.sweep_archives)
 
